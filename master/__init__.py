@@ -1,0 +1,1 @@
+"""Hadar: heterogeneity-aware GPU scheduling."""

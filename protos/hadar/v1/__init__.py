@@ -1,0 +1,1 @@
+"""Generated stubs of the hadar.v1 API (regenerate with `make protos`)."""

@@ -1,0 +1,299 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from protos.hadar.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("spec", "idempotency_key")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    spec: _common_pb2.JobSpec
+    idempotency_key: str
+    def __init__(self, spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class SubmitJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id", "include_events")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    include_events: bool
+    def __init__(self, job_id: _Optional[int] = ..., include_events: _Optional[bool] = ...) -> None: ...
+
+class GetJobResponse(_message.Message):
+    __slots__ = ("job", "events")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    events: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobEvent]
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("user", "states", "page_size", "page_token")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    states: _containers.RepeatedScalarFieldContainer[_common_pb2.JobState]
+    page_size: int
+    page_token: str
+    def __init__(self, user: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[_common_pb2.Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    reason: str
+    def __init__(self, job_id: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class WatchJobsRequest(_message.Message):
+    __slots__ = ("job_ids", "user", "include_initial")
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_INITIAL_FIELD_NUMBER: _ClassVar[int]
+    job_ids: _containers.RepeatedScalarFieldContainer[int]
+    user: str
+    include_initial: bool
+    def __init__(self, job_ids: _Optional[_Iterable[int]] = ..., user: _Optional[str] = ..., include_initial: _Optional[bool] = ...) -> None: ...
+
+class WatchJobsResponse(_message.Message):
+    __slots__ = ("job", "event")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    event: _common_pb2.JobEvent
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., event: _Optional[_Union[_common_pb2.JobEvent, _Mapping]] = ...) -> None: ...
+
+class StreamLogsRequest(_message.Message):
+    __slots__ = ("job_id", "follow", "tail_lines", "rank")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    follow: bool
+    tail_lines: int
+    rank: int
+    def __init__(self, job_id: _Optional[int] = ..., follow: _Optional[bool] = ..., tail_lines: _Optional[int] = ..., rank: _Optional[int] = ...) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[_common_pb2.Node]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[_common_pb2.Node, _Mapping]]] = ...) -> None: ...
+
+class DrainNodeRequest(_message.Message):
+    __slots__ = ("node", "reason")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    reason: str
+    def __init__(self, node: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DrainNodeResponse(_message.Message):
+    __slots__ = ("node",)
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    node: _common_pb2.Node
+    def __init__(self, node: _Optional[_Union[_common_pb2.Node, _Mapping]] = ...) -> None: ...
+
+class ResumeNodeRequest(_message.Message):
+    __slots__ = ("node",)
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    def __init__(self, node: _Optional[str] = ...) -> None: ...
+
+class ResumeNodeResponse(_message.Message):
+    __slots__ = ("node",)
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    node: _common_pb2.Node
+    def __init__(self, node: _Optional[_Union[_common_pb2.Node, _Mapping]] = ...) -> None: ...
+
+class GetClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GpuTypeSummary(_message.Message):
+    __slots__ = ("type", "total", "busy", "idle", "unavailable")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BUSY_FIELD_NUMBER: _ClassVar[int]
+    IDLE_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    total: int
+    busy: int
+    idle: int
+    unavailable: int
+    def __init__(self, type: _Optional[str] = ..., total: _Optional[int] = ..., busy: _Optional[int] = ..., idle: _Optional[int] = ..., unavailable: _Optional[int] = ...) -> None: ...
+
+class JobStateCount(_message.Message):
+    __slots__ = ("state", "count")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    state: _common_pb2.JobState
+    count: int
+    def __init__(self, state: _Optional[_Union[_common_pb2.JobState, str]] = ..., count: _Optional[int] = ...) -> None: ...
+
+class RoundSummary(_message.Message):
+    __slots__ = ("number", "started_at", "duration_s", "policy", "actions", "dispatch_failures")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    started_at: _timestamp_pb2.Timestamp
+    duration_s: float
+    policy: str
+    actions: int
+    dispatch_failures: int
+    def __init__(self, number: _Optional[int] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration_s: _Optional[float] = ..., policy: _Optional[str] = ..., actions: _Optional[int] = ..., dispatch_failures: _Optional[int] = ...) -> None: ...
+
+class GetClusterStatusResponse(_message.Message):
+    __slots__ = ("gpus", "jobs", "last_round", "policy", "round_seconds", "version", "nodes_ready", "nodes_total", "next_round_at")
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ROUND_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    ROUND_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NODES_READY_FIELD_NUMBER: _ClassVar[int]
+    NODES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ROUND_AT_FIELD_NUMBER: _ClassVar[int]
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuTypeSummary]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobStateCount]
+    last_round: RoundSummary
+    policy: str
+    round_seconds: float
+    version: str
+    nodes_ready: int
+    nodes_total: int
+    next_round_at: _timestamp_pb2.Timestamp
+    def __init__(self, gpus: _Optional[_Iterable[_Union[GpuTypeSummary, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobStateCount, _Mapping]]] = ..., last_round: _Optional[_Union[RoundSummary, _Mapping]] = ..., policy: _Optional[str] = ..., round_seconds: _Optional[float] = ..., version: _Optional[str] = ..., nodes_ready: _Optional[int] = ..., nodes_total: _Optional[int] = ..., next_round_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListWorkloadsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkloadInfo(_message.Message):
+    __slots__ = ("name", "description", "default_batch_size", "job_type")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    default_batch_size: int
+    job_type: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., default_batch_size: _Optional[int] = ..., job_type: _Optional[str] = ...) -> None: ...
+
+class ListWorkloadsResponse(_message.Message):
+    __slots__ = ("workloads",)
+    WORKLOADS_FIELD_NUMBER: _ClassVar[int]
+    workloads: _containers.RepeatedCompositeFieldContainer[WorkloadInfo]
+    def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadInfo, _Mapping]]] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("user", "admin")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    admin: bool
+    def __init__(self, user: _Optional[str] = ..., admin: _Optional[bool] = ...) -> None: ...
+
+class TokenInfo(_message.Message):
+    __slots__ = ("id", "user", "admin", "description", "created_at", "last_used_at", "revoked")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_USED_AT_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    user: str
+    admin: bool
+    description: str
+    created_at: _timestamp_pb2.Timestamp
+    last_used_at: _timestamp_pb2.Timestamp
+    revoked: bool
+    def __init__(self, id: _Optional[str] = ..., user: _Optional[str] = ..., admin: _Optional[bool] = ..., description: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_used_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revoked: _Optional[bool] = ...) -> None: ...
+
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("user", "admin", "description")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    admin: bool
+    description: str
+    def __init__(self, user: _Optional[str] = ..., admin: _Optional[bool] = ..., description: _Optional[str] = ...) -> None: ...
+
+class CreateTokenResponse(_message.Message):
+    __slots__ = ("token", "info")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    info: TokenInfo
+    def __init__(self, token: _Optional[str] = ..., info: _Optional[_Union[TokenInfo, _Mapping]] = ...) -> None: ...
+
+class ListTokensRequest(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    def __init__(self, user: _Optional[str] = ...) -> None: ...
+
+class ListTokensResponse(_message.Message):
+    __slots__ = ("tokens",)
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedCompositeFieldContainer[TokenInfo]
+    def __init__(self, tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ...) -> None: ...
+
+class RevokeTokenRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class RevokeTokenResponse(_message.Message):
+    __slots__ = ("info",)
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    info: TokenInfo
+    def __init__(self, info: _Optional[_Union[TokenInfo, _Mapping]] = ...) -> None: ...
