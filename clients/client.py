@@ -1,0 +1,334 @@
+"""The typed Python client of the Hadar master.
+
+>>> from clients import HadarClient, JobSpec, Program
+>>> with HadarClient() as hadar:                                   # doctest: +SKIP
+...     job = hadar.submit_job(JobSpec("resnet-a", Program.builtin("resnet"), iterations=2000))
+...     print(job.id, job.state)
+
+Every call carries a deadline (``timeout`` seconds, per call or per client). Calls that are
+safe to repeat (reads, watches, submits with an idempotency key, cancels) are retried with
+backoff while the master is unreachable; the others are not. Failures raise
+:mod:`clients.errors` exceptions, never ``grpc.RpcError``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import random
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+
+from clients import convert
+from clients.config import ClientConfig, resolve
+from clients.errors import HadarError, Unavailable, from_rpc_error
+from clients.retry import NO_RETRY, Clock, RetryPolicy, SystemClock, call_with_retry, is_retryable
+from clients.types import (
+    ClusterStatus,
+    CreatedToken,
+    Identity,
+    Job,
+    JobDescription,
+    JobSpec,
+    JobState,
+    JobUpdate,
+    LogChunk,
+    Node,
+    TokenInfo,
+    Workload,
+)
+from protos.hadar.v1 import hadar_pb2, hadar_pb2_grpc
+
+T = TypeVar("T")
+
+USER_METADATA_KEY = "x-hadar-user"
+AUTHORIZATION_METADATA_KEY = "authorization"
+
+
+def local_user() -> str:
+    """The OS user running the client, sent as ``x-hadar-user`` for the master's dev mode."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+class HadarClient:
+    """A connection to the master's Hadar service. Use as a context manager, or call close().
+
+    ``address``, ``token`` and ``timeout`` default to the environment and the config file
+    (see :mod:`clients.config`).
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        token: str | None = None,
+        timeout: float | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        user: str | None = None,
+        config: ClientConfig | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config or resolve(address, token, timeout)
+        self.address = self.config.address
+        self.timeout = self.config.timeout_s
+        self._retry = retry or RetryPolicy()
+        self._clock = clock or SystemClock()
+        self._rng = random.Random()
+        metadata: list[tuple[str, str]] = [(USER_METADATA_KEY, user or local_user())]
+        if self.config.token:
+            metadata.append((AUTHORIZATION_METADATA_KEY, f"Bearer {self.config.token}"))
+        self._metadata = tuple(metadata)
+        self._channel = _open_channel(self.address, self.config.ca_file)
+        # The generated stub is untyped; _unary and _stream type what comes back.
+        self._stub: Any = hadar_pb2_grpc.HadarStub(self._channel)  # type: ignore[no-untyped-call]
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> HadarClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def submit_job(
+        self, spec: JobSpec, *, idempotency_key: str | None = None, timeout: float | None = None
+    ) -> Job:
+        """Submits a job. A fresh idempotency key is generated when none is given, so that
+        retrying after a lost answer returns the same job rather than a duplicate."""
+        key = idempotency_key or uuid.uuid4().hex
+        request = hadar_pb2.SubmitJobRequest(spec=convert.spec_to_proto(spec), idempotency_key=key)
+        response = self._unary(self._stub.SubmitJob, request, timeout, retry=True)
+        return convert.job(response.job)
+
+    def get_job(self, job_id: int, *, timeout: float | None = None) -> Job:
+        request = hadar_pb2.GetJobRequest(job_id=job_id)
+        return convert.job(self._unary(self._stub.GetJob, request, timeout, retry=True).job)
+
+    def describe_job(self, job_id: int, *, timeout: float | None = None) -> JobDescription:
+        """The job with its whole event history (why it waits, why it was preempted)."""
+        request = hadar_pb2.GetJobRequest(job_id=job_id, include_events=True)
+        response = self._unary(self._stub.GetJob, request, timeout, retry=True)
+        return JobDescription(
+            job=convert.job(response.job),
+            events=tuple(convert.event(e) for e in response.events),
+        )
+
+    def iter_jobs(
+        self,
+        *,
+        user: str | None = None,
+        states: Iterable[JobState] = (),
+        page_size: int = 500,
+        timeout: float | None = None,
+    ) -> Iterator[Job]:
+        """Jobs by ascending id, fetched page by page (each page has its own deadline)."""
+        state_numbers = [convert.job_state_number(s) for s in states]
+        token = ""
+        while True:
+            request = hadar_pb2.ListJobsRequest(
+                user=user or "", states=state_numbers, page_size=page_size, page_token=token
+            )
+            response = self._unary(self._stub.ListJobs, request, timeout, retry=True)
+            for message in response.jobs:
+                yield convert.job(message)
+            token = response.next_page_token
+            if not token:
+                return
+
+    def list_jobs(
+        self,
+        *,
+        user: str | None = None,
+        states: Iterable[JobState] = (),
+        timeout: float | None = None,
+    ) -> list[Job]:
+        return list(self.iter_jobs(user=user, states=tuple(states), timeout=timeout))
+
+    def cancel_job(self, job_id: int, reason: str = "", *, timeout: float | None = None) -> Job:
+        """Cancels a job; cancelling a job that already ended returns it unchanged. Retried on
+        UNAVAILABLE because the master treats a repeated cancel as a no-op."""
+        request = hadar_pb2.CancelJobRequest(job_id=job_id, reason=reason)
+        return convert.job(self._unary(self._stub.CancelJob, request, timeout, retry=True).job)
+
+    def watch_jobs(
+        self,
+        job_ids: Sequence[int] = (),
+        *,
+        user: str | None = None,
+        include_initial: bool = True,
+        timeout: float | None = None,
+    ) -> Iterator[JobUpdate]:
+        """Streams changes of the selected jobs until the caller stops iterating, or until
+        ``timeout`` seconds pass (None: no deadline). If the master becomes unreachable the
+        watch reconnects with backoff and starts with a fresh snapshot of every job."""
+        request = hadar_pb2.WatchJobsRequest(
+            job_ids=list(job_ids), user=user or "", include_initial=include_initial
+        )
+        resync = hadar_pb2.WatchJobsRequest(
+            job_ids=list(job_ids), user=user or "", include_initial=True
+        )
+
+        def convert_update(message: hadar_pb2.WatchJobsResponse) -> JobUpdate:
+            event = convert.event(message.event) if message.HasField("event") else None
+            return JobUpdate(job=convert.job(message.job), event=event)
+
+        return self._stream(self._stub.WatchJobs, request, resync, timeout, convert_update)
+
+    def stream_logs(
+        self,
+        job_id: int,
+        *,
+        follow: bool = False,
+        tail_lines: int = 0,
+        rank: int | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[LogChunk]:
+        """A job's output in chunks. Without ``follow`` the stream ends at the current end of
+        the logs and has the client's deadline; with ``follow`` it has none unless given."""
+        request = hadar_pb2.StreamLogsRequest(job_id=job_id, follow=follow, tail_lines=tail_lines)
+        if rank is not None:
+            request.rank = rank
+        limit = timeout if (timeout is not None or follow) else self.timeout
+        # Resuming a broken log stream would repeat output, so only the opening is retried.
+        return self._stream(self._stub.StreamLogs, request, None, limit, convert.log_chunk)
+
+    # -- cluster ---------------------------------------------------------------------------
+
+    def list_nodes(self, *, timeout: float | None = None) -> list[Node]:
+        response = self._unary(
+            self._stub.ListNodes, hadar_pb2.ListNodesRequest(), timeout, retry=True
+        )
+        return [convert.node(n) for n in response.nodes]
+
+    def drain_node(self, node: str, reason: str = "", *, timeout: float | None = None) -> Node:
+        request = hadar_pb2.DrainNodeRequest(node=node, reason=reason)
+        return convert.node(self._unary(self._stub.DrainNode, request, timeout).node)
+
+    def resume_node(self, node: str, *, timeout: float | None = None) -> Node:
+        request = hadar_pb2.ResumeNodeRequest(node=node)
+        return convert.node(self._unary(self._stub.ResumeNode, request, timeout).node)
+
+    def cluster_status(self, *, timeout: float | None = None) -> ClusterStatus:
+        response = self._unary(
+            self._stub.GetClusterStatus, hadar_pb2.GetClusterStatusRequest(), timeout, retry=True
+        )
+        return convert.cluster_status(response)
+
+    def list_workloads(self, *, timeout: float | None = None) -> list[Workload]:
+        response = self._unary(
+            self._stub.ListWorkloads, hadar_pb2.ListWorkloadsRequest(), timeout, retry=True
+        )
+        return [convert.workload(w) for w in response.workloads]
+
+    # -- identity and tokens ---------------------------------------------------------------
+
+    def whoami(self, *, timeout: float | None = None) -> Identity:
+        response = self._unary(self._stub.WhoAmI, hadar_pb2.WhoAmIRequest(), timeout, retry=True)
+        return convert.identity(response)
+
+    def create_token(
+        self,
+        user: str,
+        *,
+        admin: bool = False,
+        description: str = "",
+        timeout: float | None = None,
+    ) -> CreatedToken:
+        request = hadar_pb2.CreateTokenRequest(user=user, admin=admin, description=description)
+        return convert.created_token(self._unary(self._stub.CreateToken, request, timeout))
+
+    def list_tokens(
+        self, *, user: str | None = None, timeout: float | None = None
+    ) -> list[TokenInfo]:
+        request = hadar_pb2.ListTokensRequest(user=user or "")
+        response = self._unary(self._stub.ListTokens, request, timeout, retry=True)
+        return [convert.token_info(t) for t in response.tokens]
+
+    def revoke_token(self, token_id: str, *, timeout: float | None = None) -> TokenInfo:
+        request = hadar_pb2.RevokeTokenRequest(id=token_id)
+        return convert.token_info(self._unary(self._stub.RevokeToken, request, timeout).info)
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _unary(
+        self, method: Any, request: Any, timeout: float | None, *, retry: bool = False
+    ) -> Any:
+        def attempt(remaining: float) -> Any:
+            return method(request, timeout=remaining, metadata=self._metadata)
+
+        try:
+            return call_with_retry(
+                attempt,
+                timeout_s=timeout if timeout is not None else self.timeout,
+                policy=self._retry if retry else NO_RETRY,
+                clock=self._clock,
+                rng=self._rng,
+            )
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    def _stream(
+        self,
+        method: Any,
+        request: Any,
+        resync: Any | None,
+        timeout: float | None,
+        convert_one: Callable[[Any], T],
+    ) -> Iterator[T]:
+        deadline = None if timeout is None else self._clock.monotonic() + timeout
+        failures = 0
+        received_any = False
+        current = request
+        while True:
+            remaining = None if deadline is None else max(deadline - self._clock.monotonic(), 0.001)
+            call = method(current, timeout=remaining, metadata=self._metadata)
+            try:
+                for message in call:
+                    received_any = True
+                    failures = 0
+                    yield convert_one(message)
+                return
+            except grpc.RpcError as error:
+                retryable = is_retryable(error) and (not received_any or resync is not None)
+                failures += 1
+                if not retryable or failures >= self._retry.attempts:
+                    raise from_rpc_error(error) from None
+                pause = self._retry.backoff(failures - 1, self._rng)
+                if deadline is not None and self._clock.monotonic() + pause >= deadline:
+                    raise from_rpc_error(error) from None
+                self._clock.sleep(pause)
+                if received_any and resync is not None:
+                    current = resync
+            finally:
+                call.cancel()
+
+
+def _open_channel(address: str, ca_file: Path | None) -> grpc.Channel:
+    options = [("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_permit_without_calls", 0)]
+    if ca_file is None:
+        return grpc.insecure_channel(address, options=options)
+    try:
+        roots = ca_file.read_bytes()
+    except OSError as exc:
+        raise Unavailable(f"cannot read the CA bundle {ca_file}: {exc.strerror}") from exc
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(roots), options=options)
+
+
+__all__ = ["HadarClient", "HadarError", "local_user"]

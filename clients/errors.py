@@ -1,0 +1,107 @@
+"""Errors the client raises, mapped from gRPC status codes in one place (:func:`from_rpc_error`).
+
+Catch :class:`HadarError` for everything; the subclasses say what a caller can act on.
+"""
+
+from __future__ import annotations
+
+import re
+
+import grpc
+
+
+class HadarError(Exception):
+    """Base of every error the client raises. ``details`` is the master's message."""
+
+    def __init__(self, details: str, *, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(details)
+        self.details = details
+        self.code = code
+
+
+class NotFound(HadarError):  # noqa: N818 - the gRPC status names read best
+    """The job, node or token does not exist (NOT_FOUND)."""
+
+
+class PermissionDenied(HadarError):  # noqa: N818 - the gRPC status names read best
+    """The caller may not do this (PERMISSION_DENIED), e.g. cancel another user's job."""
+
+
+class Unauthenticated(PermissionDenied):
+    """No token, or a token the master does not accept (UNAUTHENTICATED)."""
+
+
+class InvalidArgument(HadarError):  # noqa: N818 - the gRPC status names read best
+    """The request was rejected (INVALID_ARGUMENT); ``field`` names the bad field if known."""
+
+    def __init__(
+        self, details: str, *, field: str = "", code: grpc.StatusCode | None = None
+    ) -> None:
+        super().__init__(details, code=code)
+        self.field = field
+
+
+class Conflict(HadarError):  # noqa: N818 - the gRPC status names read best
+    """The request clashes with the current state (ALREADY_EXISTS, ABORTED,
+    FAILED_PRECONDITION), e.g. a concurrent change or a node in the wrong state."""
+
+
+class Unavailable(HadarError):  # noqa: N818 - the gRPC status names read best
+    """The master cannot be reached, or did not answer in time (UNAVAILABLE,
+    DEADLINE_EXCEEDED)."""
+
+
+class DeadlineExceeded(Unavailable):
+    """The call's deadline passed before the master answered."""
+
+
+_BY_CODE: dict[grpc.StatusCode, type[HadarError]] = {
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidArgument,
+    grpc.StatusCode.ALREADY_EXISTS: Conflict,
+    grpc.StatusCode.ABORTED: Conflict,
+    grpc.StatusCode.FAILED_PRECONDITION: Conflict,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
+}
+
+# The master starts INVALID_ARGUMENT details with the field path: "spec.num_gpus: must be >= 1".
+_FIELD_PREFIX = re.compile(r"^\s*(?:invalid\s+)?([A-Za-z_][\w]*(?:(?:\.|\[)[\w\]\"']+)*)\s*:\s")
+# Trailing metadata a server may set to name the bad field explicitly.
+FIELD_METADATA_KEY = "x-hadar-field"
+
+
+def field_of(details: str) -> str:
+    """The field path a message starts with (``"spec.num_gpus: ..."`` -> ``spec.num_gpus``)."""
+    match = _FIELD_PREFIX.match(details)
+    return match.group(1) if match else ""
+
+
+def from_rpc_error(error: grpc.RpcError) -> HadarError:
+    """The :class:`HadarError` for a failed call; codes with no better class map to the base."""
+    code: grpc.StatusCode | None = None
+    details = ""
+    code_of = getattr(error, "code", None)
+    if callable(code_of):
+        code = code_of()
+    details_of = getattr(error, "details", None)
+    if callable(details_of):
+        details = details_of() or ""
+    if not details:
+        details = code.name.lower().replace("_", " ") if code is not None else str(error)
+    cls = _BY_CODE.get(code, HadarError) if code is not None else HadarError
+    if cls is InvalidArgument:
+        return InvalidArgument(details, field=_field_from(error, details), code=code)
+    return cls(details, code=code)
+
+
+def _field_from(error: grpc.RpcError, details: str) -> str:
+    trailing = getattr(error, "trailing_metadata", None)
+    if callable(trailing):
+        for key, value in trailing() or ():
+            if key == FIELD_METADATA_KEY:
+                return value.decode() if isinstance(value, bytes) else str(value)
+    return field_of(details)

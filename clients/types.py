@@ -1,0 +1,331 @@
+"""Plain, immutable values the client returns: jobs, tasks, nodes, GPUs, cluster status.
+
+Callers never see protobuf messages. Enums are string enums whose values are the lowercase
+state names (``"pending"``), which is also how they appear in ``--json`` output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNSPECIFIED = "unspecified"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_JOB_STATES
+
+    @classmethod
+    def parse(cls, text: str) -> JobState:
+        """Accepts the name in any case, and Slurm's short codes (PD, R, CA, CD, F)."""
+        key = text.strip().lower()
+        found = _JOB_STATE_ALIASES.get(key)
+        if found is None:
+            try:
+                found = cls(key)
+            except ValueError:
+                names = ", ".join(s.value for s in cls if s is not cls.UNSPECIFIED)
+                raise ValueError(f"unknown job state {text!r} (expected one of {names})") from None
+        return found
+
+
+TERMINAL_JOB_STATES: frozenset[JobState] = frozenset(
+    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+)
+ACTIVE_JOB_STATES: tuple[JobState, ...] = (
+    JobState.PENDING,
+    JobState.RUNNING,
+    JobState.PREEMPTED,
+)
+_JOB_STATE_ALIASES: dict[str, JobState] = {
+    "pd": JobState.PENDING,
+    "r": JobState.RUNNING,
+    "pr": JobState.PREEMPTED,
+    "cd": JobState.COMPLETED,
+    "f": JobState.FAILED,
+    "ca": JobState.CANCELLED,
+    "canceled": JobState.CANCELLED,
+}
+
+
+class NodeState(StrEnum):
+    READY = "ready"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    UNREACHABLE = "unreachable"
+    UNSPECIFIED = "unspecified"
+
+
+class GpuHealth(StrEnum):
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+    UNSPECIFIED = "unspecified"
+
+
+class TaskState(StrEnum):
+    ASSIGNED = "assigned"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    EXITED = "exited"
+    LOST = "lost"
+    UNSPECIFIED = "unspecified"
+
+
+class ProgramKind(StrEnum):
+    """What a job runs: a built-in workload, a managed script, or an opaque command."""
+
+    WORKLOAD = "workload"
+    SCRIPT = "script"
+    COMMAND = "command"
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    kind: ProgramKind
+    # Set for WORKLOAD only.
+    workload: str = ""
+    # Set for SCRIPT and COMMAND only.
+    argv: tuple[str, ...] = ()
+
+    @classmethod
+    def builtin(cls, name: str) -> Program:
+        return cls(ProgramKind.WORKLOAD, workload=name)
+
+    @classmethod
+    def script(cls, argv: Sequence[str]) -> Program:
+        return cls(ProgramKind.SCRIPT, argv=tuple(argv))
+
+    @classmethod
+    def command(cls, argv: Sequence[str]) -> Program:
+        return cls(ProgramKind.COMMAND, argv=tuple(argv))
+
+    def describe(self) -> str:
+        if self.kind is ProgramKind.WORKLOAD:
+            return f"workload {self.workload}"
+        return f"{self.kind.value} {' '.join(self.argv)}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a user asks for; see JobSpec in protos/hadar/v1/common.proto."""
+
+    name: str
+    program: Program
+    iterations: int
+    num_gpus: int = 1
+    batch_size: int = 0
+    priority: float = 1.0
+    allowed_gpu_types: tuple[str, ...] = ()
+    # None: the master's default (true for managed jobs, false for opaque commands).
+    preemptible: bool | None = None
+    shareable: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str = ""
+    checkpoint_dir: str = ""
+    job_type: str = ""
+    gpu_memory_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    job_id: int
+    task_index: int
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_type: str
+    lease: int
+    state: TaskState
+    rank_offset: int
+    local_batch_size: int
+    accumulation_steps: int
+    # 0 when the GPUs are not shared.
+    shared_with_job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    gpu_type: str
+    iterations_per_s: float
+    # measured, profile or prior
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    spec: JobSpec
+    user: str
+    state: JobState
+    reason: str
+    iterations_done: int
+    attained_service: float
+    submitted_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    tasks: tuple[Task, ...]
+    retries: int
+    exit_code: int | None
+    throughputs: tuple[Throughput, ...]
+    version: int
+    preemptions: int
+    migrations: int
+    checkpoint_iterations: int
+
+    @property
+    def progress(self) -> float:
+        """Fraction of the job's iterations done, in [0, 1]."""
+        if self.spec.iterations <= 0:
+            return 0.0
+        return min(1.0, self.iterations_done / self.spec.iterations)
+
+    @property
+    def remaining_iterations(self) -> int:
+        return max(0, self.spec.iterations - self.iterations_done)
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    job_id: int
+    at: datetime | None
+    from_state: JobState
+    to_state: JobState
+    # submitted, scheduled, preempted, migrated, resized, node_lost, exited, retried,
+    # completed, failed, cancelled, waiting, ...
+    kind: str
+    reason: str
+    # 0 when no round caused it.
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobDescription:
+    """A job with its full event history, oldest event first."""
+
+    job: Job
+    events: tuple[JobEvent, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobUpdate:
+    """One message of a job watch: the job after a change, and the change itself."""
+
+    job: Job
+    # None for the initial snapshot of a job.
+    event: JobEvent | None
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    index: int
+    type: str
+    memory_bytes: int
+    device_name: str
+    uuid: str
+    health: GpuHealth
+    utilization: float
+    job_ids: tuple[int, ...]
+    fake: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    state: NodeState
+    address: str
+    gpus: tuple[Gpu, ...]
+    last_heartbeat: datetime | None
+    agent_version: str
+    reason: str
+    registered_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTypeSummary:
+    type: str
+    total: int
+    busy: int
+    idle: int
+    unavailable: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSummary:
+    number: int
+    started_at: datetime | None
+    duration_s: float
+    policy: str
+    actions: int
+    dispatch_failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    gpus: tuple[GpuTypeSummary, ...]
+    # Number of jobs per state; states with no job are absent.
+    jobs: Mapping[JobState, int]
+    # None before the first round.
+    last_round: RoundSummary | None
+    policy: str
+    round_seconds: float
+    version: str
+    nodes_ready: int
+    nodes_total: int
+    next_round_at: datetime | None
+
+    @property
+    def queue_length(self) -> int:
+        """Jobs waiting for GPUs: pending or preempted."""
+        return self.jobs.get(JobState.PENDING, 0) + self.jobs.get(JobState.PREEMPTED, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    description: str
+    default_batch_size: int
+    job_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    user: str
+    admin: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    id: str
+    user: str
+    admin: bool
+    description: str
+    created_at: datetime | None
+    last_used_at: datetime | None
+    revoked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedToken:
+    # Plaintext, returned once by the master and never again.
+    token: str
+    info: TokenInfo
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    job_id: int
+    task_index: int
+    rank: int
+    node: str
+    data: bytes
+    offset: int
