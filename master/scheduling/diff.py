@@ -1,0 +1,144 @@
+"""Turn a plan into the actions that change what runs now, avoiding churn.
+
+``diff`` compares the placements running now with the plan for the next round and
+yields one action per job that runs now or will run: ``start`` (was not running),
+``stop`` (runs now, not in the plan), ``migrate`` (same number of GPUs, different GPUs),
+``resize`` (different number of GPUs or copies, or a different batch split or
+accumulation), and ``extend`` (unchanged: its lease is simply renewed).
+
+Hysteresis: a running job that the plan merely moves to other GPUs with the same count
+keeps its current GPUs when the move's predicted throughput gain is below
+``min_migration_gain`` and none of its current GPUs is given to another job.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from master.scheduling.plan import Allocation, GpuSlot, Plan
+from master.scheduling.rates import allocation_throughput
+from master.scheduling.views import Snapshot
+
+
+class ActionKind(enum.StrEnum):
+    START = "start"
+    STOP = "stop"
+    MIGRATE = "migrate"
+    RESIZE = "resize"
+    EXTEND = "extend"
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One change for one job. ``allocation`` is the target (None for ``stop``)."""
+
+    kind: ActionKind
+    job_id: int
+    allocation: Allocation | None
+    previous: Allocation | None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Hysteresis:
+    """How much better a move must be before a running job is moved.
+
+    ``min_migration_gain``: relative throughput gain (0.1 = 10 %) a migration must bring.
+    Only applies to non-forced moves: a move is forced when another job takes one of the
+    running job's GPUs, or the job's current GPUs are no longer usable.
+    """
+
+    min_migration_gain: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.min_migration_gain < 0:
+            raise ValueError("min_migration_gain must be >= 0")
+
+
+def diff(
+    current: Mapping[int, Allocation],
+    plan: Plan,
+    *,
+    snapshot: Snapshot | None = None,
+    hysteresis: Hysteresis | None = None,
+) -> list[Action]:
+    """Actions to go from ``current`` (job id -> running allocation) to ``plan``.
+
+    Hysteresis needs ``snapshot`` (for job types, GPU types and the throughput model);
+    without it every planned move is carried out. Actions are ordered stops first, then
+    migrations and resizes, then starts, then extends; by job id within a kind, so the
+    GPUs a start needs are freed by earlier actions.
+    """
+    hysteresis = hysteresis or Hysteresis()
+    planned: dict[int, Allocation] = dict(plan.allocations)
+    if snapshot is not None:
+        _apply_hysteresis(current, planned, snapshot, hysteresis)
+    actions: list[Action] = []
+    for job_id in sorted(set(current) | set(planned)):
+        old = current.get(job_id)
+        new = planned.get(job_id)
+        reason = plan.reason(job_id) or ""
+        if old is None and new is not None:
+            actions.append(Action(ActionKind.START, job_id, new, None, reason))
+        elif old is not None and new is None:
+            actions.append(Action(ActionKind.STOP, job_id, None, old, reason))
+        elif old is not None and new is not None:
+            if old == new:
+                kind = ActionKind.EXTEND
+            elif (
+                old.num_gpus == new.num_gpus
+                and old.num_copies == new.num_copies
+                and not old.same_placement(new)
+            ):
+                kind = ActionKind.MIGRATE
+            else:
+                kind = ActionKind.RESIZE
+            actions.append(Action(kind, job_id, new, old, reason))
+    order = {
+        ActionKind.STOP: 0,
+        ActionKind.MIGRATE: 1,
+        ActionKind.RESIZE: 1,
+        ActionKind.START: 2,
+        ActionKind.EXTEND: 3,
+    }
+    actions.sort(key=lambda a: (order[a.kind], a.job_id))
+    return actions
+
+
+def _apply_hysteresis(
+    current: Mapping[int, Allocation],
+    planned: dict[int, Allocation],
+    snapshot: Snapshot,
+    hysteresis: Hysteresis,
+) -> None:
+    usable = {gpu.slot for gpu in snapshot.cluster.usable_gpus()}
+    claimed: dict[GpuSlot, int] = {}
+    for job_id, alloc in planned.items():
+        for slot in alloc.slots:
+            claimed[slot] = job_id
+    for job_id in sorted(current):
+        old = current[job_id]
+        new = planned.get(job_id)
+        if new is None or old == new or old.same_placement(new):
+            continue
+        if old.num_gpus != new.num_gpus or old.num_copies != new.num_copies:
+            continue
+        if any(slot not in usable for slot in old.slots):
+            continue
+        if any(claimed.get(slot, job_id) != job_id for slot in old.slots):
+            continue
+        try:
+            job = snapshot.job(job_id)
+        except KeyError:
+            continue
+        model, cluster = snapshot.throughput, snapshot.cluster
+        before = allocation_throughput(model, cluster, job.job_type, old)
+        after = allocation_throughput(model, cluster, job.job_type, new)
+        if before > 0 and after < before * (1 + hysteresis.min_migration_gain):
+            for slot in new.slots:
+                claimed.pop(slot, None)
+            for slot in old.slots:
+                claimed[slot] = job_id
+            planned[job_id] = old

@@ -1,0 +1,195 @@
+"""Placement helpers: which free GPUs a job gets, consolidated on as few servers as possible.
+
+:class:`FreeGpus` is a small mutable ledger a policy keeps for the duration of one
+``plan`` call: it starts from the cluster's usable GPUs, and every ``take`` removes the
+GPUs it hands out, so a policy cannot give one GPU to two jobs by accident.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+
+from master.scheduling.plan import GpuSlot
+from master.scheduling.views import ClusterView
+
+
+class FreeGpus:
+    """Free GPUs per type and node for one planning pass.
+
+    Per type, nodes sit in buckets by their number of free GPUs (each bucket a sorted list
+    of node names), so a best-fit choice costs O(GPUs per server), not O(nodes).
+    """
+
+    __slots__ = ("_buckets", "_count", "_nodes", "_types")
+
+    def __init__(self, cluster: ClusterView, used: Iterable[GpuSlot] = ()) -> None:
+        taken = set(used)
+        nodes: dict[str, dict[str, list[int]]] = {}
+        sizes: dict[str, dict[str, int]] = {}
+        types: dict[GpuSlot, str] = {}
+        for gpu in cluster.usable_gpus():
+            types[gpu.slot] = gpu.type
+            per_node = nodes.setdefault(gpu.type, {}).setdefault(gpu.node, [])
+            per_size = sizes.setdefault(gpu.type, {})
+            per_size[gpu.node] = per_size.get(gpu.node, 0) + 1
+            if gpu.slot not in taken:
+                per_node.append(gpu.index)
+        self._nodes = nodes
+        self._types = types
+        self._buckets: dict[str, list[list[str]]] = {}
+        self._count: dict[str, int] = {}
+        for gpu_type, per_type in nodes.items():
+            buckets: list[list[str]] = [[] for _ in range(max(sizes[gpu_type].values()) + 1)]
+            for name in sorted(per_type):
+                per_type[name].sort()
+                buckets[len(per_type[name])].append(name)
+            self._buckets[gpu_type] = buckets
+            self._count[gpu_type] = sum(len(v) for v in per_type.values())
+
+    def count(self, gpu_type: str | None = None) -> int:
+        """Free GPUs of ``gpu_type`` (of any type when None)."""
+        if gpu_type is None:
+            return sum(self._count.values())
+        return self._count.get(gpu_type, 0)
+
+    def counts(self) -> dict[str, int]:
+        return {t: c for t, c in sorted(self._count.items()) if c > 0}
+
+    def types(self) -> tuple[str, ...]:
+        """Types with at least one free GPU, sorted."""
+        return tuple(t for t, c in sorted(self._count.items()) if c > 0)
+
+    def free_on_node(self, gpu_type: str) -> dict[str, int]:
+        """node -> free GPUs of ``gpu_type`` on it (nodes with none left out)."""
+        return {n: len(v) for n, v in sorted(self._nodes.get(gpu_type, {}).items()) if v}
+
+    def max_free_on_one_node(self, gpu_type: str) -> int:
+        buckets = self._buckets.get(gpu_type, [])
+        for c in range(len(buckets) - 1, 0, -1):
+            if buckets[c]:
+                return c
+        return 0
+
+    def type_of(self, slot: GpuSlot) -> str:
+        return self._types[slot]
+
+    def is_free(self, slot: GpuSlot) -> bool:
+        gpu_type = self._types.get(slot)
+        if gpu_type is None:
+            return False
+        return slot.index in self._nodes[gpu_type].get(slot.node, ())
+
+    def _move(self, gpu_type: str, name: str, old: int, new: int) -> None:
+        buckets = self._buckets[gpu_type]
+        bucket = buckets[old]
+        del bucket[bisect.bisect_left(bucket, name)]
+        bisect.insort(buckets[new], name)
+
+    def _take_from(self, gpu_type: str, name: str, k: int) -> list[GpuSlot]:
+        indices = self._nodes[gpu_type][name]
+        old = len(indices)
+        picked, self._nodes[gpu_type][name] = indices[:k], indices[k:]
+        self._move(gpu_type, name, old, old - k)
+        self._count[gpu_type] -= k
+        return [GpuSlot(name, i) for i in picked]
+
+    def take(self, n: int, gpu_type: str) -> tuple[GpuSlot, ...] | None:
+        """``n`` free GPUs of one type on as few servers as possible, or None if too few.
+
+        If one server has ``n`` free, use the one that fits most tightly (fewest free GPUs
+        that still suffice, keeping big holes for big jobs); otherwise take whole servers
+        with the most free GPUs first and best-fit the remainder. Ties go to the lowest
+        node name, so results are deterministic.
+        """
+        if n < 1:
+            raise ValueError(f"cannot take {n} GPUs")
+        if self._count.get(gpu_type, 0) < n:
+            return None
+        buckets = self._buckets[gpu_type]
+        slots: list[GpuSlot] = []
+        remaining = n
+        while remaining > 0:
+            fit = next((c for c in range(remaining, len(buckets)) if buckets[c]), None)
+            if fit is not None:
+                slots.extend(self._take_from(gpu_type, buckets[fit][0], remaining))
+                break
+            largest = next(c for c in range(len(buckets) - 1, 0, -1) if buckets[c])
+            slots.extend(self._take_from(gpu_type, buckets[largest][0], largest))
+            remaining -= largest
+        return tuple(slots)
+
+    def take_any(
+        self, n: int, allowed: Iterable[str] | None = None, prefer: Sequence[str] = ()
+    ) -> tuple[GpuSlot, ...] | None:
+        """``n`` GPUs of a single type among ``allowed`` (all types when None/empty).
+
+        Types in ``prefer`` are tried first, in that order; then the remaining types from
+        the one with the most free GPUs. None when no single type has ``n`` free.
+        """
+        allowed_set = set(allowed) if allowed else set(self._count)
+        order = [t for t in prefer if t in allowed_set]
+        rest = sorted((t for t in allowed_set if t not in order), key=lambda t: (-self.count(t), t))
+        for gpu_type in [*order, *rest]:
+            if self.count(gpu_type) >= n:
+                return self.take(n, gpu_type)
+        return None
+
+    def take_mixed(
+        self, n: int, allowed: Iterable[str] | None = None, prefer: Sequence[str] = ()
+    ) -> tuple[GpuSlot, ...] | None:
+        """``n`` GPUs, of one type if possible, else spanning types (``prefer`` first)."""
+        single = self.take_any(n, allowed, prefer)
+        if single is not None:
+            return single
+        allowed_set = set(allowed) if allowed else set(self._count)
+        if sum(self.count(t) for t in allowed_set) < n:
+            return None
+        order = [t for t in prefer if t in allowed_set]
+        order += sorted(
+            (t for t in allowed_set if t not in order), key=lambda t: (-self.count(t), t)
+        )
+        slots: list[GpuSlot] = []
+        for gpu_type in order:
+            k = min(self.count(gpu_type), n - len(slots))
+            if k > 0:
+                got = self.take(k, gpu_type)
+                if got is None:  # pragma: no cover - count() guarantees enough
+                    raise AssertionError("free count out of step")
+                slots.extend(got)
+            if len(slots) == n:
+                break
+        return tuple(slots)
+
+    def take_slots(self, slots: Iterable[GpuSlot]) -> bool:
+        """Take exactly these GPUs if all are free (all or nothing)."""
+        wanted = list(slots)
+        if len(set(wanted)) != len(wanted) or not all(self.is_free(s) for s in wanted):
+            return False
+        for slot in wanted:
+            gpu_type = self._types[slot]
+            indices = self._nodes[gpu_type][slot.node]
+            old = len(indices)
+            indices.remove(slot.index)
+            self._move(gpu_type, slot.node, old, old - 1)
+            self._count[gpu_type] -= 1
+        return True
+
+    def release(self, slots: Iterable[GpuSlot]) -> None:
+        """Give GPUs back (a policy that changes its mind within one pass)."""
+        for slot in slots:
+            if slot not in self._types:
+                raise ValueError(f"GPU {slot} is not a usable GPU of this cluster")
+            if self.is_free(slot):
+                raise ValueError(f"GPU {slot} is already free")
+            gpu_type = self._types[slot]
+            indices = self._nodes[gpu_type][slot.node]
+            old = len(indices)
+            bisect.insort(indices, slot.index)
+            self._move(gpu_type, slot.node, old, old + 1)
+            self._count[gpu_type] += 1
+
+
+def num_servers(slots: Iterable[GpuSlot]) -> int:
+    """How many distinct servers these GPUs are on."""
+    return len({slot.node for slot in slots})

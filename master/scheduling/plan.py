@@ -1,0 +1,269 @@
+"""What a policy decides for one round: which GPUs each job gets and how it uses them.
+
+An :class:`Allocation` is the placement of one job for the next lease. The GPUs are grouped
+per *copy*: an ordinary job has one copy (one torch.distributed group over all its GPUs);
+a HadarE-style job runs several independent copies, each on its own node, whose parameters
+are averaged at the end of the round. Within a copy each GPU processes a share of the job's
+global batch; the shares sum to the global batch, and are proportional to GPU speed when the
+copy spans GPU types so that all workers finish an iteration together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from master.scheduling.views import Snapshot
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class GpuSlot:
+    """One physical GPU: the node that holds it and its index on that node."""
+
+    node: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.node}/{self.index}"
+
+
+def split_batch(global_batch: int, weights: Sequence[float]) -> tuple[int, ...]:
+    """Split ``global_batch`` into integer shares proportional to ``weights``.
+
+    Largest-remainder rounding keeps the sum exact; every share is at least 1 whenever the
+    batch has at least one sample per worker, so no worker idles.
+    """
+    n = len(weights)
+    if n == 0:
+        raise ValueError("cannot split a batch over zero GPUs")
+    if global_batch < n:
+        raise ValueError(f"global batch {global_batch} is smaller than the {n} workers")
+    if any(w <= 0 for w in weights):
+        raise ValueError(f"batch split weights must be positive, got {list(weights)}")
+    total = float(sum(weights))
+    # Reserve one sample per worker, then share the rest proportionally.
+    rest = global_batch - n
+    raw = [rest * w / total for w in weights]
+    shares = [int(r) for r in raw]
+    leftover = rest - sum(shares)
+    order = sorted(range(n), key=lambda i: (-(raw[i] - shares[i]), i))
+    for i in order[:leftover]:
+        shares[i] += 1
+    return tuple(s + 1 for s in shares)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """The GPUs one job gets for the next lease and how it uses them.
+
+    ``copies`` holds one tuple of slots per copy (one copy for an ordinary job).
+    ``batch_shares`` is aligned with :attr:`slots` (copies flattened in order); each copy's
+    shares sum to the job's global batch. ``accumulation_steps`` > 1 means each GPU runs its
+    share as that many micro-batches (used when the job shares its GPUs with ``shared_with``).
+    """
+
+    copies: tuple[tuple[GpuSlot, ...], ...]
+    batch_shares: tuple[int, ...]
+    accumulation_steps: int = 1
+    shared_with: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.copies or any(not copy for copy in self.copies):
+            raise ValueError("an allocation needs at least one GPU in every copy")
+        slots = self.slots
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"an allocation lists a GPU twice: {[str(s) for s in slots]}")
+        if len(self.batch_shares) != len(slots):
+            raise ValueError(
+                f"{len(self.batch_shares)} batch shares for {len(slots)} GPUs; need one per GPU"
+            )
+        if any(share <= 0 for share in self.batch_shares):
+            raise ValueError(f"batch shares must be positive, got {self.batch_shares}")
+        if self.accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be >= 1, got {self.accumulation_steps}")
+        sums = {sum(shares) for shares in self.shares_per_copy()}
+        if len(sums) != 1:
+            raise ValueError(f"every copy must process the same global batch, got {sorted(sums)}")
+
+    @classmethod
+    def on(
+        cls,
+        slots: Sequence[GpuSlot],
+        global_batch: int,
+        *,
+        weights: Sequence[float] | None = None,
+        accumulation_steps: int = 1,
+        shared_with: int | None = None,
+    ) -> Allocation:
+        """One copy on ``slots``, the global batch split by ``weights`` (equal by default).
+
+        When the batch is smaller than the number of GPUs (a profile-only batch size) the
+        shares are nominal: one sample per GPU is recorded so the allocation stays valid.
+        """
+        slots = tuple(slots)
+        batch = max(global_batch, len(slots))
+        w = list(weights) if weights is not None else [1.0] * len(slots)
+        return cls(
+            copies=(slots,),
+            batch_shares=split_batch(batch, w),
+            accumulation_steps=accumulation_steps,
+            shared_with=shared_with,
+        )
+
+    @classmethod
+    def copies_on(
+        cls,
+        groups: Sequence[Sequence[GpuSlot]],
+        global_batch: int,
+        *,
+        weights: Sequence[Sequence[float]] | None = None,
+    ) -> Allocation:
+        """Several independent copies, one per group of slots (HadarE)."""
+        copies = tuple(tuple(g) for g in groups)
+        shares: list[int] = []
+        batch = max(global_batch, *(len(c) for c in copies))
+        for i, copy in enumerate(copies):
+            w = list(weights[i]) if weights is not None else [1.0] * len(copy)
+            shares.extend(split_batch(batch, w))
+        return cls(copies=copies, batch_shares=tuple(shares))
+
+    @property
+    def slots(self) -> tuple[GpuSlot, ...]:
+        """All GPUs of the allocation, copies flattened in order."""
+        return tuple(slot for copy in self.copies for slot in copy)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(len(copy) for copy in self.copies)
+
+    @property
+    def num_copies(self) -> int:
+        return len(self.copies)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Distinct nodes in first-use order."""
+        return tuple(dict.fromkeys(slot.node for slot in self.slots))
+
+    @property
+    def global_batch(self) -> int:
+        return sum(self.shares_per_copy()[0])
+
+    def shares_per_copy(self) -> list[tuple[int, ...]]:
+        out: list[tuple[int, ...]] = []
+        start = 0
+        for copy in self.copies:
+            out.append(self.batch_shares[start : start + len(copy)])
+            start += len(copy)
+        return out
+
+    def slots_on(self, node: str) -> tuple[GpuSlot, ...]:
+        return tuple(slot for slot in self.slots if slot.node == node)
+
+    def same_placement(self, other: Allocation) -> bool:
+        """Same GPUs in the same copies (batch shares and accumulation may differ)."""
+        return tuple(frozenset(c) for c in self.copies) == tuple(frozenset(c) for c in other.copies)
+
+    def __str__(self) -> str:
+        groups = ["+".join(str(s) for s in copy) for copy in self.copies]
+        text = " | ".join(groups)
+        if self.shared_with is not None:
+            text += f" (shared with {self.shared_with}, x{self.accumulation_steps})"
+        return text
+
+
+def _frozen_map(items: Mapping[K, V] | None) -> Mapping[K, V]:
+    return MappingProxyType(dict(items or {}))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A policy's decision for one round: job id -> allocation; absent jobs get nothing.
+
+    ``reasons`` explains, per job, why it waits or why it got what it got (shown by
+    ``hctl show``), e.g. ``"waiting: no free v100"``.
+    """
+
+    allocations: Mapping[int, Allocation] = field(default_factory=dict)
+    reasons: Mapping[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allocations", _frozen_map(self.allocations))
+        object.__setattr__(self, "reasons", _frozen_map(self.reasons))
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.allocations
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.allocations)
+
+    def __len__(self) -> int:
+        return len(self.allocations)
+
+    def get(self, job_id: int) -> Allocation | None:
+        return self.allocations.get(job_id)
+
+    def reason(self, job_id: int) -> str | None:
+        return self.reasons.get(job_id)
+
+    def used_slots(self) -> dict[GpuSlot, list[int]]:
+        """GPU -> ids of the jobs placed on it (more than one only when shared)."""
+        used: dict[GpuSlot, list[int]] = {}
+        for job_id, alloc in self.allocations.items():
+            for slot in alloc.slots:
+                used.setdefault(slot, []).append(job_id)
+        return used
+
+    def violations(self, snapshot: Snapshot) -> list[str]:
+        """Everything that makes this plan unexecutable on ``snapshot`` (empty when valid).
+
+        Checked: jobs exist and are active; GPUs exist, are healthy and schedulable, and are
+        of an allowed type; a job gets exactly its GPU count per copy; a GPU holds two jobs
+        only when both allocations name each other in ``shared_with`` and both jobs are
+        shareable; copies of one job sit on distinct nodes.
+        """
+        problems: list[str] = []
+        jobs = {job.id: job for job in snapshot.jobs}
+        usable = {gpu.slot: gpu for gpu in snapshot.cluster.usable_gpus()}
+        for job_id, alloc in self.allocations.items():
+            job = jobs.get(job_id)
+            if job is None:
+                problems.append(f"job {job_id} is planned but not in the snapshot")
+                continue
+            for copy in alloc.copies:
+                if len(copy) != job.num_gpus:
+                    problems.append(
+                        f"job {job_id} asked for {job.num_gpus} GPUs, a copy got {len(copy)}"
+                    )
+            if alloc.num_copies > 1 and len(set(alloc.nodes)) != alloc.num_copies:
+                copy_nodes = [sorted({s.node for s in c}) for c in alloc.copies]
+                if any(len(n) != 1 for n in copy_nodes) or len({n[0] for n in copy_nodes}) != len(
+                    copy_nodes
+                ):
+                    problems.append(f"job {job_id}: copies must each sit on their own node")
+            for slot in alloc.slots:
+                gpu = usable.get(slot)
+                if gpu is None:
+                    problems.append(f"job {job_id} placed on unusable or unknown GPU {slot}")
+                elif not job.allows(gpu.type):
+                    problems.append(f"job {job_id} may not run on {gpu.type} ({slot})")
+        for slot, holders in self.used_slots().items():
+            if len(holders) == 1:
+                continue
+            if len(holders) > 2:
+                problems.append(f"GPU {slot} given to {len(holders)} jobs: {sorted(holders)}")
+                continue
+            a, b = holders
+            ja, jb = jobs.get(a), jobs.get(b)
+            mutual = self.allocations[a].shared_with == b and self.allocations[b].shared_with == a
+            if not mutual:
+                problems.append(f"GPU {slot} given to jobs {a} and {b} without sharing")
+            elif ja is not None and jb is not None and not (ja.shareable and jb.shareable):
+                problems.append(f"GPU {slot} shared by {a} and {b}, not both shareable")
+        return problems

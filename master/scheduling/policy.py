@@ -1,0 +1,79 @@
+"""The Policy protocol and the registry of policies by name.
+
+Every module in :mod:`master.scheduling.policies` that defines ``NAME`` (the policy's
+public name, e.g. ``"sjf-bsbf"``) and ``make(**params) -> Policy`` is registered
+automatically; adding a policy is adding one module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from functools import cache
+from typing import Any, Protocol, runtime_checkable
+
+from master.scheduling.plan import Plan
+from master.scheduling.views import Snapshot
+
+PolicyFactory = Callable[..., "Policy"]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Decides, once per round, which GPUs each active job gets for the next lease.
+
+    ``plan`` must be a pure function of its inputs and the policy's own state (a policy
+    may remember what it decided in earlier rounds, e.g. time each job has received);
+    it must not read clocks, files or the network. ``now`` is the round's start time in
+    seconds on the caller's clock (simulated or wall).
+    """
+
+    name: str
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan: ...
+
+
+class UnknownPolicyError(ValueError):
+    """A policy name that no module registers."""
+
+
+@cache
+def _registry() -> dict[str, PolicyFactory]:
+    from master.scheduling import policies as package
+
+    found: dict[str, PolicyFactory] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        name = getattr(module, "NAME", None)
+        factory = getattr(module, "make", None)
+        if not isinstance(name, str) or not callable(factory):
+            continue
+        if name in found:
+            raise RuntimeError(f"two policy modules register the name {name!r}")
+        found[name] = factory
+    return found
+
+
+def available_policies() -> list[str]:
+    """Names of all registered policies, sorted."""
+    return sorted(_registry())
+
+
+def make_policy(name: str, **params: Any) -> Policy:
+    """A new instance of the policy called ``name`` with ``params``.
+
+    Raises :class:`UnknownPolicyError` (a ``ValueError``) listing the known names, and
+    ``ValueError`` for parameters the policy does not accept.
+    """
+    factory = _registry().get(name)
+    if factory is None:
+        known = ", ".join(available_policies()) or "(none)"
+        raise UnknownPolicyError(f"unknown policy {name!r}; known policies: {known}")
+    try:
+        policy = factory(**params)
+    except TypeError as exc:
+        raise ValueError(f"bad parameters for policy {name!r}: {exc}") from None
+    return policy

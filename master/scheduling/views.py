@@ -1,0 +1,252 @@
+"""Immutable views of the cluster and the jobs, the only input a policy sees.
+
+The daemon builds a :class:`Snapshot` from its database every round; the simulator builds
+one from its simulated state. Policies never see the store, the network or the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+
+from master.scheduling.plan import Allocation, GpuSlot
+from master.scheduling.throughput import ThroughputModel
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU: where it is, its normalized type (``v100``, ``a100-40gb``) and its health."""
+
+    node: str
+    index: int
+    type: str
+    memory_bytes: int = 0
+    healthy: bool = True
+
+    @property
+    def slot(self) -> GpuSlot:
+        return GpuSlot(self.node, self.index)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One worker node. ``schedulable`` is false while the node is drained or suspect."""
+
+    name: str
+    gpus: tuple[GpuView, ...]
+    schedulable: bool = True
+
+    def __post_init__(self) -> None:
+        for gpu in self.gpus:
+            if gpu.node != self.name:
+                raise ValueError(f"GPU {gpu.node}/{gpu.index} listed under node {self.name}")
+        indices = [gpu.index for gpu in self.gpus]
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"node {self.name} lists a GPU index twice: {indices}")
+
+    @property
+    def usable_gpus(self) -> tuple[GpuView, ...]:
+        """GPUs a policy may place work on: healthy, on a schedulable node."""
+        if not self.schedulable:
+            return ()
+        return tuple(gpu for gpu in self.gpus if gpu.healthy)
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """All nodes. Queries consider only usable GPUs (healthy, on schedulable nodes)."""
+
+    nodes: tuple[NodeView, ...]
+
+    def __post_init__(self) -> None:
+        names = [node.name for node in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate node names in cluster: {sorted(names)}")
+
+    @classmethod
+    def from_counts(
+        cls, counts: Mapping[str, int], gpus_per_server: int = 4, memory_bytes: int = 0
+    ) -> ClusterView:
+        """A homogeneous-per-node cluster: ``{"v100": 8, "k80": 6}`` with 4 GPUs per server.
+
+        Nodes are named ``<type>-<n>``; a count that is not a multiple of ``gpus_per_server``
+        leaves the last node of that type partly filled.
+        """
+        if gpus_per_server < 1:
+            raise ValueError(f"gpus_per_server must be >= 1, got {gpus_per_server}")
+        nodes: list[NodeView] = []
+        for gpu_type, count in counts.items():
+            if count < 0:
+                raise ValueError(f"negative GPU count for {gpu_type}: {count}")
+            for n, start in enumerate(range(0, count, gpus_per_server)):
+                name = f"{gpu_type}-{n:03d}"
+                size = min(gpus_per_server, count - start)
+                gpus = tuple(GpuView(name, i, gpu_type, memory_bytes) for i in range(size))
+                nodes.append(NodeView(name, gpus))
+        return cls(tuple(nodes))
+
+    @cached_property
+    def _usable(self) -> tuple[GpuView, ...]:
+        return tuple(gpu for node in self.nodes for gpu in node.usable_gpus)
+
+    @cached_property
+    def _by_slot(self) -> Mapping[GpuSlot, GpuView]:
+        return MappingProxyType({gpu.slot: gpu for node in self.nodes for gpu in node.gpus})
+
+    @cached_property
+    def _node_by_name(self) -> Mapping[str, NodeView]:
+        return MappingProxyType({node.name: node for node in self.nodes})
+
+    def usable_gpus(self) -> tuple[GpuView, ...]:
+        return self._usable
+
+    def gpu(self, slot: GpuSlot) -> GpuView:
+        try:
+            return self._by_slot[slot]
+        except KeyError:
+            raise KeyError(f"no GPU {slot} in the cluster") from None
+
+    def node(self, name: str) -> NodeView:
+        try:
+            return self._node_by_name[name]
+        except KeyError:
+            raise KeyError(f"no node {name!r} in the cluster") from None
+
+    def gpu_type(self, slot: GpuSlot) -> str:
+        return self.gpu(slot).type
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """Types with at least one usable GPU, sorted."""
+        return tuple(sorted({gpu.type for gpu in self._usable}))
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self._usable)
+
+    def gpus_by_type(self) -> dict[str, tuple[GpuView, ...]]:
+        out: dict[str, list[GpuView]] = {}
+        for gpu in self._usable:
+            out.setdefault(gpu.type, []).append(gpu)
+        return {t: tuple(g) for t, g in sorted(out.items())}
+
+    def capacity_by_type(self) -> dict[str, int]:
+        return {t: len(g) for t, g in self.gpus_by_type().items()}
+
+    def free_gpus(self, used: Iterable[GpuSlot]) -> tuple[GpuView, ...]:
+        """Usable GPUs not in ``used``."""
+        taken = set(used)
+        return tuple(gpu for gpu in self._usable if gpu.slot not in taken)
+
+    def free_by_type(self, used: Iterable[GpuSlot]) -> dict[str, tuple[GpuView, ...]]:
+        out: dict[str, list[GpuView]] = {}
+        for gpu in self.free_gpus(used):
+            out.setdefault(gpu.type, []).append(gpu)
+        return {t: tuple(g) for t, g in sorted(out.items())}
+
+    def free_count_by_type(self, used: Iterable[GpuSlot]) -> dict[str, int]:
+        return {t: len(g) for t, g in self.free_by_type(used).items()}
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One active (pending, running or preempted) job as a policy sees it.
+
+    ``job_type`` is the throughput-model key (e.g. ``"ResNet-18 (batch size 128)"``).
+    ``num_gpus`` is the job's scale: its number of data-parallel workers.
+    ``attained_service`` is GPU-seconds received, each second weighted by the GPU's speed
+    for this job relative to the slowest type (so an hour on a K80 counts less than an hour
+    on a V100); ``gpu_seconds_by_type`` holds the raw GPU-seconds per type.
+    ``current`` is the allocation the job holds now (None when it is not running).
+    ``predicted_iterations`` is an estimate of total iterations when ``total_iterations``
+    is only the user's guess (non-clairvoyant policies may ignore both).
+    """
+
+    id: int
+    job_type: str
+    num_gpus: int
+    total_iterations: float
+    iterations_done: float = 0.0
+    batch_size: int = 1
+    priority: float = 1.0
+    allowed_gpu_types: frozenset[str] = frozenset()
+    preemptible: bool = True
+    migratable: bool = True
+    shareable: bool = False
+    memory_bytes_per_gpu: int = 0
+    arrival_time: float = 0.0
+    attained_service: float = 0.0
+    gpu_seconds_by_type: Mapping[str, float] = field(default_factory=dict)
+    current: Allocation | None = None
+    user: str = ""
+    predicted_iterations: float | None = None
+    features: Mapping[str, str] = field(default_factory=dict)
+    run_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.num_gpus < 1:
+            raise ValueError(f"job {self.id}: num_gpus must be >= 1, got {self.num_gpus}")
+        if self.total_iterations <= 0:
+            raise ValueError(f"job {self.id}: total_iterations must be > 0")
+        if self.priority <= 0:
+            raise ValueError(f"job {self.id}: priority must be > 0, got {self.priority}")
+        object.__setattr__(
+            self, "gpu_seconds_by_type", MappingProxyType(dict(self.gpu_seconds_by_type))
+        )
+        object.__setattr__(self, "features", MappingProxyType(dict(self.features)))
+
+    @property
+    def remaining_iterations(self) -> float:
+        return max(0.0, self.total_iterations - self.iterations_done)
+
+    @property
+    def is_running(self) -> bool:
+        return self.current is not None
+
+    def allows(self, gpu_type: str) -> bool:
+        """Whether this job may run on ``gpu_type`` (an empty allow-list allows all)."""
+        return not self.allowed_gpu_types or gpu_type in self.allowed_gpu_types
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a policy needs for one round.
+
+    ``jobs`` are the active jobs (not finished), in a stable order (by id).
+    ``throughput`` is an immutable throughput model; the daemon swaps in an updated one
+    between rounds.
+    """
+
+    cluster: ClusterView
+    jobs: tuple[JobView, ...]
+    round_number: int
+    round_seconds: float
+    throughput: ThroughputModel
+
+    def __post_init__(self) -> None:
+        ids = [job.id for job in self.jobs]
+        if len(set(ids)) != len(ids):
+            raise ValueError("snapshot lists a job id twice")
+        if self.round_seconds <= 0:
+            raise ValueError(f"round_seconds must be > 0, got {self.round_seconds}")
+
+    @cached_property
+    def _job_by_id(self) -> Mapping[int, JobView]:
+        return MappingProxyType({job.id: job for job in self.jobs})
+
+    def job(self, job_id: int) -> JobView:
+        try:
+            return self._job_by_id[job_id]
+        except KeyError:
+            raise KeyError(f"no job {job_id} in the snapshot") from None
+
+    def running_slots(self) -> dict[GpuSlot, list[int]]:
+        """GPU -> ids of the jobs currently holding it."""
+        used: dict[GpuSlot, list[int]] = {}
+        for job in self.jobs:
+            if job.current is not None:
+                for slot in job.current.slots:
+                    used.setdefault(slot, []).append(job.id)
+        return used
