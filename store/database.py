@@ -1,0 +1,102 @@
+"""Engine and unit-of-work factory. No module-level state: callers own a `Database`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from store.errors import ConflictError
+from store.repositories import UnitOfWork
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def normalize_url(url: str) -> str:
+    """Accept bare paths and plain `postgresql://` URLs; return a SQLAlchemy URL."""
+    if "://" not in url:
+        return f"sqlite:///{url}"
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def make_engine(url: str, *, echo: bool = False) -> Engine:
+    """An engine with the pragmas Hadar relies on (WAL, foreign keys, busy timeout on SQLite)."""
+    sa_url = make_url(normalize_url(url))
+    kwargs: dict[str, Any] = {"echo": echo, "future": True}
+    if sa_url.get_backend_name() == "sqlite":
+        kwargs["connect_args"] = {
+            "check_same_thread": False,
+            "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
+        }
+        engine = create_engine(sa_url, **kwargs)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    kwargs["pool_pre_ping"] = True
+    kwargs["pool_size"] = 10
+    kwargs["max_overflow"] = 20
+    return create_engine(sa_url, **kwargs)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        # WAL with NORMAL is durable across process crashes; only an OS crash may lose the
+        # last transactions, which the workers' re-registration reconciles.
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
+class Database:
+    """Owns an engine and hands out one session per unit of work."""
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = normalize_url(url)
+        self.engine = make_engine(self.url, echo=echo)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False, autoflush=True)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A raw session, committed on success and rolled back on error."""
+        with self._sessions() as session:
+            try:
+                yield session
+                session.commit()
+            except StaleDataError as exc:
+                session.rollback()
+                raise ConflictError(f"concurrent update: {exc}") from exc
+            except OperationalError as exc:
+                session.rollback()
+                # A SQLite writer that waited past the busy timeout: another unit of work
+                # holds the database; the caller may retry like any other conflict.
+                if "database is locked" in str(exc):
+                    raise ConflictError("database is busy") from exc
+                raise
+            except BaseException:
+                session.rollback()
+                raise
+
+    @contextmanager
+    def transaction(self) -> Iterator[UnitOfWork]:
+        """One unit of work: every repository shares one transaction, committed at the end."""
+        with self.session() as session:
+            yield UnitOfWork(session)
+
+    def dispose(self) -> None:
+        self.engine.dispose()

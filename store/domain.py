@@ -1,0 +1,194 @@
+"""Plain, frozen domain objects: what the repositories return. No ORM object leaves the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from store.states import ExitKind, GpuHealth, JobState, NodeState, ProgramKind, TaskState
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a user asked for, validated by the master before it reaches the store."""
+
+    name: str
+    num_gpus: int
+    iterations: int
+    program_kind: ProgramKind
+    # Workload name for built-in workloads, empty otherwise.
+    workload: str = ""
+    # Command line for scripts and opaque commands, empty for workloads.
+    argv: tuple[str, ...] = ()
+    batch_size: int = 0
+    priority: float = 1.0
+    allowed_gpu_types: tuple[str, ...] = ()
+    preemptible: bool = True
+    shareable: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+    workdir: str = ""
+    checkpoint_dir: str = ""
+    job_type: str = ""
+    gpu_memory_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    user: str
+    spec: JobSpec
+    state: JobState
+    reason: str
+    iterations_done: int
+    checkpoint_iterations: int
+    attained_service: float
+    retries: int
+    exit_code: int | None
+    preemptions: int
+    migrations: int
+    submitted_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to insert; the store assigns id, state PENDING and timestamps."""
+
+    user: str
+    spec: JobSpec
+    idempotency_key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    id: int
+    job_id: int
+    at: datetime
+    from_state: JobState
+    to_state: JobState
+    kind: str
+    reason: str
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    index: int
+    type: str
+    memory_bytes: int = 0
+    device_name: str = ""
+    uuid: str = ""
+    health: GpuHealth = GpuHealth.HEALTHY
+    utilization: float = 0.0
+    fake: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    address: str
+    state: NodeState
+    reason: str
+    agent_version: str
+    workloads: tuple[str, ...]
+    gpus: tuple[Gpu, ...]
+    registered_at: datetime
+    last_heartbeat: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    id: int
+    job_id: int
+    task_index: int
+    node: str
+    lease: int
+    gpu_indices: tuple[int, ...]
+    gpu_type: str
+    state: TaskState
+    rank_offset: int
+    local_batch_sizes: tuple[int, ...]
+    accumulation_steps: int
+    shared_with_job_id: int
+    round: int
+    iteration_budget: int
+    created_at: datetime
+    acknowledged_at: datetime | None
+    exit_kind: ExitKind | None
+    exit_code: int | None
+
+    @property
+    def active(self) -> bool:
+        return self.state not in (TaskState.EXITED, TaskState.LOST)
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    job_id: int
+    task_index: int
+    node: str
+    lease: int
+    gpu_indices: tuple[int, ...]
+    gpu_type: str
+    rank_offset: int
+    local_batch_sizes: tuple[int, ...]
+    accumulation_steps: int = 1
+    shared_with_job_id: int = 0
+    round: int = 0
+    iteration_budget: int = 0
+    state: TaskState = TaskState.ASSIGNED
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    number: int
+    policy: str
+    started_at: datetime
+    duration_s: float
+    plan: dict[str, object]
+    actions: int
+    dispatch_failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputMeasurement:
+    job_type: str
+    gpu_type: str
+    num_gpus: int
+    iterations_per_s: float
+    count: int
+    source: str
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    name: str
+    admin: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ApiToken:
+    id: str
+    user: str
+    admin: bool
+    description: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    """A freshly created token: the plaintext is returned once and never stored."""
+
+    plaintext: str
+    info: ApiToken
+
+
+@dataclass(frozen=True, slots=True)
+class JobCounts:
+    by_state: dict[JobState, int] = field(default_factory=dict)

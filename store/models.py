@@ -1,0 +1,248 @@
+"""SQLAlchemy 2.x ORM models. Private to the store: repositories convert them to domain objects."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+# Stable constraint names so migrations can drop and alter them on both databases.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use UTC-aware datetimes")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UTCDateTime, int: BigInteger}
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiTokenRow(Base):
+    __tablename__ = "api_tokens"
+
+    # Public id: a prefix of the hash, safe to show and used to revoke.
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    user: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"), index=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    description: Mapped[str] = mapped_column(String(256), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    address: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    agent_version: Mapped[str] = mapped_column(String(64), default="")
+    workloads: Mapped[list[str]] = mapped_column(JSON, default=list)
+    registered_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_heartbeat: Mapped[datetime] = mapped_column(default=utcnow)
+
+    gpus: Mapped[list[GpuRow]] = relationship(
+        back_populates="node",
+        cascade="all, delete-orphan",
+        order_by="GpuRow.index",
+        lazy="selectin",
+    )
+
+
+class GpuRow(Base):
+    __tablename__ = "gpus"
+
+    node_name: Mapped[str] = mapped_column(
+        ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True
+    )
+    index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    type: Mapped[str] = mapped_column(String(64), index=True)
+    memory_bytes: Mapped[int] = mapped_column(default=0)
+    device_name: Mapped[str] = mapped_column(String(128), default="")
+    uuid: Mapped[str] = mapped_column(String(128), default="")
+    health: Mapped[str] = mapped_column(String(16), default="HEALTHY")
+    utilization: Mapped[float] = mapped_column(Float, default=0.0)
+    fake: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    node: Mapped[NodeRow] = relationship(back_populates="gpus")
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    user: Mapped[str] = mapped_column(String(64), index=True)
+    # Spec, as columns the scheduler filters and sorts on, plus JSON for the rest.
+    name: Mapped[str] = mapped_column(String(128))
+    num_gpus: Mapped[int] = mapped_column(Integer)
+    iterations: Mapped[int] = mapped_column()
+    program_kind: Mapped[str] = mapped_column(String(16))
+    workload: Mapped[str] = mapped_column(String(128), default="")
+    argv: Mapped[list[str]] = mapped_column(JSON, default=list)
+    batch_size: Mapped[int] = mapped_column(Integer, default=0)
+    priority: Mapped[float] = mapped_column(Float, default=1.0)
+    allowed_gpu_types: Mapped[list[str]] = mapped_column(JSON, default=list)
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
+    shareable: Mapped[bool] = mapped_column(Boolean, default=False)
+    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    workdir: Mapped[str] = mapped_column(Text, default="")
+    checkpoint_dir: Mapped[str] = mapped_column(Text, default="")
+    job_type: Mapped[str] = mapped_column(String(255), default="")
+    gpu_memory_bytes: Mapped[int] = mapped_column(default=0)
+    # Life.
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    iterations_done: Mapped[int] = mapped_column(default=0)
+    checkpoint_iterations: Mapped[int] = mapped_column(default=0)
+    attained_service: Mapped[float] = mapped_column(Float, default=0.0)
+    retries: Mapped[int] = mapped_column(Integer, default=0)
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    migrations: Mapped[int] = mapped_column(Integer, default=0)
+    submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)
+
+    __mapper_args__ = {"version_id_col": version}  # noqa: RUF012
+
+
+class TaskRow(Base):
+    __tablename__ = "tasks"
+    __table_args__ = (
+        UniqueConstraint("job_id", "task_index", "lease", name="uq_tasks_job_index_lease"),
+        Index("ix_tasks_node_state", "node_name", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    task_index: Mapped[int] = mapped_column(Integer)
+    node_name: Mapped[str] = mapped_column(ForeignKey("nodes.name", ondelete="CASCADE"))
+    lease: Mapped[int] = mapped_column(index=True)
+    gpu_indices: Mapped[list[int]] = mapped_column(JSON, default=list)
+    gpu_type: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    rank_offset: Mapped[int] = mapped_column(Integer, default=0)
+    local_batch_sizes: Mapped[list[int]] = mapped_column(JSON, default=list)
+    accumulation_steps: Mapped[int] = mapped_column(Integer, default=1)
+    shared_with_job_id: Mapped[int] = mapped_column(default=0)
+    round: Mapped[int] = mapped_column(default=0)
+    iteration_budget: Mapped[int] = mapped_column(default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    acknowledged_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    exit_kind: Mapped[str | None] = mapped_column(String(16), default=None)
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+
+
+class RoundRow(Base):
+    __tablename__ = "rounds"
+
+    number: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    policy: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[datetime] = mapped_column()
+    duration_s: Mapped[float] = mapped_column(Float, default=0.0)
+    plan: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    actions: Mapped[int] = mapped_column(Integer, default=0)
+    dispatch_failures: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class JobEventRow(Base):
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    from_state: Mapped[str] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    round: Mapped[int] = mapped_column(default=0)
+
+
+class ThroughputRow(Base):
+    __tablename__ = "throughputs"
+
+    job_type: Mapped[str] = mapped_column(String(255), primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(64), primary_key=True)
+    num_gpus: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    iterations_per_s: Mapped[float] = mapped_column(Float)
+    count: Mapped[int] = mapped_column(Integer, default=0)
+    source: Mapped[str] = mapped_column(String(16), default="measured")
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class IdempotencyKeyRow(Base):
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (ForeignKeyConstraint(["job_id"], ["jobs.id"], ondelete="CASCADE"),)
+
+    user: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    job_id: Mapped[int] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CounterRow(Base):
+    """Named monotonic counters (the lease fencing token, round numbers)."""
+
+    __tablename__ = "counters"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[int] = mapped_column(default=0)

@@ -1,0 +1,42 @@
+"""Repositories: a small API per aggregate over one shared session (a unit of work)."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from store.repositories.counters import LEASE, CounterRepository
+from store.repositories.jobs import JobRepository
+from store.repositories.nodes import NodeRepository
+from store.repositories.rounds import RoundRepository
+from store.repositories.tasks import TaskRepository
+from store.repositories.throughput import ThroughputRepository
+from store.repositories.tokens import TokenRepository
+
+__all__ = [
+    "CounterRepository",
+    "JobRepository",
+    "NodeRepository",
+    "RoundRepository",
+    "TaskRepository",
+    "ThroughputRepository",
+    "TokenRepository",
+    "UnitOfWork",
+]
+
+
+class UnitOfWork:
+    """Every repository, sharing one session and therefore one transaction."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.jobs = JobRepository(session)
+        self.nodes = NodeRepository(session)
+        self.tasks = TaskRepository(session)
+        self.rounds = RoundRepository(session)
+        self.throughput = ThroughputRepository(session)
+        self.tokens = TokenRepository(session)
+        self.counters = CounterRepository(session)
+
+    def next_lease(self) -> int:
+        """A new fencing token; strictly greater than every token handed out before."""
+        return self.counters.next(LEASE)

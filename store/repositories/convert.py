@@ -1,0 +1,186 @@
+"""Row -> domain conversions, shared by the repositories."""
+
+from __future__ import annotations
+
+from store.domain import (
+    ApiToken,
+    Gpu,
+    Job,
+    JobEvent,
+    JobSpec,
+    Node,
+    Round,
+    Task,
+    ThroughputMeasurement,
+)
+from store.models import (
+    ApiTokenRow,
+    GpuRow,
+    JobEventRow,
+    JobRow,
+    NodeRow,
+    RoundRow,
+    TaskRow,
+    ThroughputRow,
+)
+from store.states import ExitKind, GpuHealth, JobState, NodeState, ProgramKind, TaskState
+
+
+def job_spec(row: JobRow) -> JobSpec:
+    return JobSpec(
+        name=row.name,
+        num_gpus=row.num_gpus,
+        iterations=row.iterations,
+        program_kind=ProgramKind(row.program_kind),
+        workload=row.workload,
+        argv=tuple(row.argv or ()),
+        batch_size=row.batch_size,
+        priority=row.priority,
+        allowed_gpu_types=tuple(row.allowed_gpu_types or ()),
+        preemptible=row.preemptible,
+        shareable=row.shareable,
+        env=tuple(sorted((row.env or {}).items())),
+        workdir=row.workdir,
+        checkpoint_dir=row.checkpoint_dir,
+        job_type=row.job_type,
+        gpu_memory_bytes=row.gpu_memory_bytes,
+    )
+
+
+def fill_spec(row: JobRow, spec: JobSpec) -> None:
+    row.name = spec.name
+    row.num_gpus = spec.num_gpus
+    row.iterations = spec.iterations
+    row.program_kind = spec.program_kind.value
+    row.workload = spec.workload
+    row.argv = list(spec.argv)
+    row.batch_size = spec.batch_size
+    row.priority = spec.priority
+    row.allowed_gpu_types = list(spec.allowed_gpu_types)
+    row.preemptible = spec.preemptible
+    row.shareable = spec.shareable
+    row.env = dict(spec.env)
+    row.workdir = spec.workdir
+    row.checkpoint_dir = spec.checkpoint_dir
+    row.job_type = spec.job_type
+    row.gpu_memory_bytes = spec.gpu_memory_bytes
+
+
+def job(row: JobRow) -> Job:
+    return Job(
+        id=row.id,
+        user=row.user,
+        spec=job_spec(row),
+        state=JobState(row.state),
+        reason=row.reason,
+        iterations_done=row.iterations_done,
+        checkpoint_iterations=row.checkpoint_iterations,
+        attained_service=row.attained_service,
+        retries=row.retries,
+        exit_code=row.exit_code,
+        preemptions=row.preemptions,
+        migrations=row.migrations,
+        submitted_at=row.submitted_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        version=row.version,
+    )
+
+
+def job_event(row: JobEventRow) -> JobEvent:
+    return JobEvent(
+        id=row.id,
+        job_id=row.job_id,
+        at=row.at,
+        from_state=JobState(row.from_state),
+        to_state=JobState(row.to_state),
+        kind=row.kind,
+        reason=row.reason,
+        round=row.round,
+    )
+
+
+def gpu(row: GpuRow) -> Gpu:
+    return Gpu(
+        index=row.index,
+        type=row.type,
+        memory_bytes=row.memory_bytes,
+        device_name=row.device_name,
+        uuid=row.uuid,
+        health=GpuHealth(row.health),
+        utilization=row.utilization,
+        fake=row.fake,
+    )
+
+
+def node(row: NodeRow) -> Node:
+    return Node(
+        name=row.name,
+        address=row.address,
+        state=NodeState(row.state),
+        reason=row.reason,
+        agent_version=row.agent_version,
+        workloads=tuple(row.workloads or ()),
+        gpus=tuple(gpu(g) for g in row.gpus),
+        registered_at=row.registered_at,
+        last_heartbeat=row.last_heartbeat,
+    )
+
+
+def task(row: TaskRow) -> Task:
+    return Task(
+        id=row.id,
+        job_id=row.job_id,
+        task_index=row.task_index,
+        node=row.node_name,
+        lease=row.lease,
+        gpu_indices=tuple(row.gpu_indices or ()),
+        gpu_type=row.gpu_type,
+        state=TaskState(row.state),
+        rank_offset=row.rank_offset,
+        local_batch_sizes=tuple(row.local_batch_sizes or ()),
+        accumulation_steps=row.accumulation_steps,
+        shared_with_job_id=row.shared_with_job_id,
+        round=row.round,
+        iteration_budget=row.iteration_budget,
+        created_at=row.created_at,
+        acknowledged_at=row.acknowledged_at,
+        exit_kind=ExitKind(row.exit_kind) if row.exit_kind else None,
+        exit_code=row.exit_code,
+    )
+
+
+def round_(row: RoundRow) -> Round:
+    return Round(
+        number=row.number,
+        policy=row.policy,
+        started_at=row.started_at,
+        duration_s=row.duration_s,
+        plan=dict(row.plan or {}),
+        actions=row.actions,
+        dispatch_failures=row.dispatch_failures,
+    )
+
+
+def throughput(row: ThroughputRow) -> ThroughputMeasurement:
+    return ThroughputMeasurement(
+        job_type=row.job_type,
+        gpu_type=row.gpu_type,
+        num_gpus=row.num_gpus,
+        iterations_per_s=row.iterations_per_s,
+        count=row.count,
+        source=row.source,
+        updated_at=row.updated_at,
+    )
+
+
+def api_token(row: ApiTokenRow) -> ApiToken:
+    return ApiToken(
+        id=row.id,
+        user=row.user,
+        admin=row.admin,
+        description=row.description,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+        revoked=row.revoked_at is not None,
+    )

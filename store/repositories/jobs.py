@@ -1,0 +1,275 @@
+"""Jobs, their state transitions and their event history."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
+
+from store.domain import Job, JobEvent, NewJob
+from store.errors import ConflictError, InvalidTransitionError, NotFoundError
+from store.models import IdempotencyKeyRow, JobEventRow, JobRow, utcnow
+from store.repositories import convert
+from store.states import TERMINAL_JOB_STATES, JobState, can_transition
+
+
+class JobRepository:
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        # Rows this unit of work has read stay referenced (the session's identity map holds
+        # them weakly) so a later write in the same unit of work is checked against the
+        # version it read, not against a fresh reload.
+        self._seen: dict[int, JobRow] = {}
+
+    def _keep(self, row: JobRow) -> JobRow:
+        self._seen[row.id] = row
+        return row
+
+    def _flush(self, job_id: int) -> None:
+        # The version column makes a lost update visible here: the UPDATE matched no row
+        # because another unit of work committed a newer version first.
+        try:
+            self._session.flush()
+        except StaleDataError as exc:
+            raise ConflictError(f"job {job_id} was changed concurrently; reload and retry") from exc
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _row(self, job_id: int, expected_version: int | None = None) -> JobRow:
+        row = self._session.get(JobRow, job_id)
+        if row is None:
+            raise NotFoundError("job", job_id)
+        self._keep(row)
+        if expected_version is not None and row.version != expected_version:
+            raise ConflictError(
+                f"job {job_id} changed: version {row.version}, expected {expected_version}"
+            )
+        return row
+
+    def get(self, job_id: int) -> Job:
+        return convert.job(self._row(job_id))
+
+    def find(self, job_id: int) -> Job | None:
+        row = self._session.get(JobRow, job_id)
+        return convert.job(self._keep(row)) if row is not None else None
+
+    def query(
+        self,
+        *,
+        user: str = "",
+        states: Collection[JobState] = (),
+        after_id: int = 0,
+        limit: int | None = None,
+    ) -> list[Job]:
+        """Jobs ordered by id, optionally filtered by owner and state, paged by id."""
+        query = select(JobRow).where(JobRow.id > after_id).order_by(JobRow.id)
+        if user:
+            query = query.where(JobRow.user == user)
+        if states:
+            query = query.where(JobRow.state.in_([s.value for s in states]))
+        if limit is not None:
+            query = query.limit(limit)
+        return [convert.job(self._keep(row)) for row in self._session.scalars(query)]
+
+    def list_unfinished(self) -> list[Job]:
+        """Every job not in a terminal state, ordered by id."""
+        live = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]
+        query = select(JobRow).where(JobRow.state.in_(live)).order_by(JobRow.id)
+        return [convert.job(self._keep(row)) for row in self._session.scalars(query)]
+
+    def get_many(self, job_ids: Collection[int]) -> dict[int, Job]:
+        if not job_ids:
+            return {}
+        query = select(JobRow).where(JobRow.id.in_(list(job_ids)))
+        return {row.id: convert.job(self._keep(row)) for row in self._session.scalars(query)}
+
+    def count_by_state(self) -> dict[JobState, int]:
+        rows = self._session.execute(select(JobRow.state, func.count()).group_by(JobRow.state))
+        counts = dict.fromkeys(JobState, 0)
+        for state, count in rows:
+            counts[JobState(state)] = int(count)
+        return counts
+
+    # -- writing -----------------------------------------------------------------------
+
+    def add(self, new: NewJob, *, now: datetime | None = None) -> tuple[Job, bool]:
+        """Insert a PENDING job and its `submitted` event.
+
+        With an idempotency key already used by the same user, returns the job created the
+        first time and False instead of inserting a duplicate.
+        """
+        if new.idempotency_key:
+            existing = self._session.get(IdempotencyKeyRow, (new.user, new.idempotency_key))
+            if existing is not None:
+                return self.get(existing.job_id), False
+        at = now or utcnow()
+        row = JobRow(
+            user=new.user,
+            state=JobState.PENDING.value,
+            reason="waiting for the next scheduling round",
+            submitted_at=at,
+        )
+        convert.fill_spec(row, new.spec)
+        self._session.add(row)
+        self._session.flush()
+        if new.idempotency_key:
+            self._session.add(
+                IdempotencyKeyRow(user=new.user, key=new.idempotency_key, job_id=row.id)
+            )
+        self._session.add(
+            JobEventRow(
+                job_id=row.id,
+                at=at,
+                from_state=JobState.PENDING.value,
+                to_state=JobState.PENDING.value,
+                kind="submitted",
+                reason=f"submitted by {new.user}",
+                round=0,
+            )
+        )
+        self._session.flush()
+        return convert.job(row), True
+
+    def transition(
+        self,
+        job_id: int,
+        to_state: JobState,
+        *,
+        kind: str,
+        reason: str,
+        round: int = 0,
+        expected_version: int | None = None,
+        at: datetime | None = None,
+        exit_code: int | None = None,
+        count_retry: bool = False,
+        count_preemption: bool = False,
+        count_migration: bool = False,
+    ) -> Job:
+        """The one way a job changes state: validates it, stores the event, returns the job.
+
+        Raises InvalidTransitionError for a move the job life does not allow, and
+        ConflictError when `expected_version` is given and the job changed since.
+        """
+        row = self._row(job_id, expected_version)
+        from_state = JobState(row.state)
+        if not can_transition(from_state, to_state):
+            raise InvalidTransitionError(job_id, from_state.value, to_state.value)
+        when = at or utcnow()
+        row.state = to_state.value
+        row.reason = reason
+        if to_state is JobState.RUNNING and row.started_at is None:
+            row.started_at = when
+        if to_state in TERMINAL_JOB_STATES:
+            row.finished_at = when
+        if exit_code is not None:
+            row.exit_code = exit_code
+        if count_retry:
+            row.retries += 1
+        if count_preemption:
+            row.preemptions += 1
+        if count_migration:
+            row.migrations += 1
+        self._add_event(row.id, when, from_state, to_state, kind, reason, round)
+        self._flush(job_id)
+        return convert.job(row)
+
+    def note(
+        self,
+        job_id: int,
+        *,
+        kind: str,
+        reason: str,
+        round: int = 0,
+        at: datetime | None = None,
+        set_reason: bool = True,
+        count_migration: bool = False,
+    ) -> Job:
+        """Record an event that does not change the state (extended, waiting, migrated)."""
+        row = self._row(job_id)
+        state = JobState(row.state)
+        if set_reason:
+            row.reason = reason
+        if count_migration:
+            row.migrations += 1
+        self._add_event(row.id, at or utcnow(), state, state, kind, reason, round)
+        self._flush(job_id)
+        return convert.job(row)
+
+    def set_waiting_reason(self, job_id: int, reason: str) -> Job:
+        """Update why a job waits without an event (rounds refresh it every time)."""
+        row = self._row(job_id)
+        if row.reason != reason:
+            row.reason = reason
+            self._flush(job_id)
+        return convert.job(row)
+
+    def record_progress(
+        self,
+        job_id: int,
+        *,
+        iterations_done: int,
+        checkpoint_iterations: int | None = None,
+        service_delta: float = 0.0,
+        expected_version: int | None = None,
+    ) -> Job:
+        """Progress only moves forward: a late report never lowers the counters."""
+        row = self._row(job_id, expected_version)
+        changed = False
+        if iterations_done > row.iterations_done:
+            row.iterations_done = iterations_done
+            changed = True
+        if checkpoint_iterations is not None and checkpoint_iterations > row.checkpoint_iterations:
+            row.checkpoint_iterations = checkpoint_iterations
+            changed = True
+        if service_delta > 0:
+            row.attained_service += service_delta
+            changed = True
+        if changed:
+            self._flush(job_id)
+        return convert.job(row)
+
+    def _add_event(
+        self,
+        job_id: int,
+        at: datetime,
+        from_state: JobState,
+        to_state: JobState,
+        kind: str,
+        reason: str,
+        round: int,
+    ) -> None:
+        self._session.add(
+            JobEventRow(
+                job_id=job_id,
+                at=at,
+                from_state=from_state.value,
+                to_state=to_state.value,
+                kind=kind,
+                reason=reason,
+                round=round,
+            )
+        )
+
+    # -- history -----------------------------------------------------------------------
+
+    def events(self, job_id: int) -> list[JobEvent]:
+        """A job's history, oldest first."""
+        query = select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id)
+        return [convert.job_event(row) for row in self._session.scalars(query)]
+
+    def events_after(
+        self, after_id: int, *, job_ids: Sequence[int] = (), limit: int = 1000
+    ) -> list[JobEvent]:
+        """Events with id > after_id, oldest first (for watchers that poll)."""
+        query = select(JobEventRow).where(JobEventRow.id > after_id)
+        if job_ids:
+            query = query.where(JobEventRow.job_id.in_(list(job_ids)))
+        query = query.order_by(JobEventRow.id).limit(limit)
+        return [convert.job_event(row) for row in self._session.scalars(query)]
+
+    def last_event_id(self) -> int:
+        value = self._session.execute(select(func.max(JobEventRow.id))).scalar_one_or_none()
+        return int(value or 0)

@@ -1,0 +1,137 @@
+"""Nodes (worker agents) and their GPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from store.domain import Gpu, Node
+from store.errors import NotFoundError
+from store.models import GpuRow, NodeRow, utcnow
+from store.repositories import convert
+from store.states import NodeState
+
+# States in which a node counts as alive (its heartbeat is watched).
+WATCHED_NODE_STATES = (NodeState.READY, NodeState.DRAINING, NodeState.DRAINED)
+
+
+class NodeRepository:
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def _row(self, name: str) -> NodeRow:
+        row = self._session.get(NodeRow, name)
+        if row is None:
+            raise NotFoundError("node", name)
+        return row
+
+    def get(self, name: str) -> Node:
+        return convert.node(self._row(name))
+
+    def find(self, name: str) -> Node | None:
+        row = self._session.get(NodeRow, name)
+        return convert.node(row) if row is not None else None
+
+    def all(self) -> list[Node]:
+        query = select(NodeRow).order_by(NodeRow.name)
+        return [convert.node(row) for row in self._session.scalars(query)]
+
+    def upsert(
+        self,
+        name: str,
+        *,
+        address: str,
+        gpus: Sequence[Gpu],
+        agent_version: str = "",
+        workloads: Sequence[str] = (),
+        now: datetime | None = None,
+    ) -> tuple[Node, NodeState | None]:
+        """Register or re-register a node; returns it and its state before (None if new).
+
+        A drained or draining node stays so across re-registration (an admin decided); an
+        unreachable one becomes READY again.
+        """
+        at = now or utcnow()
+        row = self._session.get(NodeRow, name)
+        previous: NodeState | None = None
+        if row is None:
+            row = NodeRow(
+                name=name,
+                address=address,
+                state=NodeState.READY.value,
+                reason="",
+                registered_at=at,
+                last_heartbeat=at,
+            )
+            self._session.add(row)
+        else:
+            previous = NodeState(row.state)
+            if previous is NodeState.UNREACHABLE:
+                row.state = NodeState.READY.value
+                row.reason = ""
+            row.address = address
+            row.registered_at = at
+            row.last_heartbeat = at
+        row.agent_version = agent_version
+        row.workloads = sorted(set(workloads))
+        self._replace_gpus(row, gpus)
+        self._session.flush()
+        return convert.node(row), previous
+
+    def _replace_gpus(self, row: NodeRow, gpus: Sequence[Gpu]) -> None:
+        by_index = {g.index: g for g in row.gpus}
+        wanted = {g.index for g in gpus}
+        for index, existing in list(by_index.items()):
+            if index not in wanted:
+                row.gpus.remove(existing)
+        for gpu in gpus:
+            target = by_index.get(gpu.index)
+            if target is None:
+                target = GpuRow(index=gpu.index)
+                row.gpus.append(target)
+            target.type = gpu.type
+            target.memory_bytes = gpu.memory_bytes
+            target.device_name = gpu.device_name
+            target.uuid = gpu.uuid
+            target.health = gpu.health.value
+            target.utilization = gpu.utilization
+            target.fake = gpu.fake
+
+    def heartbeat(
+        self, name: str, *, now: datetime | None = None, gpus: Sequence[Gpu] = ()
+    ) -> Node | None:
+        """Note that a node is alive; None when the node is unknown or was declared lost
+        (it must register again so that its tasks are reconciled)."""
+        row = self._session.get(NodeRow, name)
+        if row is None or row.state == NodeState.UNREACHABLE.value:
+            return None
+        row.last_heartbeat = now or utcnow()
+        if gpus:
+            by_index = {g.index: g for g in row.gpus}
+            for gpu in gpus:
+                target = by_index.get(gpu.index)
+                if target is not None:
+                    target.health = gpu.health.value
+                    target.utilization = gpu.utilization
+        self._session.flush()
+        return convert.node(row)
+
+    def set_state(self, name: str, state: NodeState, reason: str = "") -> Node:
+        row = self._row(name)
+        row.state = state.value
+        row.reason = reason
+        self._session.flush()
+        return convert.node(row)
+
+    def silent_since(self, before: datetime) -> list[Node]:
+        """Watched nodes whose last heartbeat is older than `before`."""
+        query = (
+            select(NodeRow)
+            .where(NodeRow.state.in_([s.value for s in WATCHED_NODE_STATES]))
+            .where(NodeRow.last_heartbeat < before)
+            .order_by(NodeRow.name)
+        )
+        return [convert.node(row) for row in self._session.scalars(query)]

@@ -1,0 +1,85 @@
+"""States of jobs, tasks, nodes and GPUs, and the job life's allowed transitions.
+
+The terminal job states are listed here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PREEMPTED = "PREEMPTED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL_JOB_STATES: frozenset[JobState] = frozenset(
+    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+)
+
+# PENDING -> RUNNING <-> PREEMPTED -> COMPLETED | FAILED | CANCELLED. A job may finish from
+# PREEMPTED when its last task reports completion after the master decided to stop it, and
+# a pending job may fail when it can never be placed (for example its GPU types are gone).
+ALLOWED_JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
+    JobState.RUNNING: frozenset(
+        {JobState.PREEMPTED, JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+    ),
+    JobState.PREEMPTED: frozenset(
+        {JobState.RUNNING, JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+    ),
+    JobState.COMPLETED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+def is_terminal(state: JobState) -> bool:
+    return state in TERMINAL_JOB_STATES
+
+
+def can_transition(from_state: JobState, to_state: JobState) -> bool:
+    return to_state in ALLOWED_JOB_TRANSITIONS[from_state]
+
+
+class TaskState(StrEnum):
+    ASSIGNED = "ASSIGNED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    EXITED = "EXITED"
+    LOST = "LOST"
+
+
+# Tasks in these states no longer hold GPUs.
+FINISHED_TASK_STATES: frozenset[TaskState] = frozenset({TaskState.EXITED, TaskState.LOST})
+
+
+class NodeState(StrEnum):
+    READY = "READY"
+    DRAINING = "DRAINING"
+    DRAINED = "DRAINED"
+    UNREACHABLE = "UNREACHABLE"
+
+
+class GpuHealth(StrEnum):
+    HEALTHY = "HEALTHY"
+    UNHEALTHY = "UNHEALTHY"
+
+
+class ProgramKind(StrEnum):
+    WORKLOAD = "workload"
+    SCRIPT = "script"
+    COMMAND = "command"
+
+
+class ExitKind(StrEnum):
+    COMPLETED = "COMPLETED"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+    LEASE_DONE = "LEASE_DONE"

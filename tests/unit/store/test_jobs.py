@@ -1,0 +1,143 @@
+"""Jobs: submission, idempotency, the validated state machine, events, progress and paging."""
+
+from __future__ import annotations
+
+import pytest
+
+from store import Database, InvalidTransitionError, NotFoundError
+from store.domain import NewJob
+from store.states import ALLOWED_JOB_TRANSITIONS, TERMINAL_JOB_STATES, JobState
+from tests.unit.store.conftest import make_spec, submit
+
+
+def test_submitted_job_round_trips_its_spec(db: Database) -> None:
+    """A stored job comes back as a frozen domain object equal to what was submitted."""
+    job_id = submit(db)
+    with db.transaction() as uow:
+        job = uow.jobs.get(job_id)
+        events = uow.jobs.events(job_id)
+    assert job.spec == make_spec()
+    assert job.state is JobState.PENDING
+    assert job.user == "alice"
+    assert job.version == 1
+    assert job.submitted_at.tzinfo is not None
+    assert [e.kind for e in events] == ["submitted"]
+    with pytest.raises(AttributeError):
+        job.state = JobState.RUNNING  # type: ignore[misc]
+
+
+def test_idempotency_key_returns_the_first_job(db: Database) -> None:
+    """The same key from the same user yields the same job; another user gets a new one."""
+    first = submit(db, key="k1")
+    with db.transaction() as uow:
+        again, created = uow.jobs.add(NewJob(user="alice", spec=make_spec(), idempotency_key="k1"))
+        other, other_created = uow.jobs.add(
+            NewJob(user="bob", spec=make_spec(), idempotency_key="k1")
+        )
+    assert again.id == first and not created
+    assert other.id != first and other_created
+    with db.transaction() as uow:
+        assert len(uow.jobs.query()) == 2
+
+
+def test_transition_records_event_with_reason_and_timestamps(db: Database) -> None:
+    """Each state change stores one event (from, to, kind, reason, round) in the same
+    transaction and sets started/finished times."""
+    job_id = submit(db)
+    with db.transaction() as uow:
+        running = uow.jobs.transition(
+            job_id, JobState.RUNNING, kind="scheduled", reason="placed on n1", round=3
+        )
+        preempted = uow.jobs.transition(
+            job_id,
+            JobState.PREEMPTED,
+            kind="preempted",
+            reason="preempted in round 4 for job 9",
+            round=4,
+            count_preemption=True,
+        )
+        done = uow.jobs.transition(job_id, JobState.CANCELLED, kind="cancelled", reason="by alice")
+        events = uow.jobs.events(job_id)
+    assert running.started_at is not None and running.finished_at is None
+    assert preempted.preemptions == 1
+    assert done.finished_at is not None and done.reason == "by alice"
+    assert done.version > running.version
+    assert [(e.from_state, e.to_state, e.kind, e.round) for e in events[1:]] == [
+        (JobState.PENDING, JobState.RUNNING, "scheduled", 3),
+        (JobState.RUNNING, JobState.PREEMPTED, "preempted", 4),
+        (JobState.PREEMPTED, JobState.CANCELLED, "cancelled", 0),
+    ]
+    assert events[2].reason == "preempted in round 4 for job 9"
+
+
+@pytest.mark.parametrize("terminal", sorted(TERMINAL_JOB_STATES))
+def test_terminal_states_accept_no_transition(db: Database, terminal: JobState) -> None:
+    """Nothing leaves a terminal state, and a refused transition stores no event."""
+    job_id = submit(db)
+    with db.transaction() as uow:
+        if terminal is JobState.COMPLETED:
+            uow.jobs.transition(job_id, JobState.RUNNING, kind="scheduled", reason="r")
+        uow.jobs.transition(job_id, terminal, kind="end", reason="end")
+    for target in JobState:
+        with pytest.raises(InvalidTransitionError), db.transaction() as uow:
+            uow.jobs.transition(job_id, target, kind="x", reason="x")
+    with db.transaction() as uow:
+        assert uow.jobs.get(job_id).state is terminal
+        assert all(e.kind != "x" for e in uow.jobs.events(job_id))
+
+
+def test_transition_table_matches_the_documented_life() -> None:
+    """PENDING -> RUNNING <-> PREEMPTED -> terminal; PENDING cannot be preempted."""
+    assert JobState.RUNNING in ALLOWED_JOB_TRANSITIONS[JobState.PREEMPTED]
+    assert JobState.PREEMPTED in ALLOWED_JOB_TRANSITIONS[JobState.RUNNING]
+    assert JobState.PREEMPTED not in ALLOWED_JOB_TRANSITIONS[JobState.PENDING]
+    assert JobState.COMPLETED not in ALLOWED_JOB_TRANSITIONS[JobState.PENDING]
+
+
+def test_progress_only_moves_forward(db: Database) -> None:
+    """A late progress report never lowers iterations; service accumulates."""
+    job_id = submit(db)
+    with db.transaction() as uow:
+        uow.jobs.record_progress(
+            job_id, iterations_done=50, checkpoint_iterations=40, service_delta=2.5
+        )
+        job = uow.jobs.record_progress(job_id, iterations_done=30, service_delta=1.0)
+    assert job.iterations_done == 50
+    assert job.checkpoint_iterations == 40
+    assert job.attained_service == pytest.approx(3.5)
+
+
+def test_query_filters_and_pages_by_id(db: Database) -> None:
+    """Listing filters by user and state and pages in id order."""
+    ids = [submit(db, user="alice" if i % 2 else "bob", name=f"j{i}") for i in range(5)]
+    with db.transaction() as uow:
+        uow.jobs.transition(ids[0], JobState.CANCELLED, kind="cancelled", reason="r")
+        page1 = uow.jobs.query(limit=2)
+        page2 = uow.jobs.query(after_id=page1[-1].id, limit=2)
+        bobs = uow.jobs.query(user="bob")
+        pending = uow.jobs.query(states=[JobState.PENDING])
+        unfinished = uow.jobs.list_unfinished()
+        counts = uow.jobs.count_by_state()
+    assert [j.id for j in page1 + page2] == ids[:4]
+    assert [j.id for j in bobs] == [ids[0], ids[2], ids[4]]
+    assert [j.id for j in pending] == ids[1:]
+    assert [j.id for j in unfinished] == ids[1:]
+    assert counts[JobState.PENDING] == 4 and counts[JobState.CANCELLED] == 1
+
+
+def test_unknown_job_is_not_found(db: Database) -> None:
+    with pytest.raises(NotFoundError), db.transaction() as uow:
+        uow.jobs.get(424242)
+
+
+def test_events_after_serves_watchers(db: Database) -> None:
+    """Events come back in id order after a cursor, optionally for some jobs only."""
+    a = submit(db, name="a")
+    b = submit(db, name="b")
+    with db.transaction() as uow:
+        cursor = uow.jobs.last_event_id()
+        uow.jobs.transition(a, JobState.RUNNING, kind="scheduled", reason="r")
+        uow.jobs.transition(b, JobState.CANCELLED, kind="cancelled", reason="r")
+    with db.transaction() as uow:
+        assert [e.job_id for e in uow.jobs.events_after(cursor)] == [a, b]
+        assert [e.kind for e in uow.jobs.events_after(cursor, job_ids=[b])] == ["cancelled"]
