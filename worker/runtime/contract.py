@@ -44,11 +44,24 @@ CHECKPOINT_INTERVAL_S = "HADAR_CHECKPOINT_INTERVAL_S"
 FAKE_GPU_SPEED = "HADAR_FAKE_GPU_SPEED"
 GPU_TYPE = "HADAR_GPU_TYPE"
 # HadarE copies: the job runs as NUM_COPIES independent replicas that average parameters at
-# the end of each lease; this process belongs to copy COPY_INDEX.
+# the end of each lease; this process belongs to copy COPY_INDEX. The copies find each other
+# through the ordinary torchrun variables: MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK span the
+# processes of *all* copies (one rendezvous per job, as for any multi-task job), and each
+# process names its copy in COPY_INDEX. The runtime groups ranks by copy (copies may have
+# different numbers of processes), all-reduces gradients only within a copy, and at the end of
+# the lease averages parameters over the whole world, each copy weighing the same.
 NUM_COPIES = "HADAR_NUM_COPIES"
 COPY_INDEX = "HADAR_COPY_INDEX"
 # Seed for synthetic data and initialization (fixed per job so runs are reproducible).
 SEED = "HADAR_SEED"
+# "1": torch.use_deterministic_algorithms(True) (and CUBLAS_WORKSPACE_CONFIG on CUDA), for
+# bit-exact reproduction; off by default because some kernels are slower or missing.
+DETERMINISTIC = "HADAR_DETERMINISTIC"
+# Seconds between "progress" records (default 1.0); checkpoints and exits always write one.
+PROGRESS_INTERVAL_S = "HADAR_PROGRESS_INTERVAL_S"
+# Where the job runs its model: "cuda" (default when CUDA is available: cuda:LOCAL_RANK of the
+# GPUs the agent made visible) or "cpu" (fake GPUs, or forcing CPU on a GPU machine).
+DEVICE = "HADAR_DEVICE"
 
 ExitReason = Literal["completed", "lease_done", "stopped"]
 
