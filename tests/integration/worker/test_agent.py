@@ -1,0 +1,534 @@
+"""The real worker agent and its Worker gRPC server (port 0) against an in-process fake master,
+running real subprocesses of a tiny contract-following job."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from protos.hadar.v1 import common_pb2, coordinator_pb2, worker_pb2, worker_pb2_grpc
+from tests.integration.worker.fake_master import FakeMaster, eventually
+from worker.agent.agent import WorkerAgent, settings_for_test
+from worker.gpus import FakeGpuProvider
+
+JOB_SCRIPT = Path(__file__).with_name("contract_job.py")
+# The submitting user of test jobs: whoever runs the tests (so a root agent may run them).
+TEST_USER = pwd.getpwuid(os.geteuid()).pw_name
+
+
+@pytest.fixture
+def master() -> Iterator[FakeMaster]:
+    fake = FakeMaster().start()
+    yield fake
+    fake.stop()
+
+
+def make_agent(master_address: str, state_dir: Path, **overrides: Any) -> WorkerAgent:
+    settings = settings_for_test(master_address, state_dir, **overrides)
+    return WorkerAgent(settings, FakeGpuProvider.from_spec("v100:2,k80:1"), workloads=["resnet"])
+
+
+@pytest.fixture
+def worker(master: FakeMaster, tmp_path: Path) -> Iterator[WorkerAgent]:
+    agent = make_agent(master.address, tmp_path / "state")
+    agent.start()
+    yield agent
+    agent.stop(grace_s=2.0)
+
+
+def stub_for(agent: WorkerAgent) -> worker_pb2_grpc.WorkerStub:
+    channel = grpc.insecure_channel(agent.address)
+    return worker_pb2_grpc.WorkerStub(channel)  # type: ignore[no-untyped-call]
+
+
+def assignment(
+    job_id: int,
+    lease: int,
+    *,
+    mode: str = "train",
+    iterations: int = 1000,
+    budget: int = 0,
+    gpus: tuple[int, ...] = (0,),
+    action: int = worker_pb2.ASSIGNMENT_ACTION_START,
+    grace_s: float = 3.0,
+    command: bool = False,
+    env: dict[str, str] | None = None,
+    **fields: object,
+) -> worker_pb2.TaskAssignment:
+    spec = common_pb2.JobSpec(
+        name=f"job-{job_id}",
+        num_gpus=len(gpus),
+        iterations=iterations,
+        env={"TEST_MODE": mode, **(env or {})},
+    )
+    argv = [sys.executable, str(JOB_SCRIPT)]
+    if command:
+        spec.command.argv.extend(argv)
+    else:
+        spec.script.argv.extend(argv)
+    return worker_pb2.TaskAssignment(
+        job_id=job_id,
+        task_index=0,
+        lease=lease,
+        action=action,  # type: ignore[arg-type]
+        spec=spec,
+        gpu_indices=list(gpus),
+        gpu_type="v100",
+        iteration_budget=budget,
+        grace_s=grace_s,
+        user=TEST_USER,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def apply(
+    stub: worker_pb2_grpc.WorkerStub, *assignments: worker_pb2.TaskAssignment
+) -> list[worker_pb2.AssignmentResult]:
+    response = stub.ApplyAssignments(
+        worker_pb2.ApplyAssignmentsRequest(round=1, assignments=list(assignments)), timeout=5
+    )
+    return list(response.results)
+
+
+def logs(stub: worker_pb2_grpc.WorkerStub, job_id: int, **request: object) -> dict[int, bytes]:
+    by_rank: dict[int, bytes] = {}
+    start: dict[int, int] = {}
+    for chunk in stub.StreamTaskLogs(
+        worker_pb2.StreamTaskLogsRequest(job_id=job_id, **request),  # type: ignore[arg-type]
+        timeout=10,
+    ):
+        start.setdefault(chunk.rank, chunk.offset)
+        expected = start[chunk.rank] + len(by_rank.get(chunk.rank, b""))
+        assert chunk.offset == expected, "chunks are contiguous"
+        by_rank[chunk.rank] = by_rank.get(chunk.rank, b"") + chunk.data
+    return by_rank
+
+
+def env_of(log: bytes) -> dict[str, str]:
+    for line in log.decode().splitlines():
+        if line.startswith("ENV "):
+            env: dict[str, str] = json.loads(line[4:])
+            return env
+    raise AssertionError(f"no ENV line in {log!r}")
+
+
+def test_registers_with_gpus_and_serves_status(master: FakeMaster, worker: WorkerAgent) -> None:
+    """The agent registers its fake GPUs and address, heartbeats, and reports status."""
+    eventually(lambda: master.registration_count() >= 1)
+    registration = master.registrations[0]
+    assert registration.node == "test-node"
+    assert registration.address == worker.address
+    assert [(g.index, g.type, g.fake) for g in registration.gpus] == [
+        (0, "v100", True),
+        (1, "v100", True),
+        (2, "k80", True),
+    ]
+    assert list(registration.workloads) == ["resnet"]
+    eventually(lambda: len(master.heartbeats) >= 1)
+    status = stub_for(worker).GetWorkerStatus(worker_pb2.GetWorkerStatusRequest(), timeout=5)
+    assert status.node == "test-node"
+    assert status.connected
+    assert len(status.gpus) == 3
+
+
+def test_start_runs_ranks_with_contract_env_and_reports_lease_done(
+    master: FakeMaster, worker: WorkerAgent
+) -> None:
+    """START spawns one process per GPU with torchrun and HADAR_* variables; progress is
+    relayed and the end of the lease budget is reported as LEASE_DONE."""
+    stub = stub_for(worker)
+    a = assignment(
+        7,
+        3,
+        iterations=100,
+        budget=15,
+        gpus=(0, 1),
+        env={"USER_VAR": "hello"},
+        rendezvous=worker_pb2.Rendezvous(
+            master_addr="10.1.2.3", master_port=29999, world_size=4, rank_offset=2
+        ),
+        local_batch_sizes=[16, 8],
+        iterations_done=5,
+    )
+    a.spec.batch_size = 24
+    (result,) = apply(stub, a)
+    assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED, result.message
+
+    eventually(lambda: master.exits_for(7))
+    (exit_report,) = master.exits_for(7)
+    assert exit_report.kind == common_pb2.EXIT_KIND_LEASE_DONE
+    assert exit_report.iterations_done == 20
+    assert exit_report.lease == 3
+    assert exit_report.node == "test-node"
+
+    progress = master.progress_for(7)
+    assert progress, "progress was relayed before the exit"
+    assert all(p.lease == 3 and p.gpu_type == "v100" for p in progress)
+    assert 5 < progress[-1].iterations_done <= 20
+    assert [p.iterations_done for p in progress] == sorted(p.iterations_done for p in progress)
+
+    by_rank = logs(stub, 7)
+    assert sorted(by_rank) == [2, 3]
+    for rank, local_rank, local_batch in ((2, 0, "16"), (3, 1, "8")):
+        env = env_of(by_rank[rank])
+        assert env["RANK"] == str(rank)
+        assert env["LOCAL_RANK"] == str(local_rank)
+        assert env["WORLD_SIZE"] == "4"
+        assert env["LOCAL_WORLD_SIZE"] == "2"
+        assert env["MASTER_ADDR"] == "10.1.2.3"
+        assert env["MASTER_PORT"] == "29999"
+        assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+        assert env["HADAR_JOB_ID"] == "7"
+        assert env["HADAR_LEASE"] == "3"
+        assert env["HADAR_ITERATIONS"] == "100"
+        assert env["HADAR_ITERATIONS_DONE"] == "5"
+        assert env["HADAR_ITERATION_BUDGET"] == "15"
+        assert env["HADAR_GLOBAL_BATCH_SIZE"] == "24"
+        assert env["HADAR_LOCAL_BATCH_SIZE"] == local_batch
+        assert float(env["HADAR_FAKE_GPU_SPEED"]) == pytest.approx(1.0 / 3.5)
+        assert env["HADAR_GPU_TYPE"] == "v100"
+        assert env["HADAR_DEVICE"] == "cpu"
+        assert env["USER_VAR"] == "hello"
+        assert env["HADAR_PROGRESS_FILE"].endswith(f"progress-rank{local_rank}.jsonl")
+        assert Path(env["CWD"]) == worker.settings.resolved_jobs_dir() / "job-7"
+        assert not any(k.startswith("HADAR_WORKER_") for k in env)
+
+
+def test_job_that_runs_all_iterations_is_reported_completed(
+    master: FakeMaster, worker: WorkerAgent
+) -> None:
+    """A job that reaches its total iterations writes exit/completed: COMPLETED."""
+    (result,) = apply(stub_for(worker), assignment(8, 1, iterations=6, gpus=(2,)))
+    assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
+    eventually(lambda: master.exits_for(8))
+    (report,) = master.exits_for(8)
+    assert report.kind == common_pb2.EXIT_KIND_COMPLETED
+    assert report.iterations_done == 6
+    env = env_of(logs(stub_for(worker), 8)[0])
+    assert float(env["HADAR_FAKE_GPU_SPEED"]) == pytest.approx(0.25 / 3.5)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2"
+
+
+def test_resend_is_a_no_op_and_an_older_lease_is_stale(
+    master: FakeMaster, worker: WorkerAgent
+) -> None:
+    """The same START twice starts one task; a START with an older lease is refused as
+    STALE, also after the newer task exited."""
+    stub = stub_for(worker)
+    first = assignment(9, 5, iterations=8)
+    assert apply(stub, first)[0].outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
+    (again,) = apply(stub, first)
+    assert again.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
+    (older,) = apply(stub, assignment(9, 4, iterations=8))
+    assert older.outcome == worker_pb2.ASSIGNMENT_OUTCOME_STALE
+    assert "older than lease 5" in older.message
+    eventually(lambda: master.exits_for(9))
+    assert apply(stub, first)[0].outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
+    assert apply(stub, assignment(9, 2))[0].outcome == worker_pb2.ASSIGNMENT_OUTCOME_STALE
+    log = logs(stub, 9)[0].decode()
+    assert log.count("ENV ") == 1, "the resend started nothing"
+    assert len(master.exits_for(9)) == 1
+
+
+def test_stop_task_checkpoints_and_is_reported_stopped(
+    master: FakeMaster, worker: WorkerAgent
+) -> None:
+    """StopTask(checkpoint) sends SIGTERM; the job checkpoints, exits 0: STOPPED."""
+    stub = stub_for(worker)
+    apply(stub, assignment(10, 1, iterations=100_000))
+    eventually(lambda: master.progress_for(10))
+    response = stub.StopTask(
+        worker_pb2.StopTaskRequest(job_id=10, checkpoint=True, grace_s=5, reason="cancel"),
+        timeout=5,
+    )
+    assert response.was_running
+    eventually(lambda: master.exits_for(10))
+    (report,) = master.exits_for(10)
+    assert report.kind == common_pb2.EXIT_KIND_STOPPED
+    assert report.exit_code == 0
+    assert report.iterations_done > 0
+    again = stub.StopTask(worker_pb2.StopTaskRequest(job_id=10, checkpoint=True), timeout=5)
+    assert not again.was_running
+
+
+def test_process_ignoring_sigterm_is_killed_after_grace(
+    master: FakeMaster, worker: WorkerAgent
+) -> None:
+    """A process that ignores SIGTERM is SIGKILLed after the grace period: KILLED."""
+    stub = stub_for(worker)
+    apply(stub, assignment(11, 1, mode="ignore_term"))
+    eventually(lambda: b"ignoring SIGTERM" in logs(stub, 11).get(0, b""))
+    stub.StopTask(worker_pb2.StopTaskRequest(job_id=11, checkpoint=True, grace_s=0.5), timeout=5)
+    eventually(lambda: master.exits_for(11))
+    (report,) = master.exits_for(11)
+    assert report.kind == common_pb2.EXIT_KIND_KILLED
+    assert report.signal == signal.SIGKILL
+    assert not report.HasField("exit_code")
+
+
+def test_failing_process_is_reported_failed_with_stderr_tail(
+    master: FakeMaster, worker: WorkerAgent
+) -> None:
+    """A non-zero exit is FAILED with its exit code and the last lines it wrote."""
+    apply(stub_for(worker), assignment(12, 1, mode="fail"))
+    eventually(lambda: master.exits_for(12))
+    (report,) = master.exits_for(12)
+    assert report.kind == common_pb2.EXIT_KIND_FAILED
+    assert report.exit_code == 3
+    assert "boom, the model exploded" in report.message
+
+
+def test_failing_rank_stops_the_other_ranks(master: FakeMaster, worker: WorkerAgent) -> None:
+    """When one rank fails, the others are stopped and the task is FAILED (not hung)."""
+    a = assignment(13, 1, gpus=(0, 1), iterations=100_000)
+    # Rank 1 fails at once; rank 0 would train for a long time.
+    a.spec.script.argv[:] = [
+        sys.executable,
+        "-c",
+        "import os, runpy, sys; os.environ['TEST_MODE'] = 'fail' if os.environ['RANK'] == '1'"
+        f" else 'train'; sys.argv = ['job']; runpy.run_path({str(JOB_SCRIPT)!r},"
+        " run_name='__main__')",
+    ]
+    apply(stub_for(worker), a)
+    eventually(lambda: master.exits_for(13))
+    (report,) = master.exits_for(13)
+    assert report.kind == common_pb2.EXIT_KIND_FAILED
+    assert report.message.startswith("rank 1: exit code 3")
+
+
+def test_stream_task_logs_follows_until_the_task_ends(
+    master: FakeMaster, worker: WorkerAgent
+) -> None:
+    """StreamTaskLogs(follow) returns output as it is written and ends when the task ends;
+    tail_lines starts with the last lines."""
+    stub = stub_for(worker)
+    apply(stub, assignment(14, 1, mode="print", command=True, env={"STEP_S": "0.01"}))
+    received: list[bytes] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        for chunk in stub.StreamTaskLogs(
+            worker_pb2.StreamTaskLogsRequest(job_id=14, follow=True), timeout=20
+        ):
+            received.append(chunk.data)
+        done.set()
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    eventually(lambda: b"line 30\n" in b"".join(received))
+    assert not done.is_set(), "a follow stream stays open while the task runs"
+    stub.StopTask(worker_pb2.StopTaskRequest(job_id=14, checkpoint=True, grace_s=2), timeout=5)
+    assert done.wait(10), "the stream ends once the task has exited"
+    reader.join()
+    text = b"".join(received).decode()
+    assert text.startswith("ENV ")
+    assert text == logs(stub, 14)[0].decode(), "the stream saw everything, in order"
+    tail = logs(stub, 14, tail_lines=2)[0].decode()
+    assert tail.splitlines() == text.splitlines()[-2:]
+    eventually(lambda: master.exits_for(14))
+    # An opaque command terminated on request without a checkpoint.
+    assert master.exits_for(14)[0].kind == common_pb2.EXIT_KIND_KILLED
+
+
+def test_opaque_command_is_not_preempted_by_a_stop_assignment(
+    master: FakeMaster, worker: WorkerAgent
+) -> None:
+    """A STOP assignment for an opaque command is refused; cancelling (StopTask) stops it."""
+    stub = stub_for(worker)
+    apply(stub, assignment(15, 1, mode="print", command=True, env={"STEP_S": "0.05"}))
+    (result,) = apply(stub, assignment(15, 1, action=worker_pb2.ASSIGNMENT_ACTION_STOP))
+    assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+    assert "not preemptible" in result.message
+    assert worker.supervisor.is_running(15, 1)
+    assert stub.StopTask(worker_pb2.StopTaskRequest(job_id=15, checkpoint=False), timeout=5)
+    eventually(lambda: master.exits_for(15))
+    assert master.exits_for(15)[0].kind == common_pb2.EXIT_KIND_KILLED
+
+
+def test_stop_assignment_preempts_a_managed_task(master: FakeMaster, worker: WorkerAgent) -> None:
+    """ASSIGNMENT_ACTION_STOP checkpoints and stops a managed task: STOPPED."""
+    stub = stub_for(worker)
+    apply(stub, assignment(16, 2, iterations=100_000))
+    eventually(lambda: master.progress_for(16))
+    (result,) = apply(stub, assignment(16, 2, action=worker_pb2.ASSIGNMENT_ACTION_STOP))
+    assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
+    eventually(lambda: master.exits_for(16))
+    assert master.exits_for(16)[0].kind == common_pb2.EXIT_KIND_STOPPED
+
+
+def test_stale_progress_ack_stops_the_task(master: FakeMaster, worker: WorkerAgent) -> None:
+    """When the master answers a progress report with stale=True, the task is stopped."""
+    master.stale_jobs.add(17)
+    apply(stub_for(worker), assignment(17, 1, iterations=100_000))
+    eventually(lambda: master.exits_for(17))
+    assert master.exits_for(17)[0].kind == common_pb2.EXIT_KIND_STOPPED
+
+
+def test_reregister_reports_running_tasks(master: FakeMaster, worker: WorkerAgent) -> None:
+    """HeartbeatResponse.reregister makes the agent register again with its running tasks,
+    which keep running."""
+    apply(stub_for(worker), assignment(18, 4, iterations=100_000))
+    eventually(lambda: master.progress_for(18))
+    master.reregister_once = True
+    eventually(lambda: master.registration_count() >= 2)
+    tasks = master.registrations[-1].tasks
+    assert [(t.job_id, t.lease, t.state) for t in tasks] == [(18, 4, common_pb2.TASK_STATE_RUNNING)]
+    assert tasks[0].pids
+    assert worker.supervisor.is_running(18, 4)
+
+
+def test_master_restart_reregisters_and_stops_fenced_tasks(
+    master: FakeMaster, tmp_path: Path
+) -> None:
+    """When the master goes away and comes back on the same address, the agent registers
+    again reporting its tasks (which kept running) and stops those the master fences."""
+    agent = make_agent(master.address, tmp_path / "state")
+    agent.start()
+    try:
+        stub = stub_for(agent)
+        apply(stub, assignment(20, 1, iterations=100_000))
+        apply(stub, assignment(21, 1, iterations=100_000, gpus=(1,)))
+        eventually(lambda: master.progress_for(20) and master.progress_for(21))
+        master.stop()
+        eventually(lambda: not agent.connected)
+        assert agent.supervisor.is_running(20, 1) and agent.supervisor.is_running(21, 1)
+
+        restarted = FakeMaster(port=master.port)
+        restarted.register_stop = [coordinator_pb2.TaskRef(job_id=21, task_index=0, lease=1)]
+        restarted.start()
+        try:
+            eventually(lambda: restarted.registration_count() >= 1)
+            reported = {(t.job_id, t.lease) for t in restarted.registrations[0].tasks}
+            assert reported == {(20, 1), (21, 1)}
+            eventually(lambda: restarted.exits_for(21))
+            assert restarted.exits_for(21)[0].kind == common_pb2.EXIT_KIND_STOPPED
+            assert agent.supervisor.is_running(20, 1)
+            assert not restarted.exits_for(20)
+        finally:
+            agent.stop(grace_s=2.0)
+            restarted.stop()
+    finally:
+        agent.stop(grace_s=2.0)
+
+
+def test_exit_reports_are_retried_until_acknowledged(
+    master: FakeMaster, worker: WorkerAgent
+) -> None:
+    """A TaskExited that fails is kept and resent until the master takes it, exactly once."""
+    master.fail_exits = 3
+    apply(stub_for(worker), assignment(22, 1, mode="fail"))
+    eventually(lambda: master.exits_for(22), timeout_s=15)
+    assert master.exit_attempts >= 4
+    assert len(master.exits_for(22)) == 1
+    eventually(lambda: not worker.pending_exits())
+
+
+def test_unsent_exit_survives_an_agent_restart(tmp_path: Path) -> None:
+    """An exit the master never acknowledged is on disk; the next agent on the same state
+    directory sends it."""
+    down = FakeMaster().start()
+    down.fail_exits = 1_000_000
+    agent = make_agent(down.address, tmp_path / "state")
+    agent.start()
+    apply(stub_for(agent), assignment(23, 1, mode="fail"))
+    eventually(agent.pending_exits)
+    agent.stop(grace_s=1.0)
+    down.stop()
+
+    up = FakeMaster().start()
+    again = make_agent(up.address, tmp_path / "state")
+    again.start()
+    try:
+        eventually(lambda: up.exits_for(23))
+        assert up.exits_for(23)[0].kind == common_pb2.EXIT_KIND_FAILED
+    finally:
+        again.stop(grace_s=1.0)
+        up.stop()
+
+
+def test_restarted_agent_stops_tasks_its_predecessor_left(
+    master: FakeMaster, tmp_path: Path
+) -> None:
+    """Processes left by an agent that died are asked to checkpoint and reported by the next
+    agent, so the master can place the job again."""
+    agent = make_agent(master.address, tmp_path / "state")
+    agent.start()
+    apply(stub_for(agent), assignment(24, 1, iterations=100_000))
+    eventually(lambda: master.progress_for(24))
+    pid = agent.supervisor.snapshot()[0].pids[0]
+    agent.stop(stop_tasks=False)
+
+    again = make_agent(master.address, tmp_path / "state")
+    again.start()
+    try:
+        eventually(lambda: master.exits_for(24))
+        (report,) = master.exits_for(24)
+        assert report.kind == common_pb2.EXIT_KIND_STOPPED, report.message
+        assert report.iterations_done > 0
+        assert (
+            not Path(f"/proc/{pid}/status").exists()
+            or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        )
+    finally:
+        again.stop(grace_s=1.0)
+
+
+def test_calls_without_the_cluster_token_are_refused(tmp_path: Path) -> None:
+    """With a token configured, the worker refuses calls without it and sends it to the
+    master."""
+    fake = FakeMaster(token="s3cret").start()
+    agent = make_agent(fake.address, tmp_path / "state", token="s3cret")
+    agent.start()
+    try:
+        eventually(lambda: fake.registration_count() >= 1)
+        stub = stub_for(agent)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.GetWorkerStatus(worker_pb2.GetWorkerStatusRequest(), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as wrong:
+            list(
+                stub.StreamTaskLogs(
+                    worker_pb2.StreamTaskLogsRequest(job_id=1),
+                    metadata=(("authorization", "Bearer nope"),),
+                    timeout=5,
+                )
+            )
+        assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        status = stub.GetWorkerStatus(
+            worker_pb2.GetWorkerStatusRequest(),
+            metadata=(("authorization", "Bearer s3cret"),),
+            timeout=5,
+        )
+        assert status.node == "test-node"
+    finally:
+        agent.stop(grace_s=1.0)
+        fake.stop()
+
+
+def test_bad_assignments_fail_with_a_reason(master: FakeMaster, worker: WorkerAgent) -> None:
+    """Unknown GPU, unknown workload, missing program: FAILED with a message, nothing runs."""
+    stub = stub_for(worker)
+    bad_gpu = assignment(30, 1, gpus=(7,))
+    unknown_workload = assignment(31, 1)
+    unknown_workload.spec.workload.name = "nope"
+    no_program = assignment(32, 1)
+    no_program.spec.ClearField("script")
+    results = apply(stub, bad_gpu, unknown_workload, no_program)
+    assert [r.outcome for r in results] == [worker_pb2.ASSIGNMENT_OUTCOME_FAILED] * 3
+    assert "GPU 7 does not exist" in results[0].message
+    assert "workload 'nope' is not available" in results[1].message
+    assert "no job spec with a program" in results[2].message
+    assert worker.supervisor.running_keys() == []
+    with pytest.raises(grpc.RpcError) as invalid:
+        apply(stub, assignment(0, 1))
+    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT

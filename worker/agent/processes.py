@@ -1,0 +1,166 @@
+"""Starting and signalling a task's processes, behind a seam (real subprocesses or fakes)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """The Unix identity a job's processes take when the agent runs as root."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: Path
+    # stdout and stderr both go here (appended), so the order of lines is kept.
+    log_path: Path
+    run_as: RunAs | None = None
+
+
+class ProcessHandle(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None:
+        """The exit status once exited (negative: killed by that signal), else None."""
+        ...
+
+    def signal_group(self, sig: int) -> None:
+        """Sends `sig` to the process's whole group; a no-op when the group is gone."""
+        ...
+
+
+class ProcessLauncher(Protocol):
+    def launch(self, spec: ProcessSpec) -> ProcessHandle:
+        """Starts the process in its own session and process group. Raises OSError."""
+        ...
+
+
+class _Subprocess:
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    def poll(self) -> int | None:
+        with self._lock:
+            code = self._popen.poll()
+        if code is not None:
+            # Children the rank left behind (data-loader workers) must not outlive it.
+            self.signal_group(signal.SIGKILL)
+        return code
+
+    def signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._popen.pid, sig)
+
+
+# Drops to the job's user, then becomes the job. Done in a fresh interpreter rather than by
+# Popen(user=..., group=...): those make CPython fork() instead of vfork(), and a fork of a
+# process with gRPC's threads can crash in gRPC's fork handlers before the exec.
+_RUN_AS = (
+    "import os, sys\n"
+    "groups = [int(g) for g in sys.argv[3].split(',') if g]\n"
+    "os.setgroups(groups)\n"
+    "os.setgid(int(sys.argv[2]))\n"
+    "os.setuid(int(sys.argv[1]))\n"
+    "os.execvp(sys.argv[4], sys.argv[4:])\n"
+)
+
+
+def run_as_argv(argv: Sequence[str], run_as: RunAs, python: str) -> list[str]:
+    """`argv` wrapped so that it runs as `run_as` (the agent must be root)."""
+    groups = ",".join(str(g) for g in run_as.groups)
+    return [python, "-I", "-S", "-c", _RUN_AS, str(run_as.uid), str(run_as.gid), groups, *argv]
+
+
+class SubprocessLauncher:
+    """Real processes: each in a new session, so one signal reaches everything it started."""
+
+    def __init__(self, python: str = sys.executable) -> None:
+        # The interpreter that runs the privilege-dropping step.
+        self._python = python
+
+    def launch(self, spec: ProcessSpec) -> ProcessHandle:
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = list(spec.argv)
+        if spec.run_as is not None and spec.run_as.uid != os.geteuid():
+            argv = run_as_argv(argv, spec.run_as, self._python)
+        with spec.log_path.open("ab") as log:
+            popen = subprocess.Popen(
+                argv,
+                env=dict(spec.env),
+                cwd=spec.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        return _Subprocess(popen)
+
+
+@dataclass
+class FakeProcess:
+    """A process that exits when the test says so, or on a signal it is set to obey."""
+
+    spec: ProcessSpec
+    pid: int
+    # Exit status on SIGTERM; None: ignores SIGTERM.
+    on_sigterm: int | None = 0
+    returncode: int | None = None
+    signals: list[int] = field(default_factory=list)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def signal_group(self, sig: int) -> None:
+        self.signals.append(sig)
+        if self.returncode is not None:
+            return
+        if sig == signal.SIGKILL:
+            self.returncode = -signal.SIGKILL
+        elif sig == signal.SIGTERM and self.on_sigterm is not None:
+            self.returncode = self.on_sigterm
+
+    def exit(self, code: int) -> None:
+        self.returncode = code
+
+
+class FakeLauncher:
+    """Records what would have run; `fail_with` makes the next launches raise."""
+
+    def __init__(self) -> None:
+        self.processes: list[FakeProcess] = []
+        self.fail_with: OSError | None = None
+        self.on_sigterm: int | None = 0
+        self._next_pid = 40_000
+
+    def launch(self, spec: ProcessSpec) -> ProcessHandle:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self._next_pid += 1
+        process = FakeProcess(spec, self._next_pid, on_sigterm=self.on_sigterm)
+        self.processes.append(process)
+        return process

@@ -1,0 +1,169 @@
+"""The Worker gRPC service the master calls, and the cluster-token check in front of it."""
+
+from __future__ import annotations
+
+import hmac
+import re
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from protos.hadar.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+from worker.agent.progressfile import tail_offset
+
+if TYPE_CHECKING:
+    from worker.agent.agent import WorkerAgent
+
+CHUNK_BYTES = 64 * 1024
+FOLLOW_POLL_S = 0.2
+
+_TASK_DIR_RE = re.compile(r"job-(\d+)\.task-(\d+)\.lease-(\d+)")
+_RANK_LOG_RE = re.compile(r"rank-(\d+)\.log")
+
+
+class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Refuses every call whose `authorization` metadata is not `Bearer <token>`."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        presented = ""
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == "authorization":
+                presented = value if isinstance(value, str) else value.decode(errors="replace")
+        if hmac.compare_digest(presented.encode(), self._expected):
+            return continuation(handler_call_details)
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        message = "missing cluster token" if not presented else "wrong cluster token"
+
+        def deny(request: Any, context: grpc.ServicerContext) -> Any:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+        if handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(deny)
+        if handler.request_streaming:
+            return grpc.stream_unary_rpc_method_handler(deny)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(deny)
+        return grpc.unary_unary_rpc_method_handler(deny)
+
+
+class WorkerService(worker_pb2_grpc.WorkerServicer):
+    # Method names are the gRPC service's.
+
+    def __init__(self, agent: WorkerAgent, stopping: threading.Event) -> None:
+        self._agent = agent
+        self._stopping = stopping
+
+    def ApplyAssignments(  # noqa: N802
+        self, request: worker_pb2.ApplyAssignmentsRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.ApplyAssignmentsResponse:
+        for i, assignment in enumerate(request.assignments):
+            if assignment.job_id == 0:
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"assignments[{i}].job_id: must be set"
+                )
+            if assignment.lease == 0:
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"assignments[{i}].lease: must be set"
+                )
+        results = [self._agent.apply(a) for a in request.assignments]
+        return worker_pb2.ApplyAssignmentsResponse(results=results)
+
+    def StopTask(  # noqa: N802
+        self, request: worker_pb2.StopTaskRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.StopTaskResponse:
+        if request.job_id == 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job_id: must be set")
+        if request.grace_s < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "grace_s: must be >= 0")
+        was_running = self._agent.stop_task(
+            request.job_id,
+            lease=request.lease,
+            graceful=request.checkpoint,
+            grace_s=request.grace_s,
+            reason=request.reason or "StopTask",
+        )
+        return worker_pb2.StopTaskResponse(was_running=was_running)
+
+    def GetWorkerStatus(  # noqa: N802
+        self, request: worker_pb2.GetWorkerStatusRequest, context: grpc.ServicerContext
+    ) -> worker_pb2.GetWorkerStatusResponse:
+        return self._agent.status()
+
+    def StreamTaskLogs(  # noqa: N802
+        self, request: worker_pb2.StreamTaskLogsRequest, context: grpc.ServicerContext
+    ) -> Iterator[common_pb2.LogChunk]:
+        dirs = self._agent.supervisor.task_dirs(request.job_id)
+        if not dirs:
+            context.abort(
+                grpc.StatusCode.NOT_FOUND, f"no task of job {request.job_id} on this node"
+            )
+        task_dir = dirs[0]
+        match = _TASK_DIR_RE.fullmatch(task_dir.name)
+        assert match is not None
+        task_index, lease = int(match.group(2)), int(match.group(3))
+        only_rank = request.rank if request.HasField("rank") else None
+        offsets: dict[int, int] = {}
+
+        def rank_logs() -> list[tuple[int, Path]]:
+            logs: list[tuple[int, Path]] = []
+            for path in task_dir.glob("rank-*.log"):
+                found = _RANK_LOG_RE.fullmatch(path.name)
+                if found and (only_rank is None or int(found.group(1)) == only_rank):
+                    logs.append((int(found.group(1)), path))
+            return sorted(logs)
+
+        while True:
+            # Read after checking: once the task is gone, one more pass drains everything.
+            running = self._agent.supervisor.is_running(request.job_id, lease)
+            logs = rank_logs()
+            if not logs and not running and only_rank is not None:
+                context.abort(
+                    grpc.StatusCode.NOT_FOUND,
+                    f"rank {only_rank} has no log in task {task_index} of job {request.job_id}",
+                )
+            for rank, path in logs:
+                if rank not in offsets:
+                    offsets[rank] = (
+                        tail_offset(path, request.tail_lines)
+                        if request.tail_lines
+                        else request.offset
+                    )
+                for data in _read_from(path, offsets, rank):
+                    yield common_pb2.LogChunk(
+                        job_id=request.job_id,
+                        task_index=task_index,
+                        rank=rank,
+                        node=self._agent.node,
+                        data=data,
+                        offset=offsets[rank] - len(data),
+                    )
+            if not request.follow or not running or not context.is_active():
+                return
+            if self._stopping.wait(FOLLOW_POLL_S):
+                return
+
+
+def _read_from(path: Path, offsets: dict[int, int], rank: int) -> Iterator[bytes]:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offsets[rank])
+            while True:
+                data = handle.read(CHUNK_BYTES)
+                if not data:
+                    return
+                offsets[rank] += len(data)
+                yield data
+    except FileNotFoundError:
+        return

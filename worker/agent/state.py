@@ -1,0 +1,187 @@
+"""What the agent keeps on disk so a restart loses nothing: the highest lease applied per job
+(fencing), exit reports the master has not acknowledged, and the processes of running tasks
+(so a restarted agent can clean up after its predecessor).
+
+Each file is rewritten whole and atomically (temporary file, fsync, rename) before the agent
+acts on the change it records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+
+from protos.hadar.v1 import coordinator_pb2
+
+ExitKey = tuple[int, int, int]  # job_id, task_index, lease
+
+
+def exit_key(report: coordinator_pb2.TaskExitedRequest) -> ExitKey:
+    return (report.job_id, report.task_index, report.lease)
+
+
+def write_atomically(path: Path, data: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _read_json(path: Path, default: Any) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError) as exc:
+        # A corrupt file must not stop the agent; keep it aside for a person to inspect.
+        path.replace(path.with_name(path.name + ".corrupt"))
+        raise StateCorruptError(
+            f"{path} was unreadable ({exc}); moved to {path.name}.corrupt"
+        ) from exc
+
+
+class StateCorruptError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class RunningTaskRecord:
+    job_id: int
+    task_index: int
+    lease: int
+    pids: tuple[int, ...]
+    task_dir: str
+    # Rank-0 progress file, read for the exit of a task whose agent died.
+    progress_file: str
+
+
+class StateStore:
+    """The agent's durable state under ``<state_dir>/agent``."""
+
+    # Leases of this many jobs are remembered (the oldest are forgotten first).
+    MAX_LEASES = 10_000
+
+    def __init__(self, state_dir: Path) -> None:
+        self._dir = state_dir / "agent"
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self.warnings: list[str] = []
+        self._leases: dict[int, int] = {}
+        self._exits: dict[ExitKey, coordinator_pb2.TaskExitedRequest] = {}
+        self._running: dict[tuple[int, int], RunningTaskRecord] = {}
+        self._load()
+
+    # -- loading
+
+    def _load_file(self, name: str, default: Any) -> Any:
+        try:
+            return _read_json(self._dir / name, default)
+        except StateCorruptError as exc:
+            self.warnings.append(str(exc))
+            return default
+
+    def _load(self) -> None:
+        leases = self._load_file("leases.json", {})
+        self._leases = {int(job): int(lease) for job, lease in leases.items()}
+        for raw in self._load_file("exits.json", []):
+            report = json_format.ParseDict(raw, coordinator_pb2.TaskExitedRequest())
+            self._exits[exit_key(report)] = report
+        for raw in self._load_file("running.json", []):
+            record = RunningTaskRecord(
+                job_id=int(raw["job_id"]),
+                task_index=int(raw["task_index"]),
+                lease=int(raw["lease"]),
+                pids=tuple(int(p) for p in raw["pids"]),
+                task_dir=str(raw["task_dir"]),
+                progress_file=str(raw["progress_file"]),
+            )
+            self._running[(record.job_id, record.lease)] = record
+
+    # -- leases
+
+    def lease(self, job_id: int) -> int | None:
+        with self._lock:
+            return self._leases.get(job_id)
+
+    def record_lease(self, job_id: int, lease: int) -> None:
+        with self._lock:
+            if self._leases.get(job_id, -1) >= lease:
+                return
+            self._leases.pop(job_id, None)
+            self._leases[job_id] = lease
+            while len(self._leases) > self.MAX_LEASES:
+                del self._leases[next(iter(self._leases))]
+            write_atomically(
+                self._dir / "leases.json",
+                json.dumps({str(job): lease for job, lease in self._leases.items()}),
+            )
+
+    # -- exit outbox
+
+    def add_exit(self, report: coordinator_pb2.TaskExitedRequest) -> None:
+        with self._lock:
+            self._exits[exit_key(report)] = report
+            self._write_exits()
+
+    def pending_exits(self) -> list[coordinator_pb2.TaskExitedRequest]:
+        with self._lock:
+            return list(self._exits.values())
+
+    def ack_exit(self, key: ExitKey) -> None:
+        with self._lock:
+            if self._exits.pop(key, None) is not None:
+                self._write_exits()
+
+    def _write_exits(self) -> None:
+        write_atomically(
+            self._dir / "exits.json",
+            json.dumps([json_format.MessageToDict(r) for r in self._exits.values()]),
+        )
+
+    # -- running tasks
+
+    def running(self) -> list[RunningTaskRecord]:
+        with self._lock:
+            return list(self._running.values())
+
+    def add_running(self, record: RunningTaskRecord) -> None:
+        with self._lock:
+            self._running[(record.job_id, record.lease)] = record
+            self._write_running()
+
+    def remove_running(self, job_id: int, lease: int) -> None:
+        with self._lock:
+            if self._running.pop((job_id, lease), None) is not None:
+                self._write_running()
+
+    def _write_running(self) -> None:
+        write_atomically(
+            self._dir / "running.json",
+            json.dumps(
+                [
+                    {
+                        "job_id": r.job_id,
+                        "task_index": r.task_index,
+                        "lease": r.lease,
+                        "pids": list(r.pids),
+                        "task_dir": r.task_dir,
+                        "progress_file": r.progress_file,
+                    }
+                    for r in self._running.values()
+                ]
+            ),
+        )

@@ -1,0 +1,671 @@
+"""Runs and supervises a node's tasks: applies assignments with lease fencing, starts one
+process per GPU, stops them gracefully (SIGTERM, then SIGKILL after the grace period), reads
+their progress files and turns their exits into exit reports.
+
+All methods are thread-safe; :meth:`Supervisor.poll` is called periodically (the agent's
+supervision thread) and does the time-driven work: reaping exits, escalating to SIGKILL,
+starting tasks that waited for an older lease of their job to stop.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from protos.hadar.v1 import common_pb2, coordinator_pb2, worker_pb2
+from worker.agent.clock import Clock
+from worker.agent.processes import ProcessHandle, ProcessLauncher, ProcessSpec, RunAs
+from worker.agent.progressfile import ProgressTail, tail_lines
+from worker.agent.state import RunningTaskRecord, StateStore
+from worker.agent.users import UnknownUserError, UserDirectory
+from worker.gpus import GpuInfo
+from worker.runtime import contract
+
+APPLIED = worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
+STALE = worker_pb2.ASSIGNMENT_OUTCOME_STALE
+FAILED = worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+
+# Torchrun's variables: the job cannot override them through its env.
+TORCHRUN_VARS = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+)
+
+_EXIT_KINDS: dict[str, common_pb2.ExitKind] = {
+    "completed": common_pb2.EXIT_KIND_COMPLETED,
+    "lease_done": common_pb2.EXIT_KIND_LEASE_DONE,
+    "stopped": common_pb2.EXIT_KIND_STOPPED,
+}
+
+
+class Phase(enum.Enum):
+    # Waits for an older lease of the same job on this node to stop.
+    WAITING = "waiting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    EXITED = "exited"
+
+
+_TASK_STATES = {
+    Phase.WAITING: common_pb2.TASK_STATE_STARTING,
+    Phase.RUNNING: common_pb2.TASK_STATE_RUNNING,
+    Phase.STOPPING: common_pb2.TASK_STATE_STOPPING,
+    Phase.EXITED: common_pb2.TASK_STATE_EXITED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorConfig:
+    node: str
+    state_dir: Path
+    jobs_dir: Path
+    checkpoint_root: Path
+    # Python for built-in workloads.
+    python: str
+    grace_s: float = 30.0
+    checkpoint_interval_s: float = 0.0
+    failure_tail_lines: int = 20
+    # Names of the built-in workloads; None when unknown (then any name is tried).
+    workloads: frozenset[str] | None = None
+    # Environment every job process starts from (the agent's, minus its own settings).
+    base_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RankProcess:
+    rank: int
+    local_rank: int
+    gpu_index: int
+    handle: ProcessHandle
+    log_path: Path
+    returncode: int | None = None
+
+
+@dataclass
+class Task:
+    job_id: int
+    task_index: int
+    lease: int
+    assignment: worker_pb2.TaskAssignment
+    managed: bool
+    task_dir: Path
+    progress: ProgressTail
+    phase: Phase = Phase.RUNNING
+    processes: list[RankProcess] = field(default_factory=list)
+    stop_requested: bool = False
+    stop_reason: str = ""
+    kill_at: float | None = None
+    killed: bool = False
+    # (rank, status) of the first process that failed on its own.
+    failure: tuple[int, int] | None = None
+    # Progress already sent to the master (at of the last record relayed).
+    reported_at: float = -math.inf
+    iterations_done: int = 0
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.job_id, self.lease)
+
+    def alive(self) -> list[RankProcess]:
+        return [p for p in self.processes if p.returncode is None]
+
+
+class AssignmentRefusedError(Exception):
+    """An assignment cannot be applied on this node; the message says why."""
+
+
+def _kind_name(kind: common_pb2.ExitKind) -> str:
+    return common_pb2.ExitKind.Name(kind)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        config: SupervisorConfig,
+        gpus: Sequence[GpuInfo],
+        launcher: ProcessLauncher,
+        clock: Clock,
+        state: StateStore,
+        users: UserDirectory,
+        on_exit: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._config = config
+        self._gpus = {gpu.index: gpu for gpu in gpus}
+        self._launcher = launcher
+        self._clock = clock
+        self._state = state
+        self._users = users
+        self._on_exit = on_exit
+        self._lock = threading.RLock()
+        self._tasks: dict[tuple[int, int], Task] = {}
+        # (job, lease) of tasks that have exited, so a resend is recognized.
+        self._finished: dict[tuple[int, int], common_pb2.ExitKind] = {}
+
+    # -- GPUs
+
+    def update_gpus(self, gpus: Sequence[GpuInfo]) -> None:
+        with self._lock:
+            self._gpus = {gpu.index: gpu for gpu in gpus}
+
+    # -- assignments
+
+    def apply(self, assignment: worker_pb2.TaskAssignment) -> worker_pb2.AssignmentResult:
+        result = worker_pb2.AssignmentResult(
+            job_id=assignment.job_id, task_index=assignment.task_index, lease=assignment.lease
+        )
+        with self._lock:
+            outcome, message = self._apply(assignment)
+        result.outcome = outcome
+        result.message = message
+        return result
+
+    def _apply(self, a: worker_pb2.TaskAssignment) -> tuple[worker_pb2.AssignmentOutcome, str]:
+        applied = self._state.lease(a.job_id)
+        if applied is not None and a.lease < applied:
+            return STALE, f"lease {a.lease} is older than lease {applied} already applied"
+        if a.action == worker_pb2.ASSIGNMENT_ACTION_START:
+            return self._apply_start(a)
+        if a.action == worker_pb2.ASSIGNMENT_ACTION_EXTEND:
+            return self._apply_extend(a)
+        if a.action == worker_pb2.ASSIGNMENT_ACTION_STOP:
+            return self._apply_stop(a)
+        return FAILED, f"unknown action {a.action}"
+
+    def _apply_start(
+        self, a: worker_pb2.TaskAssignment
+    ) -> tuple[worker_pb2.AssignmentOutcome, str]:
+        key = (a.job_id, a.lease)
+        if key in self._tasks:
+            return APPLIED, "already running"
+        if key in self._finished:
+            return APPLIED, f"already ran and exited ({_kind_name(self._finished[key])})"
+        try:
+            run_as = self._check_start(a)
+        except AssignmentRefusedError as exc:
+            return FAILED, str(exc)
+        self._state.record_lease(a.job_id, a.lease)
+        task = self._new_task(a)
+        older = [t for t in self._tasks.values() if t.job_id == a.job_id and t.lease < a.lease]
+        for old in older:
+            self._request_stop(old, graceful=True, grace_s=a.grace_s, reason="superseded")
+        if older:
+            task.phase = Phase.WAITING
+            self._tasks[key] = task
+            return APPLIED, f"starts when lease {older[0].lease} of this job has stopped"
+        try:
+            self._spawn(task, run_as)
+        except AssignmentRefusedError as exc:
+            return FAILED, str(exc)
+        self._tasks[key] = task
+        return APPLIED, "started"
+
+    def _apply_extend(
+        self, a: worker_pb2.TaskAssignment
+    ) -> tuple[worker_pb2.AssignmentOutcome, str]:
+        key = (a.job_id, a.lease)
+        if key in self._finished:
+            return APPLIED, f"already exited ({_kind_name(self._finished[key])})"
+        current = self._current(a.job_id)
+        if current is None or current.phase in (Phase.STOPPING, Phase.EXITED):
+            return FAILED, f"no running task of job {a.job_id} to extend"
+        self._state.record_lease(a.job_id, a.lease)
+        if current.lease != a.lease:
+            # The extension carries a newer fencing token: reports use it from now on.
+            del self._tasks[current.key]
+            self._state.remove_running(current.job_id, current.lease)
+            current.lease = a.lease
+            self._tasks[current.key] = current
+            self._record_running(current)
+        current.assignment.lease_expires_at.CopyFrom(a.lease_expires_at)
+        return APPLIED, "extended"
+
+    def _apply_stop(self, a: worker_pb2.TaskAssignment) -> tuple[worker_pb2.AssignmentOutcome, str]:
+        self._state.record_lease(a.job_id, a.lease)
+        running = [t for t in self._tasks.values() if t.job_id == a.job_id and t.lease <= a.lease]
+        if not running:
+            return APPLIED, "not running"
+        for task in running:
+            if not task.managed:
+                return FAILED, (
+                    f"job {a.job_id} runs an opaque command, which is not preemptible; "
+                    "only cancelling the job (StopTask) stops it"
+                )
+        for task in running:
+            self._request_stop(task, graceful=True, grace_s=a.grace_s, reason="stop assignment")
+        return APPLIED, "stopping"
+
+    def _current(self, job_id: int) -> Task | None:
+        tasks = [t for t in self._tasks.values() if t.job_id == job_id]
+        return max(tasks, key=lambda t: t.lease) if tasks else None
+
+    def _check_start(self, a: worker_pb2.TaskAssignment) -> RunAs | None:
+        spec = a.spec
+        if not a.HasField("spec") or spec.WhichOneof("program") is None:
+            raise AssignmentRefusedError("START carries no job spec with a program")
+        if not a.gpu_indices:
+            raise AssignmentRefusedError("no GPU indices")
+        if len(set(a.gpu_indices)) != len(a.gpu_indices):
+            raise AssignmentRefusedError(f"GPU indices repeat: {list(a.gpu_indices)}")
+        for index in a.gpu_indices:
+            gpu = self._gpus.get(index)
+            if gpu is None:
+                raise AssignmentRefusedError(
+                    f"GPU {index} does not exist on node {self._config.node} "
+                    f"(it has {sorted(self._gpus)})"
+                )
+            if not gpu.healthy:
+                raise AssignmentRefusedError(f"GPU {index} is unhealthy: {gpu.problem}")
+        if a.local_batch_sizes and len(a.local_batch_sizes) != len(a.gpu_indices):
+            raise AssignmentRefusedError(
+                f"{len(a.local_batch_sizes)} local batch sizes for {len(a.gpu_indices)} GPUs"
+            )
+        program = spec.WhichOneof("program")
+        if program == "workload":
+            name = spec.workload.name
+            known = self._config.workloads
+            if not name or (known is not None and name not in known):
+                raise AssignmentRefusedError(
+                    f"workload {name!r} is not available here (known: {sorted(known or [])})"
+                )
+        elif program == "script" and not spec.script.argv:
+            raise AssignmentRefusedError("script program has an empty argv")
+        elif program == "command" and not spec.command.argv:
+            raise AssignmentRefusedError("command program has an empty argv")
+        if spec.workdir and not Path(spec.workdir).is_dir():
+            raise AssignmentRefusedError(f"workdir {spec.workdir} does not exist on this node")
+        if not self._users.agent_is_root():
+            return None
+        if not a.user:
+            raise AssignmentRefusedError("the worker runs as root and the assignment names no user")
+        try:
+            return self._users.lookup(a.user)
+        except UnknownUserError as exc:
+            raise AssignmentRefusedError(f"cannot run as the submitting user: {exc}") from exc
+
+    def _new_task(self, a: worker_pb2.TaskAssignment) -> Task:
+        task_dir = (
+            self._config.state_dir / "tasks" / f"job-{a.job_id}.task-{a.task_index}.lease-{a.lease}"
+        )
+        assignment = worker_pb2.TaskAssignment()
+        assignment.CopyFrom(a)
+        return Task(
+            job_id=a.job_id,
+            task_index=a.task_index,
+            lease=a.lease,
+            assignment=assignment,
+            managed=a.spec.WhichOneof("program") != "command",
+            task_dir=task_dir,
+            progress=ProgressTail(task_dir / "progress-rank0.jsonl"),
+            iterations_done=a.iterations_done,
+        )
+
+    # -- starting
+
+    def _argv(self, task: Task, workdir: Path, env: Mapping[str, str]) -> list[str]:
+        spec = task.assignment.spec
+        program = spec.WhichOneof("program")
+        if program == "workload":
+            return [self._config.python, "-m", "worker.workloads", spec.workload.name]
+        argv = list(spec.script.argv if program == "script" else spec.command.argv)
+        head = argv[0]
+        if "/" not in head and shutil.which(head, path=env.get("PATH")) is None:
+            local = workdir / head
+            if local.exists():
+                argv[0] = str(local)
+        return argv
+
+    def _spawn(self, task: Task, run_as: RunAs | None) -> None:
+        a = task.assignment
+        spec = a.spec
+        workdir = Path(spec.workdir) if spec.workdir else self._config.jobs_dir / f"job-{a.job_id}"
+        checkpoint_dir = Path(
+            a.checkpoint_dir
+            or spec.checkpoint_dir
+            or self._config.checkpoint_root / f"job-{a.job_id}"
+        )
+        try:
+            task.task_dir.mkdir(parents=True, exist_ok=True)
+            workdir.mkdir(parents=True, exist_ok=True)
+            checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            if run_as is not None:
+                for path in (task.task_dir, workdir, checkpoint_dir):
+                    if path.stat().st_uid == 0:
+                        os.chown(path, run_as.uid, run_as.gid)
+        except OSError as exc:
+            raise AssignmentRefusedError(f"cannot prepare directories: {exc}") from exc
+
+        world_size = a.rendezvous.world_size or len(a.gpu_indices)
+        global_batch = spec.batch_size or sum(a.local_batch_sizes)
+        common = dict(self._config.base_env)
+        if run_as is not None:
+            common.update(HOME=run_as.home, USER=run_as.name, LOGNAME=run_as.name)
+        common.update(spec.env)
+        common.update(
+            {
+                "MASTER_ADDR": a.rendezvous.master_addr or "127.0.0.1",
+                "MASTER_PORT": str(a.rendezvous.master_port or _free_port_hint(a.job_id)),
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_WORLD_SIZE": str(len(a.gpu_indices)),
+                # CUDA numbers devices like NVML (and nvidia-smi) only in PCI bus order.
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                # Every rank sees the task's GPUs; rank i uses device LOCAL_RANK, as under torchrun.
+                "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in a.gpu_indices),
+                contract.JOB_ID: str(a.job_id),
+                contract.TASK_INDEX: str(a.task_index),
+                contract.LEASE: str(a.lease),
+                contract.TOTAL_ITERATIONS: str(spec.iterations),
+                contract.ITERATIONS_DONE: str(a.iterations_done),
+                contract.ITERATION_BUDGET: str(a.iteration_budget),
+                contract.ACCUMULATION_STEPS: str(max(1, a.accumulation_steps)),
+                contract.CHECKPOINT_DIR: str(checkpoint_dir),
+                contract.CHECKPOINT_INTERVAL_S: str(self._config.checkpoint_interval_s),
+                contract.GPU_TYPE: a.gpu_type or self._gpus[a.gpu_indices[0]].type,
+                contract.NUM_COPIES: str(max(1, a.num_copies)),
+                contract.COPY_INDEX: str(a.copy_index),
+                contract.SEED: spec.env.get(contract.SEED, str(a.job_id)),
+            }
+        )
+        if global_batch:
+            common[contract.GLOBAL_BATCH_SIZE] = str(global_batch)
+        argv = self._argv(task, workdir, common)
+        try:
+            for local_rank, gpu_index in enumerate(a.gpu_indices):
+                rank = a.rendezvous.rank_offset + local_rank
+                env = dict(common)
+                env["RANK"] = str(rank)
+                env["LOCAL_RANK"] = str(local_rank)
+                env[contract.PROGRESS_FILE] = str(
+                    task.task_dir / f"progress-rank{local_rank}.jsonl"
+                )
+                if a.local_batch_sizes:
+                    env[contract.LOCAL_BATCH_SIZE] = str(a.local_batch_sizes[local_rank])
+                elif global_batch:
+                    env[contract.LOCAL_BATCH_SIZE] = str(max(1, global_batch // world_size))
+                pace = self._gpus[gpu_index].fake_pace
+                if pace > 0:
+                    env[contract.FAKE_GPU_SPEED] = repr(pace)
+                    # A fake GPU computes on the CPU; the runtime paces it to the GPU's speed.
+                    env[contract.DEVICE] = "cpu"
+                log_path = task.task_dir / f"rank-{rank}.log"
+                handle = self._launcher.launch(
+                    ProcessSpec(argv, env, workdir, log_path, run_as=run_as)
+                )
+                task.processes.append(RankProcess(rank, local_rank, gpu_index, handle, log_path))
+        except OSError as exc:
+            for started in task.processes:
+                started.handle.signal_group(signal.SIGKILL)
+            task.processes.clear()
+            raise AssignmentRefusedError(f"cannot start {argv[0]!r}: {exc}") from exc
+        task.phase = Phase.RUNNING
+        self._record_running(task)
+
+    def _record_running(self, task: Task) -> None:
+        self._state.add_running(
+            RunningTaskRecord(
+                job_id=task.job_id,
+                task_index=task.task_index,
+                lease=task.lease,
+                pids=tuple(p.handle.pid for p in task.processes),
+                task_dir=str(task.task_dir),
+                progress_file=str(task.progress.path),
+            )
+        )
+
+    # -- stopping
+
+    def stop(
+        self,
+        job_id: int,
+        lease: int = 0,
+        graceful: bool = True,
+        grace_s: float = 0.0,
+        reason: str = "",
+    ) -> bool:
+        """Stops the job's task (only `lease` when non-zero); False when none runs."""
+        with self._lock:
+            tasks = [
+                t for t in self._tasks.values() if t.job_id == job_id and lease in (0, t.lease)
+            ]
+            for task in tasks:
+                self._request_stop(task, graceful=graceful, grace_s=grace_s, reason=reason)
+            return bool(tasks)
+
+    def _request_stop(self, task: Task, graceful: bool, grace_s: float, reason: str) -> None:
+        if task.phase == Phase.WAITING:
+            # Never started: it exits at once, as stopped.
+            task.stop_requested = True
+            task.stop_reason = reason
+            self._finish(task)
+            return
+        now = self._clock.monotonic()
+        grace = grace_s if grace_s > 0 else self._config.grace_s
+        if not task.stop_requested:
+            task.stop_requested = True
+            task.stop_reason = reason
+            task.phase = Phase.STOPPING
+            for process in task.alive():
+                process.handle.signal_group(signal.SIGTERM if graceful else signal.SIGKILL)
+            if not graceful:
+                task.killed = True
+            task.kill_at = now + grace
+        elif not graceful and not task.killed:
+            self._kill(task)
+        elif task.kill_at is not None:
+            # A second, shorter stop request shortens the grace; never lengthens it.
+            task.kill_at = min(task.kill_at, now + grace)
+
+    def _kill(self, task: Task) -> None:
+        for process in task.alive():
+            process.handle.signal_group(signal.SIGKILL)
+        task.killed = True
+
+    # -- the periodic work
+
+    def poll(self) -> None:
+        with self._lock:
+            now = self._clock.monotonic()
+            for task in list(self._tasks.values()):
+                if task.phase == Phase.WAITING:
+                    continue
+                self._reap(task)
+                alive = task.alive()
+                if not alive:
+                    self._finish(task)
+                elif task.kill_at is not None and now >= task.kill_at and not task.killed:
+                    self._kill(task)
+            for task in list(self._tasks.values()):
+                if task.phase == Phase.WAITING and not any(
+                    t.job_id == task.job_id and t.lease < task.lease for t in self._tasks.values()
+                ):
+                    self._start_waiting(task)
+
+    def _start_waiting(self, task: Task) -> None:
+        try:
+            run_as = self._check_start(task.assignment)
+            self._spawn(task, run_as)
+        except AssignmentRefusedError as exc:
+            del self._tasks[task.key]
+            self._emit_exit(
+                task,
+                coordinator_pb2.TaskExitedRequest(
+                    kind=common_pb2.EXIT_KIND_FAILED, message=f"could not start: {exc}"
+                ),
+            )
+
+    def _reap(self, task: Task) -> None:
+        for process in task.processes:
+            if process.returncode is not None:
+                continue
+            code = process.handle.poll()
+            if code is None:
+                continue
+            process.returncode = code
+            expected = task.stop_requested and code in (-signal.SIGTERM, -signal.SIGKILL)
+            if code != 0 and not expected and task.failure is None:
+                task.failure = (process.rank, code)
+                # The other ranks would wait forever on the collective the failed one left.
+                self._request_stop(
+                    task, graceful=True, grace_s=0.0, reason=f"rank {process.rank} failed"
+                )
+
+    def _finish(self, task: Task) -> None:
+        report = coordinator_pb2.TaskExitedRequest()
+        record = task.progress.read_last() if task.processes else None
+        checkpointed = task.assignment.iterations_done
+        if record is not None:
+            checkpointed = max(checkpointed, record.checkpoint_iterations)
+            task.iterations_done = max(task.iterations_done, record.iterations_done)
+        report.iterations_done = checkpointed
+        codes = [p.returncode for p in task.processes]
+        if not task.processes:
+            report.kind = common_pb2.EXIT_KIND_STOPPED
+            report.message = f"stopped before it started ({task.stop_reason})"
+        elif task.failure is not None:
+            rank, code = task.failure
+            report.kind = common_pb2.EXIT_KIND_FAILED
+            if code < 0:
+                report.signal = -code
+                what = f"killed by signal {signal.Signals(-code).name}"
+            else:
+                report.exit_code = code
+                what = f"exit code {code}"
+            log = next(p.log_path for p in task.processes if p.rank == rank)
+            tail = tail_lines(log, self._config.failure_tail_lines)
+            report.message = f"rank {rank}: {what}" + (f"\n{tail}" if tail else "")
+        elif task.killed:
+            report.kind = common_pb2.EXIT_KIND_KILLED
+            report.signal = signal.SIGKILL
+            report.message = f"killed after the grace period ({task.stop_reason})"
+        elif all(code == 0 for code in codes):
+            if record is not None and record.event == "exit" and record.exit_reason:
+                report.kind = _EXIT_KINDS[record.exit_reason]
+                if record.exit_reason == "completed":
+                    report.iterations_done = max(checkpointed, record.iterations_done)
+            elif task.stop_requested:
+                report.kind = common_pb2.EXIT_KIND_STOPPED
+            else:
+                report.kind = common_pb2.EXIT_KIND_COMPLETED
+                if not task.managed:
+                    report.iterations_done = task.assignment.spec.iterations
+            report.exit_code = 0
+        else:
+            # Every non-zero status was the SIGTERM it was asked to take: stopped without
+            # a checkpoint.
+            report.kind = common_pb2.EXIT_KIND_KILLED
+            report.signal = signal.SIGTERM
+            report.message = f"terminated on request without a checkpoint ({task.stop_reason})"
+        self._tasks.pop(task.key, None)
+        self._emit_exit(task, report)
+
+    def _emit_exit(self, task: Task, report: coordinator_pb2.TaskExitedRequest) -> None:
+        report.node = self._config.node
+        report.job_id = task.job_id
+        report.task_index = task.task_index
+        report.lease = task.lease
+        task.phase = Phase.EXITED
+        # Durable before the task is forgotten: a crash now still reports the exit.
+        self._state.add_exit(report)
+        self._state.remove_running(task.job_id, task.lease)
+        self._finished[task.key] = report.kind
+        while len(self._finished) > 10_000:
+            del self._finished[next(iter(self._finished))]
+        self._on_exit()
+
+    # -- progress and status
+
+    def collect_progress(self) -> list[coordinator_pb2.ProgressReport]:
+        """The newest progress record of every task not yet relayed. Call
+        :meth:`mark_reported` once the master has them."""
+        reports: list[coordinator_pb2.ProgressReport] = []
+        with self._lock:
+            for task in self._tasks.values():
+                if task.phase == Phase.WAITING or not task.managed:
+                    continue
+                task.progress.read_new()
+                record = task.progress.last
+                if record is None or record.at <= task.reported_at:
+                    continue
+                task.iterations_done = max(task.iterations_done, record.iterations_done)
+                at = Timestamp()
+                at.FromNanoseconds(int(record.at * 1e9))
+                reports.append(
+                    coordinator_pb2.ProgressReport(
+                        job_id=task.job_id,
+                        task_index=task.task_index,
+                        lease=task.lease,
+                        iterations_done=record.iterations_done,
+                        iterations_per_s=record.iterations_per_s,
+                        samples_per_s=record.samples_per_s,
+                        loss=record.loss,
+                        at=at,
+                        checkpoint_iterations=record.checkpoint_iterations,
+                        gpu_type=task.assignment.gpu_type,
+                    )
+                )
+        return reports
+
+    def mark_reported(self, reports: Sequence[coordinator_pb2.ProgressReport]) -> None:
+        with self._lock:
+            for report in reports:
+                task = self._tasks.get((report.job_id, report.lease))
+                if task is not None:
+                    task.reported_at = max(task.reported_at, report.at.ToNanoseconds() / 1e9)
+
+    def snapshot(self) -> list[common_pb2.WorkerTask]:
+        with self._lock:
+            return [
+                common_pb2.WorkerTask(
+                    job_id=t.job_id,
+                    task_index=t.task_index,
+                    lease=t.lease,
+                    state=_TASK_STATES[t.phase],
+                    gpu_indices=list(t.assignment.gpu_indices),
+                    iterations_done=t.iterations_done,
+                    pids=[p.handle.pid for p in t.processes if p.returncode is None],
+                )
+                for t in self._tasks.values()
+            ]
+
+    def task_dirs(self, job_id: int) -> list[Path]:
+        """Task directories of the job on disk, newest lease first (exited tasks too)."""
+        root = self._config.state_dir / "tasks"
+        found: list[tuple[int, Path]] = []
+        if root.is_dir():
+            for path in root.glob(f"job-{job_id}.task-*.lease-*"):
+                try:
+                    found.append((int(path.name.rsplit("-", 1)[1]), path))
+                except ValueError:
+                    continue
+        return [p for _, p in sorted(found, reverse=True)]
+
+    def is_running(self, job_id: int, lease: int) -> bool:
+        with self._lock:
+            return (job_id, lease) in self._tasks
+
+    def running_keys(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return list(self._tasks)
+
+    def stop_all(self, graceful: bool, grace_s: float, reason: str) -> None:
+        with self._lock:
+            for task in list(self._tasks.values()):
+                self._request_stop(task, graceful=graceful, grace_s=grace_s, reason=reason)
+
+
+def _free_port_hint(job_id: int) -> int:
+    # Single-node tasks without a rendezvous from the master: a port derived from the job so
+    # ranks of one task agree; the range avoids well-known and ephemeral ports.
+    return 29_500 + (job_id % 20_000)

@@ -1,0 +1,221 @@
+"""The worker's settings: one typed object built from defaults, a TOML file, the environment
+and command-line flags (later sources win).
+
+TOML keys are the field names below (``master = "head:7000"``), plus two tables:
+``[gpu_names]`` (NVML name pattern -> GPU type, tried before the built-in table) and
+``[fake_gpu_speeds]`` (type -> relative speed). Environment variables are
+``HADAR_WORKER_<FIELD>`` in upper case (``HADAR_WORKER_MASTER``); the cluster token may also
+come from ``HADAR_WORKER_TOKEN`` or a file (``token_file``), which keeps it out of ``ps``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from worker.gpus import GpuError, validate_name_table
+
+ENV_PREFIX = "HADAR_WORKER_"
+DEFAULT_STATE_DIR = Path("/var/lib/hadar-worker")
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the message names it."""
+
+
+def parse_host_port(value: str, what: str, allow_zero_port: bool = True) -> tuple[str, int]:
+    """Splits ``host:port`` (``[v6]:port`` too); the message names the setting."""
+    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([^:\s\[\]]+):(\d+)", value.strip())
+    if not match:
+        raise SettingsError(f"{what}: expected HOST:PORT, got {value!r}")
+    host = match.group(1) or match.group(3)
+    port = int(match.group(2) or match.group(4))
+    if port > 65535 or (port == 0 and not allow_zero_port):
+        raise SettingsError(f"{what}: bad port {port} in {value!r}")
+    return host, port
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """Everything a worker agent needs to run."""
+
+    # host:port of the master's Coordinator service.
+    master: str = ""
+    # Where the Worker service listens; port 0 picks a free port.
+    listen: str = "0.0.0.0:7070"
+    # host:port the master should call; empty means this host's name and the bound port.
+    advertise: str = ""
+    # Unique node name; empty means the hostname.
+    node: str = ""
+    # Fake GPUs (`v100:2,k80:4`); empty means NVML.
+    fake_gpus: str = ""
+    fake_gpu_speeds: Mapping[str, float] = field(default_factory=dict)
+    # The fake speed that runs at this host's full compute speed; 0 means the fastest in the
+    # table. Must be the same on every worker of a cluster.
+    fake_gpu_reference_speed: float = 0.0
+    gpu_names: Mapping[str, str] = field(default_factory=dict)
+    # Logs, progress files, the exit outbox and the lease ledger.
+    state_dir: Path = DEFAULT_STATE_DIR
+    # Default root for checkpoints (a job without its own goes to <checkpoint_dir>/job-<id>);
+    # empty means <state_dir>/checkpoints.
+    checkpoint_dir: Path | None = None
+    # Default working directory root (<jobs_dir>/job-<id>); empty means <state_dir>/jobs.
+    jobs_dir: Path | None = None
+    # Cluster token: sent to the master and required on incoming calls when set.
+    token: str = ""
+    token_file: Path | None = None
+    # Seconds a stopping task has to checkpoint when the master gives no grace.
+    grace_s: float = 30.0
+    # Seconds between progress reports to the master.
+    progress_interval_s: float = 5.0
+    # Heartbeat interval until the master says otherwise.
+    heartbeat_interval_s: float = 10.0
+    # Periodic checkpoints inside a lease (0: only at the end of a lease or on stop).
+    checkpoint_interval_s: float = 0.0
+    # Registration retry: exponential backoff from `initial` to `max`, with jitter.
+    register_backoff_initial_s: float = 0.5
+    register_backoff_max_s: float = 30.0
+    # Timeout of each call to the master.
+    rpc_timeout_s: float = 10.0
+    # Python that runs built-in workloads (`python -m worker.workloads NAME`).
+    python: str = ""
+    # Lines of a failing process's output sent with its exit report.
+    failure_tail_lines: int = 20
+
+    def node_name(self) -> str:
+        return self.node or socket.gethostname()
+
+    def resolved_checkpoint_dir(self) -> Path:
+        return self.checkpoint_dir or self.state_dir / "checkpoints"
+
+    def resolved_jobs_dir(self) -> Path:
+        return self.jobs_dir or self.state_dir / "jobs"
+
+    def validate(self, require_master: bool = True) -> WorkerSettings:
+        """Checks every field; returns self with the token file read in."""
+        if not self.master and require_master:
+            raise SettingsError(
+                "master: required (HOST:PORT of the master), e.g. --master head:7000"
+            )
+        if self.master:
+            parse_host_port(self.master, "master", allow_zero_port=False)
+        parse_host_port(self.listen, "listen")
+        if self.advertise:
+            parse_host_port(self.advertise, "advertise", allow_zero_port=False)
+        for name in (
+            "grace_s",
+            "progress_interval_s",
+            "heartbeat_interval_s",
+            "register_backoff_initial_s",
+            "register_backoff_max_s",
+            "rpc_timeout_s",
+        ):
+            if not getattr(self, name) > 0:
+                raise SettingsError(f"{name}: must be positive, got {getattr(self, name)}")
+        if self.fake_gpu_reference_speed < 0:
+            raise SettingsError("fake_gpu_reference_speed: must be >= 0")
+        if self.checkpoint_interval_s < 0:
+            raise SettingsError("checkpoint_interval_s: must be >= 0")
+        if self.failure_tail_lines < 0:
+            raise SettingsError("failure_tail_lines: must be >= 0")
+        try:
+            validate_name_table(self.gpu_names)
+        except GpuError as exc:
+            raise SettingsError(str(exc)) from exc
+        for gpu_type, speed in self.fake_gpu_speeds.items():
+            if not isinstance(speed, int | float) or not speed > 0:
+                raise SettingsError(f"fake_gpu_speeds.{gpu_type}: must be a positive number")
+        token = self.token
+        if not token and self.token_file is not None:
+            try:
+                token = self.token_file.read_text().strip()
+            except OSError as exc:
+                raise SettingsError(f"token_file: cannot read {self.token_file}: {exc}") from exc
+            if not token:
+                raise SettingsError(f"token_file: {self.token_file} is empty")
+        return replace(self, token=token)
+
+
+_PATH_FIELDS = {"state_dir", "checkpoint_dir", "jobs_dir", "token_file"}
+_FLOAT_FIELDS = {
+    "fake_gpu_reference_speed",
+    "grace_s",
+    "progress_interval_s",
+    "heartbeat_interval_s",
+    "checkpoint_interval_s",
+    "register_backoff_initial_s",
+    "register_backoff_max_s",
+    "rpc_timeout_s",
+}
+_INT_FIELDS = {"failure_tail_lines"}
+_TABLE_FIELDS = {"fake_gpu_speeds", "gpu_names"}
+FIELD_NAMES = frozenset(f.name for f in fields(WorkerSettings))
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    if name not in FIELD_NAMES:
+        raise SettingsError(f"{source}: unknown setting {name!r}")
+    if name in _TABLE_FIELDS:
+        if not isinstance(value, Mapping):
+            raise SettingsError(f"{source}: {name} must be a table")
+        return dict(value)
+    if value is None:
+        return None
+    if name in _PATH_FIELDS:
+        return Path(str(value)) if str(value) else None
+    try:
+        if name in _FLOAT_FIELDS:
+            return float(value)
+        if name in _INT_FIELDS:
+            return int(value)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{source}: {name} must be a number, got {value!r}") from exc
+    if not isinstance(value, str):
+        raise SettingsError(f"{source}: {name} must be a string, got {value!r}")
+    return value
+
+
+def values_from_toml(path: Path) -> dict[str, Any]:
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise SettingsError(f"config: cannot read {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config: {path} is not valid TOML: {exc}") from exc
+    return {key: _coerce(key, value, f"config {path}") for key, value in raw.items()}
+
+
+def values_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in FIELD_NAMES - _TABLE_FIELDS:
+        key = ENV_PREFIX + name.upper()
+        if key in environ:
+            values[name] = _coerce(name, environ[key], key)
+    return values
+
+
+def load_settings(
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    config_path: Path | None = None,
+    require_master: bool = True,
+) -> WorkerSettings:
+    """Defaults < TOML file < environment < flags (flags that are None are unset)."""
+    env = os.environ if environ is None else environ
+    if config_path is None and env.get(ENV_PREFIX + "CONFIG"):
+        config_path = Path(env[ENV_PREFIX + "CONFIG"])
+    values: dict[str, Any] = {}
+    if config_path is not None:
+        values.update(values_from_toml(config_path))
+    values.update(values_from_env(env))
+    for name, value in flags.items():
+        if value is not None:
+            values[name] = _coerce(name, value, f"--{name.replace('_', '-')}")
+    settings = WorkerSettings(**values)
+    return settings.validate(require_master=require_master)
