@@ -1,0 +1,160 @@
+"""Shared engine for the order-based baselines (fifo, srtf, las).
+
+Such a policy only decides an order of jobs and which GPU type a job should use; this
+module turns the order into a plan in two passes:
+
+1. selection by GPU counts per type: walk the order, give each job ``num_gpus`` GPUs of
+   one allowed type if that many are still unclaimed (a running job first tries to keep
+   its current GPUs), else record why it waits; with ``backfill`` false the walk admits
+   nobody after the first job that does not fit (strict FIFO);
+2. placement: running jobs that keep their GPUs take exactly those, the others take GPUs
+   of their chosen type consolidated on as few servers as possible, largest jobs first
+   so that they find whole servers.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from master.scheduling.placement import FreeGpus
+from master.scheduling.plan import Allocation, GpuSlot, Plan
+from master.scheduling.views import JobView, Snapshot
+
+#: Chooses a GPU type for a job among ``candidates`` (each has enough unclaimed GPUs).
+TypeChooser = Callable[[JobView, Sequence[str]], str]
+
+
+def random_type_chooser(rng: random.Random) -> TypeChooser:
+    """Heterogeneity-agnostic: any type that fits, uniformly at random (seeded)."""
+
+    def choose(job: JobView, candidates: Sequence[str]) -> str:
+        del job
+        return candidates[rng.randrange(len(candidates))]
+
+    return choose
+
+
+def fastest_type_chooser(snapshot: Snapshot) -> TypeChooser:
+    """Heterogeneity-aware: the type on which the job runs fastest."""
+
+    def choose(job: JobView, candidates: Sequence[str]) -> str:
+        model = snapshot.throughput
+        return max(candidates, key=lambda t: (model.throughput(job.job_type, t, job.num_gpus), t))
+
+    return choose
+
+
+@dataclass(slots=True)
+class _Choice:
+    job: JobView
+    keep: tuple[GpuSlot, ...] | None
+    gpu_type: str | None
+
+
+def current_slots_usable(snapshot: Snapshot, job: JobView) -> bool:
+    if job.current is None:
+        return False
+    usable = snapshot.cluster
+    try:
+        return all(
+            usable.node(slot.node).schedulable and usable.gpu(slot).healthy
+            for slot in job.current.slots
+        ) and all(job.allows(usable.gpu_type(slot)) for slot in job.current.slots)
+    except KeyError:
+        return False
+
+
+def greedy_plan(
+    snapshot: Snapshot,
+    order: Sequence[JobView],
+    choose_type: TypeChooser,
+    *,
+    backfill: bool = True,
+    pinned: Sequence[JobView] = (),
+    policy_name: str = "",
+) -> Plan:
+    """Plan ``order`` greedily; ``pinned`` jobs keep their current GPUs unconditionally.
+
+    Pinned jobs are non-preemptible running jobs (or, for a non-preemptive policy, all
+    running jobs). A job absent from both sequences gets nothing and no reason.
+    """
+    cluster = snapshot.cluster
+    unclaimed = dict(cluster.capacity_by_type())
+    choices: list[_Choice] = []
+    reasons: dict[int, str] = {}
+    for job in pinned:
+        if job.current is not None and current_slots_usable(snapshot, job):
+            for slot in job.current.slots:
+                unclaimed[cluster.gpu_type(slot)] -= 1
+            choices.append(_Choice(job, job.current.slots, None))
+    blocked_by: JobView | None = None
+    for job in order:
+        if blocked_by is not None:
+            reasons[job.id] = f"waiting: queued behind job {blocked_by.id} ({policy_name})"
+            continue
+        if job.current is not None and current_slots_usable(snapshot, job):
+            need: dict[str, int] = {}
+            for slot in job.current.slots:
+                t = cluster.gpu_type(slot)
+                need[t] = need.get(t, 0) + 1
+            if all(unclaimed.get(t, 0) >= k for t, k in need.items()):
+                for t, k in need.items():
+                    unclaimed[t] -= k
+                choices.append(_Choice(job, job.current.slots, None))
+                continue
+        candidates = [
+            t for t in sorted(unclaimed) if job.allows(t) and unclaimed[t] >= job.num_gpus
+        ]
+        if not candidates:
+            reasons[job.id] = waiting_reason(snapshot, job, unclaimed)
+            if not backfill:
+                blocked_by = job
+            continue
+        gpu_type = choose_type(job, candidates)
+        unclaimed[gpu_type] -= job.num_gpus
+        choices.append(_Choice(job, None, gpu_type))
+    return place_choices(snapshot, choices, reasons)
+
+
+def waiting_reason(snapshot: Snapshot, job: JobView, unclaimed: dict[str, int]) -> str:
+    allowed = [t for t in sorted(unclaimed) if job.allows(t)]
+    if not allowed:
+        wanted = ", ".join(sorted(job.allowed_gpu_types)) or "any"
+        return f"waiting: no usable GPU of an allowed type ({wanted})"
+    if all(snapshot.cluster.capacity_by_type().get(t, 0) < job.num_gpus for t in allowed):
+        return f"waiting: needs {job.num_gpus} GPUs of one type, no allowed type has that many"
+    free = ", ".join(f"{unclaimed[t]} {t}" for t in allowed)
+    return f"waiting: needs {job.num_gpus} GPUs of one type; unclaimed this round: {free}"
+
+
+def place_choices(snapshot: Snapshot, choices: Sequence[_Choice], reasons: dict[int, str]) -> Plan:
+    free = FreeGpus(snapshot.cluster)
+    allocations: dict[int, Allocation] = {}
+    typed: list[_Choice] = []
+    for choice in choices:
+        job = choice.job
+        if choice.keep is not None and job.current is not None and free.take_slots(choice.keep):
+            allocations[job.id] = job.current
+        else:
+            if choice.gpu_type is None:
+                # Kept GPUs collided (cannot happen with valid current allocations); re-place.
+                counts: dict[str, int] = {}
+                for slot in choice.keep or ():
+                    t = snapshot.cluster.gpu_type(slot)
+                    counts[t] = counts.get(t, 0) + 1
+                choice.gpu_type = max(counts, key=lambda t: counts[t])
+            typed.append(choice)
+    typed.sort(key=lambda c: -c.job.num_gpus)
+    for choice in typed:
+        job = choice.job
+        assert choice.gpu_type is not None
+        slots = free.take(job.num_gpus, choice.gpu_type)
+        if slots is None:
+            slots = free.take_any(job.num_gpus, {t for t in free.types() if job.allows(t)})
+        if slots is None:
+            reasons[job.id] = "waiting: GPUs claimed by jobs ahead of it"
+            continue
+        allocations[job.id] = Allocation.on(slots, job.batch_size)
+    return Plan(allocations, reasons)

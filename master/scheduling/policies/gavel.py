@@ -1,0 +1,295 @@
+"""Heterogeneity-aware max-min fairness (Gavel, Narayanan et al., OSDI 2020).
+
+Allocation: a linear program over time fractions ``x[j, t]`` (the share of time job j
+should spend on GPU type t) that maximizes the minimum, over jobs, of the job's
+normalized effective throughput::
+
+    maximize  min_j  sum_t  thr[j,t] * n_j * x[j,t] / (w_j * equal_share_thr_j)
+    s.t.      sum_t x[j,t] <= 1                 (one placement at a time)
+              sum_j n_j * x[j,t] <= capacity_t  (GPUs of each type)
+              0 <= x <= 1
+
+where ``n_j`` is the job's GPU count, ``w_j`` its priority weight and
+``equal_share_thr_j`` its throughput under a capacity-proportional share of every
+type, so that "1" means "as fast as an equal share". Multiplying by ``n_j`` makes a job
+on n GPUs receive 1/n of the time of a one-GPU job with equal throughput, i.e. equal
+GPU-time. A small ``efficiency_weight`` term also rewards total normalized throughput,
+which picks, among the max-min optimal vertices, one that does not leave GPUs idle.
+It is solved with SciPy's HiGHS.
+
+Rounds: as in Gavel, each round every (job, type) gets priority = ``x[j,t]`` divided by
+the fraction of time the job actually received on t since the allocation was computed;
+types are visited fastest first, within a type by descending priority, and each job
+takes the first type where its GPU count still fits. Placement keeps a job on its
+current GPUs when it stays on the same type, otherwise consolidates it.
+
+The LP is recomputed when the set of jobs changes, but at most once every
+``min_recompute_s`` seconds (Gavel's simulator uses 1920 s; 0, the default here,
+recomputes whenever the job set changed). Jobs that arrived after the last solve have
+priority 0 and only use GPUs nobody else wants until the next solve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
+
+from master.scheduling.placement import FreeGpus
+from master.scheduling.plan import Allocation, GpuSlot, Plan
+from master.scheduling.policies._greedy import current_slots_usable
+from master.scheduling.views import JobView, Snapshot
+
+NAME = "gavel"
+
+_UNSEEN_PRIORITY = 1e9
+
+
+def solve_max_min(
+    jobs: Sequence[JobView],
+    capacity: Mapping[str, int],
+    throughput: Mapping[tuple[int, str], float],
+    *,
+    efficiency_weight: float = 1e-3,
+) -> dict[int, dict[str, float]]:
+    """The max-min fair time fractions ``{job id: {type: x}}`` (see the module docstring).
+
+    ``throughput[(job id, type)]`` is the job's iterations/s on its GPU count of that type;
+    pairs that are absent or zero are not allowed.
+    """
+    types = sorted(t for t, c in capacity.items() if c > 0)
+    total = float(sum(capacity[t] for t in types))
+    result: dict[int, dict[str, float]] = {job.id: {} for job in jobs}
+    if not jobs or total == 0:
+        return result
+    columns: list[tuple[int, int, str, float]] = []  # (job index, column, type, coefficient)
+    for i, job in enumerate(jobs):
+        equal_share = sum(throughput.get((job.id, t), 0.0) * capacity[t] / total for t in types)
+        if equal_share <= 0:
+            continue
+        for t in types:
+            thr = throughput.get((job.id, t), 0.0)
+            if thr > 0 and job.num_gpus <= capacity[t]:
+                coef = thr * job.num_gpus / (job.priority * equal_share)
+                columns.append((i, len(columns), t, coef))
+    if not columns:
+        return result
+    n_x = len(columns)
+    n_jobs = len(jobs)
+    t_col = n_x  # the max-min variable
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    # Rows 0..n_jobs-1:   t - sum_t coef x <= 0   (only for jobs with at least one column)
+    # Rows n_jobs..2n-1:  sum_t x <= 1
+    # Rows 2n..2n+T-1:    sum_j n_j x <= capacity_t
+    has_column = [False] * n_jobs
+    type_row = {t: 2 * n_jobs + k for k, t in enumerate(types)}
+    for i, col, t, coef in columns:
+        has_column[i] = True
+        rows += [i, n_jobs + i, type_row[t]]
+        cols += [col, col, col]
+        vals += [-coef, 1.0, float(jobs[i].num_gpus)]
+    for i in range(n_jobs):
+        if has_column[i]:
+            rows.append(i)
+            cols.append(t_col)
+            vals.append(1.0)
+    n_rows = 2 * n_jobs + len(types)
+    a_ub = coo_matrix((vals, (rows, cols)), shape=(n_rows, n_x + 1)).tocsr()
+    b_ub = np.concatenate(
+        [np.zeros(n_jobs), np.ones(n_jobs), np.array([capacity[t] for t in types], dtype=float)]
+    )
+    objective = np.zeros(n_x + 1)
+    objective[t_col] = -1.0
+    active = max(1, sum(has_column))
+    for _, col, _, coef in columns:
+        objective[col] = -efficiency_weight * coef / active
+    bounds = [(0.0, 1.0)] * n_x + [(0.0, None)]
+    solution = linprog(objective, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
+    if solution.status != 0 or solution.x is None:
+        raise RuntimeError(f"gavel: the allocation LP failed: {solution.message}")
+    x = np.clip(solution.x, 0.0, 1.0)
+    for i, col, t, _ in columns:
+        if x[col] > 1e-9:
+            result[jobs[i].id][t] = float(x[col])
+    return result
+
+
+class GavelPolicy:
+    name = NAME
+
+    def __init__(self, *, min_recompute_s: float = 0.0, efficiency_weight: float = 1e-3) -> None:
+        if min_recompute_s < 0:
+            raise ValueError("min_recompute_s must be >= 0")
+        if efficiency_weight < 0:
+            raise ValueError("efficiency_weight must be >= 0")
+        self._min_recompute_s = min_recompute_s
+        self._efficiency_weight = efficiency_weight
+        self._allocation: dict[int, dict[str, float]] = {}
+        self._solved_for: frozenset[int] = frozenset()
+        self._solved_capacity: dict[str, int] = {}
+        self._last_solve: float | None = None
+        self._received: dict[int, dict[str, float]] = {}
+        self._elapsed = 0.0
+        self._last_now: float | None = None
+        self.solves = 0
+
+    @property
+    def allocation(self) -> Mapping[int, Mapping[str, float]]:
+        """The current time fractions from the last solve."""
+        return self._allocation
+
+    def _account(self, snapshot: Snapshot, now: float) -> None:
+        """Credit the time since the last round to the type each running job used."""
+        if self._last_now is None:
+            self._last_now = now
+            return
+        delta = max(0.0, now - self._last_now)
+        self._last_now = now
+        if delta == 0:
+            return
+        self._elapsed += delta
+        cluster = snapshot.cluster
+        for job in snapshot.jobs:
+            if job.current is None:
+                continue
+            try:
+                gpu_type = cluster.gpu_type(job.current.slots[0])
+            except KeyError:
+                continue
+            per_type = self._received.setdefault(job.id, {})
+            per_type[gpu_type] = per_type.get(gpu_type, 0.0) + delta
+
+    def _maybe_solve(self, snapshot: Snapshot, now: float) -> None:
+        ids = frozenset(job.id for job in snapshot.jobs)
+        capacity = snapshot.cluster.capacity_by_type()
+        changed = ids != self._solved_for or capacity != self._solved_capacity
+        if not changed:
+            return
+        due = (
+            self._last_solve is None
+            or not self._allocation
+            or now - self._last_solve >= self._min_recompute_s
+            or not (self._solved_for & ids)
+        )
+        if not due:
+            return
+        model = snapshot.throughput
+        thr = {
+            (job.id, t): model.throughput(job.job_type, t, job.num_gpus)
+            for job in snapshot.jobs
+            for t in capacity
+            if job.allows(t)
+        }
+        self._allocation = solve_max_min(
+            snapshot.jobs, capacity, thr, efficiency_weight=self._efficiency_weight
+        )
+        self.solves += 1
+        self._solved_for = ids
+        self._solved_capacity = capacity
+        self._last_solve = now
+        self._received = {}
+        self._elapsed = 0.0
+
+    def priority(self, job_id: int, gpu_type: str) -> float:
+        x = self._allocation.get(job_id, {}).get(gpu_type, 0.0)
+        if x <= 0:
+            return 0.0
+        got = self._received.get(job_id, {}).get(gpu_type, 0.0)
+        if got <= 0 or self._elapsed <= 0:
+            return x * _UNSEEN_PRIORITY
+        return x / (got / self._elapsed)
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        self._account(snapshot, now)
+        self._maybe_solve(snapshot, now)
+        active = {job.id for job in snapshot.jobs}
+        self._received = {k: v for k, v in self._received.items() if k in active}
+        cluster = snapshot.cluster
+        model = snapshot.throughput
+        capacity = cluster.capacity_by_type()
+        types = sorted(capacity, key=lambda t: (-model.speed(t), t))
+        unclaimed = dict(capacity)
+        chosen: dict[int, str] = {}
+        keep: dict[int, tuple[GpuSlot, ...]] = {}
+        # Non-preemptible running jobs stay where they are.
+        for job in snapshot.jobs:
+            if (
+                job.current is not None
+                and not job.preemptible
+                and current_slots_usable(snapshot, job)
+            ):
+                for slot in job.current.slots:
+                    unclaimed[cluster.gpu_type(slot)] -= 1
+                keep[job.id] = job.current.slots
+        entries: list[tuple[str, JobView]] = []
+        for t in types:
+            per_type = [
+                (self.priority(job.id, t), self._allocation.get(job.id, {}).get(t, 0.0), job)
+                for job in snapshot.jobs
+                if job.id not in keep and job.allows(t)
+            ]
+            per_type.sort(key=lambda e: (-e[0], -e[1], e[2].arrival_time, e[2].id))
+            entries += [(t, e[2]) for e in per_type]
+        for t, job in entries:
+            if job.id in chosen or unclaimed[t] < job.num_gpus:
+                continue
+            if model.throughput(job.job_type, t, job.num_gpus) <= 0:
+                continue
+            unclaimed[t] -= job.num_gpus
+            chosen[job.id] = t
+        return self._place(snapshot, chosen, keep)
+
+    def _place(
+        self, snapshot: Snapshot, chosen: dict[int, str], keep: dict[int, tuple[GpuSlot, ...]]
+    ) -> Plan:
+        free = FreeGpus(snapshot.cluster)
+        allocations: dict[int, Allocation] = {}
+        reasons: dict[int, str] = {}
+        jobs = {job.id: job for job in snapshot.jobs}
+        for job_id, kept in keep.items():
+            current = jobs[job_id].current
+            if current is not None and free.take_slots(kept):
+                allocations[job_id] = current
+        # Largest jobs first for locality; jobs staying on their type keep their GPUs.
+        order = sorted(chosen, key=lambda j: (-jobs[j].num_gpus, j))
+        pending: list[int] = []
+        for job_id in order:
+            job = jobs[job_id]
+            current = job.current
+            if (
+                current is not None
+                and current_slots_usable(snapshot, job)
+                and all(snapshot.cluster.gpu_type(s) == chosen[job_id] for s in current.slots)
+                and free.take_slots(current.slots)
+            ):
+                allocations[job_id] = current
+            else:
+                pending.append(job_id)
+        for job_id in pending:
+            job = jobs[job_id]
+            slots = free.take(job.num_gpus, chosen[job_id])
+            if slots is None:
+                reasons[job_id] = f"waiting: no {job.num_gpus} free {chosen[job_id]} GPUs"
+                continue
+            allocations[job_id] = Allocation.on(slots, job.batch_size)
+        for job in snapshot.jobs:
+            if job.id not in allocations and job.id not in reasons:
+                share = self._allocation.get(job.id, {})
+                if share:
+                    text = ", ".join(f"{x:.2f} of {t}" for t, x in sorted(share.items()))
+                    reasons[job.id] = (
+                        f"waiting: other jobs are further below their fair share ({text})"
+                    )
+                else:
+                    reasons[job.id] = (
+                        "waiting: no fair share yet (allocation not recomputed since arrival)"
+                    )
+        return Plan(allocations, reasons)
+
+
+def make(*, min_recompute_s: float = 0.0, efficiency_weight: float = 1e-3) -> GavelPolicy:
+    return GavelPolicy(min_recompute_s=min_recompute_s, efficiency_weight=efficiency_weight)

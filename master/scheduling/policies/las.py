@@ -1,0 +1,78 @@
+"""Least attained service, discretized as in Tiresias (2D-LAS).
+
+Attained service is GPU-seconds received (GPUs x time, any type: this baseline is
+heterogeneity-agnostic). Jobs fall into priority queues by attained service with
+thresholds ``queue_thresholds`` (GPU-seconds, ascending); a lower queue always goes
+first, and within a queue jobs go in arrival order, so jobs with similar service do not
+thrash by overtaking each other every round. Preemptive, with backfilling. A job that
+has waited ``starvation_s`` seconds since it last ran (or since arrival) is promoted to
+the highest queue, Tiresias' guard against starvation (off by default).
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections.abc import Sequence
+
+from master.scheduling.plan import Plan
+from master.scheduling.policies._greedy import greedy_plan, random_type_chooser
+from master.scheduling.views import JobView, Snapshot
+
+NAME = "las"
+
+#: One GPU-hour, then ten: the two thresholds of a three-queue Tiresias configuration.
+DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0, 36000.0)
+
+
+class LasPolicy:
+    name = NAME
+
+    def __init__(
+        self,
+        *,
+        queue_thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+        starvation_s: float | None = None,
+        seed: int = 0,
+    ) -> None:
+        thresholds = tuple(float(t) for t in queue_thresholds)
+        if any(t <= 0 for t in thresholds) or list(thresholds) != sorted(set(thresholds)):
+            raise ValueError(f"queue_thresholds must be positive and ascending: {thresholds}")
+        if starvation_s is not None and starvation_s <= 0:
+            raise ValueError("starvation_s must be > 0")
+        self._thresholds = thresholds
+        self._starvation_s = starvation_s
+        self._rng = random.Random(seed)
+        self._last_ran: dict[int, float] = {}
+
+    def queue_of(self, job: JobView, now: float) -> int:
+        service = sum(job.gpu_seconds_by_type.values())
+        queue = bisect.bisect_right(self._thresholds, service)
+        if self._starvation_s is not None and job.current is None:
+            since = self._last_ran.get(job.id, job.arrival_time)
+            if now - since >= self._starvation_s:
+                return 0
+        return queue
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        active = {job.id for job in snapshot.jobs}
+        self._last_ran = {k: v for k, v in self._last_ran.items() if k in active}
+        for job in snapshot.jobs:
+            if job.current is not None:
+                self._last_ran[job.id] = now
+        pinned = [j for j in snapshot.jobs if j.current is not None and not j.preemptible]
+        pinned_ids = {j.id for j in pinned}
+        rest = [j for j in snapshot.jobs if j.id not in pinned_ids]
+        order = sorted(rest, key=lambda j: (self.queue_of(j, now), j.arrival_time, j.id))
+        return greedy_plan(
+            snapshot, order, random_type_chooser(self._rng), pinned=pinned, policy_name=NAME
+        )
+
+
+def make(
+    *,
+    queue_thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    starvation_s: float | None = None,
+    seed: int = 0,
+) -> LasPolicy:
+    return LasPolicy(queue_thresholds=queue_thresholds, starvation_s=starvation_s, seed=seed)

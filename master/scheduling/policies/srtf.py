@@ -1,0 +1,50 @@
+"""Shortest remaining time first (preemptive; job sizes known).
+
+Each round jobs are ordered by remaining time: remaining iterations divided by the
+job's throughput on its fastest allowed GPU type in the cluster (so the order compares
+times, not iteration counts of different models). Jobs that fit are admitted in that
+order, later ones backfill free GPUs; a running job keeps its GPUs when admitted again.
+Placement is heterogeneity-agnostic: any type with enough free GPUs, seeded random.
+Non-preemptible running jobs are never stopped.
+"""
+
+from __future__ import annotations
+
+import random
+
+from master.scheduling.plan import Plan
+from master.scheduling.policies._greedy import greedy_plan, random_type_chooser
+from master.scheduling.views import JobView, Snapshot
+
+NAME = "srtf"
+
+
+def remaining_seconds(snapshot: Snapshot, job: JobView) -> float:
+    """Remaining time on the job's fastest allowed type (inf when none is usable)."""
+    types = [t for t in snapshot.cluster.gpu_types if job.allows(t)]
+    if not types:
+        return float("inf")
+    model = snapshot.throughput
+    best = max(model.throughput(job.job_type, t, job.num_gpus) for t in types)
+    return job.remaining_iterations / best if best > 0 else float("inf")
+
+
+class SrtfPolicy:
+    name = NAME
+
+    def __init__(self, *, seed: int = 0) -> None:
+        self._rng = random.Random(seed)
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        del now
+        pinned = [j for j in snapshot.jobs if j.current is not None and not j.preemptible]
+        pinned_ids = {j.id for j in pinned}
+        rest = [j for j in snapshot.jobs if j.id not in pinned_ids]
+        order = sorted(rest, key=lambda j: (remaining_seconds(snapshot, j), j.arrival_time, j.id))
+        return greedy_plan(
+            snapshot, order, random_type_chooser(self._rng), pinned=pinned, policy_name=NAME
+        )
+
+
+def make(*, seed: int = 0) -> SrtfPolicy:
+    return SrtfPolicy(seed=seed)

@@ -1,0 +1,509 @@
+"""Round-based discrete-event simulation of a cluster driven by a :class:`Policy`.
+
+Time advances in rounds of ``round_s`` seconds. At the start of a round the jobs that
+have arrived are shown to the policy as a :class:`Snapshot`, exactly as the daemon does,
+and the returned plan holds for the round. Within the round every placed job progresses
+at its allocation's throughput (see :mod:`master.scheduling.rates`), after a restart
+overhead when its placement changed; a job that completes mid-round finishes at the exact
+time. Jobs arriving mid-round wait for the next round. When no job is active the clock
+jumps to the next arrival; when every job that ran in a round has finished before its end
+and jobs are waiting, the next round starts at once (``early_round_end``, as Gavel's
+simulator does; a daemon re-plans when its cluster goes idle).
+
+Sharing: two allocations that name each other in ``shared_with`` progress at the
+profile's co-location throughputs; without a figure for the pair each gets half its
+isolated speed (plain time slicing). HadarE copies: the job's progress is the sum of its
+copies' throughputs times ``copy_efficiency``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from master.scheduling.plan import Allocation, GpuSlot, Plan
+from master.scheduling.policy import Policy
+from master.scheduling.rates import allocation_throughput, copy_throughput
+from master.scheduling.throughput import ThroughputModel
+from master.scheduling.views import ClusterView, JobView, Snapshot
+from master.sim.trace import TraceJob
+
+
+class SimulationError(RuntimeError):
+    """The policy produced an invalid plan, or the simulation cannot make progress."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Simulator settings.
+
+    ``overhead_s``: seconds without progress each time a job (re)starts on a new
+    placement: first start, resume after preemption, migration or resize. 0 by default;
+    about 30-60 s is realistic for a checkpoint-restore of a mid-size model (see
+    docs/simulator.md). ``validate_plans`` checks every plan (GPUs double-booked, wrong
+    counts, disallowed types) and raises :class:`SimulationError` on a violation.
+    ``record_segments`` keeps every (job, interval, GPUs, iterations) piece of work.
+    ``stall_rounds``: raise when this many consecutive rounds pass with jobs waiting, no
+    job running and no arrival to come.
+    """
+
+    round_s: float = 360.0
+    overhead_s: float = 0.0
+    copy_efficiency: float = 0.9
+    early_round_end: bool = True
+    validate_plans: bool = True
+    record_segments: bool = False
+    stall_rounds: int = 50
+
+    def __post_init__(self) -> None:
+        if not self.round_s > 0:
+            raise ValueError(f"round length must be > 0 s, got {self.round_s}")
+        if self.overhead_s < 0:
+            raise ValueError(f"overhead must be >= 0 s, got {self.overhead_s}")
+        if not 0 < self.copy_efficiency <= 1:
+            raise ValueError(f"copy_efficiency must be in (0, 1], got {self.copy_efficiency}")
+        if self.stall_rounds < 1:
+            raise ValueError("stall_rounds must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A piece of work: ``job_id`` ran on ``slots`` from ``start_s`` to ``end_s``."""
+
+    job_id: int
+    round_index: int
+    start_s: float
+    end_s: float
+    iterations: float
+    slots: tuple[GpuSlot, ...]
+    shared_with: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRecord:
+    index: int
+    start_s: float
+    end_s: float
+    plan_ms: float
+    busy_by_type: dict[str, int]
+    active_jobs: int
+    running_jobs: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    id: int
+    job_type: str
+    num_gpus: int
+    user: str
+    priority: float
+    arrival_s: float
+    start_s: float
+    finish_s: float
+    iterations: float
+    preemptions: int
+    migrations: int
+    gpu_seconds: dict[str, float]
+    lower_bound_s: float
+    copies_bound_s: float
+    contention: float
+    used_copies: bool
+
+    @property
+    def jct_s(self) -> float:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def queue_s(self) -> float:
+        return self.start_s - self.arrival_s
+
+    @property
+    def rho(self) -> float:
+        """Finish-time fairness (Themis): JCT over the time alone on a 1/contention share."""
+        fair = self.lower_bound_s * max(1.0, self.contention)
+        return self.jct_s / fair if fair > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class SimResult:
+    policy: str
+    jobs: tuple[JobResult, ...]
+    rounds: tuple[RoundRecord, ...]
+    capacity_by_type: dict[str, int]
+    config: SimConfig
+    segments: tuple[Segment, ...] = field(default=())
+
+
+@dataclass(slots=True)
+class _Job:
+    spec: TraceJob
+    total: float
+    done: float = 0.0
+    start: float | None = None
+    finish: float | None = None
+    current: Allocation | None = None
+    gpu_seconds: dict[str, float] = field(default_factory=dict)
+    attained: float = 0.0
+    run_s: float = 0.0
+    preemptions: int = 0
+    migrations: int = 0
+    contention_integral: float = 0.0
+    used_copies: bool = False
+
+
+def resolve_iterations(
+    jobs: Sequence[TraceJob], cluster: ClusterView, model: ThroughputModel
+) -> list[float]:
+    """Total iterations per job; a ``duration_s`` becomes iterations at the fastest type."""
+    out: list[float] = []
+    for job in jobs:
+        if job.iterations is not None:
+            out.append(job.iterations)
+            continue
+        assert job.duration_s is not None
+        rate = best_rate(job, cluster, model)
+        if rate <= 0:
+            raise ValueError(f"job {job.id}: no allowed GPU type to convert duration_s")
+        out.append(job.duration_s * rate)
+    return out
+
+
+def best_rate(job: TraceJob, cluster: ClusterView, model: ThroughputModel) -> float:
+    """Fastest single-copy speed the job can get on this cluster, consolidated or spread."""
+    capacity = cluster.capacity_by_type()
+    best = 0.0
+    for gpu_type, count in capacity.items():
+        if job.allowed_gpu_types and gpu_type not in job.allowed_gpu_types:
+            continue
+        if count < job.num_gpus:
+            continue
+        for consolidated in (True, False):
+            best = max(
+                best,
+                model.throughput(job.job_type, gpu_type, job.num_gpus, consolidated=consolidated),
+            )
+    return best
+
+
+def copies_rate(
+    job: TraceJob, cluster: ClusterView, model: ThroughputModel, efficiency: float
+) -> float:
+    """Upper bound with one copy per node that can hold the job: every copy at best speed."""
+    total = 0.0
+    for node in cluster.nodes:
+        per_type: dict[str, int] = {}
+        for gpu in node.usable_gpus:
+            per_type[gpu.type] = per_type.get(gpu.type, 0) + 1
+        rates = [
+            model.throughput(job.job_type, t, job.num_gpus)
+            for t, k in per_type.items()
+            if k >= job.num_gpus and (not job.allowed_gpu_types or t in job.allowed_gpu_types)
+        ]
+        if rates:
+            total += max(rates)
+    return total * efficiency
+
+
+def _lower_bounds(
+    spec: TraceJob, total: float, cluster: ClusterView, model: ThroughputModel, eff: float
+) -> tuple[float, float]:
+    single = best_rate(spec, cluster, model)
+    bound = total / single if single > 0 else math.inf
+    copies = max(single, copies_rate(spec, cluster, model, eff))
+    return bound, (total / copies if copies > 0 else math.inf)
+
+
+class Simulator:
+    """Runs one policy over one trace; see the module docstring."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        trace: Sequence[TraceJob],
+        cluster: ClusterView,
+        model: ThroughputModel,
+        config: SimConfig | None = None,
+        *,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.cluster = cluster
+        self.model = model
+        self.config = config or SimConfig()
+        self._progress = progress
+        ids = [job.id for job in trace]
+        if len(set(ids)) != len(ids):
+            raise ValueError("trace has duplicate job ids")
+        if not trace:
+            raise ValueError("trace has no jobs")
+        totals = resolve_iterations(trace, cluster, model)
+        self._jobs = [
+            _Job(spec, total)
+            for spec, total in sorted(
+                zip(trace, totals, strict=True), key=lambda p: (p[0].arrival_s, p[0].id)
+            )
+        ]
+        self._types = {gpu.slot: gpu.type for gpu in cluster.usable_gpus()}
+        slowest: dict[str, float] = {}
+        self._speed_weight = slowest  # filled per job type lazily
+        self._total_gpus = cluster.num_gpus
+        if self._total_gpus == 0:
+            raise ValueError("the cluster has no usable GPUs")
+
+    # --------------------------------------------------------------------- helpers
+    def _service_weight(self, job_type: str, gpu_type: str) -> float:
+        """Speed of ``job_type`` on ``gpu_type`` relative to its slowest type here."""
+        key = f"{job_type}\x00{gpu_type}"
+        cached = self._speed_weight.get(key)
+        if cached is None:
+            rates = [self.model.throughput(job_type, t, 1) for t in self.cluster.gpu_types]
+            slowest = min((r for r in rates if r > 0), default=0.0)
+            mine = self.model.throughput(job_type, gpu_type, 1)
+            cached = mine / slowest if slowest > 0 else 1.0
+            self._speed_weight[key] = cached
+        return cached
+
+    def _view(self, job: _Job) -> JobView:
+        spec = job.spec
+        return JobView(
+            id=spec.id,
+            job_type=spec.job_type,
+            num_gpus=spec.num_gpus,
+            total_iterations=job.total,
+            iterations_done=job.done,
+            batch_size=spec.batch_size,
+            priority=spec.priority,
+            allowed_gpu_types=spec.allowed_gpu_types,
+            arrival_time=spec.arrival_s,
+            attained_service=job.attained,
+            gpu_seconds_by_type=job.gpu_seconds,
+            current=job.current,
+            user=spec.user,
+            run_seconds=job.run_s,
+        )
+
+    def _rate(self, job: _Job, alloc: Allocation, plan: Plan, by_id: dict[int, _Job]) -> float:
+        spec = job.spec
+        partner_id = alloc.shared_with
+        partner_alloc = plan.get(partner_id) if partner_id is not None else None
+        if (
+            partner_id is not None
+            and partner_alloc is not None
+            and partner_alloc.shared_with == spec.id
+        ):
+            partner = by_id[partner_id]
+            gpu_type = self._types[alloc.slots[0]]
+            pair = self.model.colocated(
+                spec.job_type, partner.spec.job_type, gpu_type, alloc.num_gpus
+            )
+            alone = allocation_throughput(self.model, self.cluster, spec.job_type, alloc)
+            if pair is not None:
+                return min(pair[0], alone)
+            return alone / 2.0
+        if alloc.num_copies > 1:
+            total = sum(
+                copy_throughput(self.model, self.cluster, spec.job_type, copy, shares)
+                for copy, shares in zip(alloc.copies, alloc.shares_per_copy(), strict=True)
+            )
+            return total * self.config.copy_efficiency
+        return allocation_throughput(self.model, self.cluster, spec.job_type, alloc)
+
+    # ------------------------------------------------------------------------ run
+    def run(self) -> SimResult:
+        cfg = self.config
+        jobs = self._jobs
+        by_id = {job.spec.id: job for job in jobs}
+        pending = list(jobs)  # sorted by arrival; consumed from the front
+        next_arrival = 0
+        active: list[_Job] = []
+        rounds: list[RoundRecord] = []
+        segments: list[Segment] = []
+        now = jobs[0].spec.arrival_s
+        finished = 0
+        idle_rounds = 0
+        round_index = 0
+        while finished < len(jobs):
+            while next_arrival < len(pending) and pending[next_arrival].spec.arrival_s <= now:
+                active.append(pending[next_arrival])
+                next_arrival += 1
+            if not active:
+                now = pending[next_arrival].spec.arrival_s
+                continue
+            snapshot = Snapshot(
+                self.cluster,
+                tuple(self._view(job) for job in active),
+                round_index,
+                cfg.round_s,
+                self.model,
+            )
+            started = time.perf_counter()
+            plan = self.policy.plan(snapshot, now)
+            plan_ms = (time.perf_counter() - started) * 1000.0
+            if cfg.validate_plans:
+                problems = plan.violations(snapshot)
+                if problems:
+                    raise SimulationError(
+                        f"policy {self.policy.name!r}, round {round_index} at t={now:.0f}s: "
+                        + "; ".join(problems[:5])
+                    )
+            else:
+                unknown = [j for j in plan if j not in by_id or by_id[j].finish is not None]
+                if unknown:
+                    raise SimulationError(f"plan places unknown or finished jobs {unknown[:5]}")
+            round_end = now + cfg.round_s
+            demand = sum(job.spec.num_gpus for job in active) / self._total_gpus
+            busy_until: dict[GpuSlot, float] = {}
+            busy_by_type: dict[str, int] = {}
+            last_finish = now
+            any_ran = False
+            any_progress = False
+            for job in active:
+                alloc = plan.get(job.spec.id)
+                old = job.current
+                if alloc is None:
+                    if old is not None:
+                        job.preemptions += 1
+                    job.current = None
+                    continue
+                restarted = old is None or old != alloc
+                if old is not None and restarted:
+                    job.migrations += 1
+                job.current = alloc
+                if job.start is None:
+                    job.start = now
+                if alloc.num_copies > 1:
+                    job.used_copies = True
+                any_ran = True
+                rate = self._rate(job, alloc, plan, by_id)
+                begin = now + (cfg.overhead_s if restarted else 0.0)
+                end = round_end
+                progress = 0.0
+                if rate > 0 and begin < round_end:
+                    needed = (job.total - job.done) / rate
+                    if begin + needed <= round_end:
+                        end = begin + needed
+                        progress = job.total - job.done
+                        job.done = job.total
+                        job.finish = end
+                    else:
+                        progress = rate * (round_end - begin)
+                        job.done = min(job.total, job.done + progress)
+                held = end - now
+                job.run_s += held
+                for slot in alloc.slots:
+                    gpu_type = self._types[slot]
+                    job.gpu_seconds[gpu_type] = job.gpu_seconds.get(gpu_type, 0.0) + held
+                    job.attained += held * self._service_weight(job.spec.job_type, gpu_type)
+                    if busy_until.get(slot, now) < end:
+                        busy_until[slot] = end
+                    busy_by_type[gpu_type] = busy_by_type.get(gpu_type, 0) + 1
+                last_finish = round_end if job.finish is None else max(last_finish, job.finish)
+                if progress > 0:
+                    any_progress = True
+                if cfg.record_segments and (progress > 0 or held > 0):
+                    segments.append(
+                        Segment(
+                            job.spec.id,
+                            round_index,
+                            now,
+                            end,
+                            progress,
+                            alloc.slots,
+                            alloc.shared_with,
+                        )
+                    )
+            # Shared GPUs were counted once per job above; count each GPU once.
+            for gpu_type in busy_by_type:
+                busy_by_type[gpu_type] = sum(1 for s in busy_until if self._types[s] == gpu_type)
+            round_stop = round_end
+            waiting = any(job.finish is None and plan.get(job.spec.id) is None for job in active)
+            if cfg.early_round_end and any_ran and last_finish < round_end and waiting:
+                round_stop = last_finish
+            for job in active:
+                job_end = job.finish if job.finish is not None else round_stop
+                job.contention_integral += max(1.0, demand) * max(
+                    0.0, min(job_end, round_stop) - now
+                )
+            rounds.append(
+                RoundRecord(
+                    round_index,
+                    now,
+                    round_stop,
+                    plan_ms,
+                    busy_by_type,
+                    len(active),
+                    sum(1 for j in active if plan.get(j.spec.id) is not None),
+                )
+            )
+            done_now = [job for job in active if job.finish is not None]
+            if done_now:
+                finished += len(done_now)
+                for job in done_now:
+                    job.current = None
+                active = [job for job in active if job.finish is None]
+            if any_progress:
+                idle_rounds = 0
+            else:
+                idle_rounds += 1
+                if idle_rounds >= cfg.stall_rounds and next_arrival >= len(pending):
+                    reasons = "; ".join(
+                        f"job {j.spec.id}: {plan.reason(j.spec.id) or 'no reason given'}"
+                        for j in active[:5]
+                    )
+                    raise SimulationError(
+                        f"policy {self.policy.name!r} made no progress for {idle_rounds} rounds "
+                        f"with {len(active)} jobs waiting and no arrivals left: {reasons}"
+                    )
+            round_index += 1
+            if active or next_arrival >= len(pending):
+                now = round_stop
+            else:
+                now = max(round_stop, pending[next_arrival].spec.arrival_s)
+            if self._progress is not None:
+                self._progress(finished / len(jobs))
+        return SimResult(
+            policy=self.policy.name,
+            jobs=tuple(self._result(job) for job in jobs),
+            rounds=tuple(rounds),
+            capacity_by_type=self.cluster.capacity_by_type(),
+            config=cfg,
+            segments=tuple(segments),
+        )
+
+    def _result(self, job: _Job) -> JobResult:
+        assert job.finish is not None and job.start is not None
+        lower, copies = _lower_bounds(
+            job.spec, job.total, self.cluster, self.model, self.config.copy_efficiency
+        )
+        lifetime = job.finish - job.spec.arrival_s
+        return JobResult(
+            id=job.spec.id,
+            job_type=job.spec.job_type,
+            num_gpus=job.spec.num_gpus,
+            user=job.spec.user,
+            priority=job.spec.priority,
+            arrival_s=job.spec.arrival_s,
+            start_s=job.start,
+            finish_s=job.finish,
+            iterations=job.done,
+            preemptions=job.preemptions,
+            migrations=job.migrations,
+            gpu_seconds=dict(job.gpu_seconds),
+            lower_bound_s=lower,
+            copies_bound_s=copies,
+            contention=job.contention_integral / lifetime if lifetime > 0 else 1.0,
+            used_copies=job.used_copies,
+        )
+
+
+def simulate(
+    policy: Policy,
+    trace: Sequence[TraceJob],
+    cluster: ClusterView,
+    model: ThroughputModel,
+    config: SimConfig | None = None,
+) -> SimResult:
+    """Run ``policy`` over ``trace`` on ``cluster``; see :class:`Simulator`."""
+    return Simulator(policy, trace, cluster, model, config).run()
