@@ -275,7 +275,8 @@ class TrainingRun:
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
                 self._pacer.pace(self._clock() - began)
-            stop = step.stop_agreed
+            # Alone, a stop that arrived after this iteration's update needs no agreement.
+            stop = step.stop_agreed or (self.context.copy_size == 1 and self._stop_requested)
             now = self._clock()
             if step.checkpoint_agreed and self.iterations_done < self._end and not stop:
                 self._checkpoint(now)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Mapping
 
 from worker.runtime.checkpoint import CheckpointError
 from worker.runtime.settings import ContractError
@@ -18,7 +19,7 @@ from worker.workloads.runner import train_managed
 EXIT_BAD_INPUT = 2
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker.workloads", description=__doc__)
     parser.add_argument("name", nargs="?", help="workload name (see --list)")
     parser.add_argument("--list", action="store_true", help="list the built-in workloads")
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
     )
     try:
-        run = train_managed(args.name, default_iterations=args.iterations)
+        run = train_managed(args.name, env, default_iterations=args.iterations)
     except (UnknownWorkloadError, ContractError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
