@@ -1,0 +1,1 @@
+"""``hctl``, the command line: entry point ``clients.cli.main:main``."""

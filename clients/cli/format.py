@@ -1,0 +1,184 @@
+"""Turning values into short text for people: durations, ages, progress, ETAs, placements.
+
+Every function takes ``now`` explicitly so the output is testable and consistent within one
+screen.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from clients.types import Job, JobState, Task
+
+_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
+def format_duration(seconds: float | None) -> str:
+    """Two most significant units: ``45s``, ``3m07s``, ``2h05m``, ``3d04h``; ``-`` for None."""
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    seconds = max(seconds, 0)
+    if seconds < 1:
+        return "0s" if seconds == 0 else "<1s"
+    total = round(seconds)
+    parts: list[tuple[str, int]] = []
+    for unit, size in _UNITS:
+        amount, total = divmod(total, size)
+        if amount or parts:
+            parts.append((unit, amount))
+        if len(parts) == 2:
+            break
+    first_unit, first = parts[0]
+    if len(parts) == 1 or first_unit == "s":
+        return f"{first}{first_unit}"
+    second_unit, second = parts[1]
+    return f"{first}{first_unit}{second:02d}{second_unit}"
+
+
+def format_age(at: datetime | None, now: datetime) -> str:
+    """How long ago: ``12s ago``; ``-`` for None; ``in 5s`` for a time in the future."""
+    if at is None:
+        return "-"
+    delta = (now - at).total_seconds()
+    if delta < 0:
+        return f"in {format_duration(-delta)}"
+    return f"{format_duration(delta)} ago"
+
+
+def format_time(at: datetime | None, now: datetime) -> str:
+    """A local wall-clock time, as short as is unambiguous next to ``now``."""
+    if at is None:
+        return "-"
+    local = at.astimezone(now.tzinfo if now.tzinfo is not None else None)
+    local_now = now.astimezone(local.tzinfo)
+    if local.date() == local_now.date():
+        return local.strftime("%H:%M:%S")
+    if local.year == local_now.year:
+        return local.strftime("%b %d %H:%M")
+    return local.strftime("%Y-%m-%d")
+
+
+def format_timestamp(at: datetime | None) -> str:
+    """RFC 3339 in UTC with a ``Z`` (the form used in ``--json`` output); ``-`` for None."""
+    if at is None:
+        return "-"
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_progress(done: int, total: int) -> str:
+    """``37% 370/1000``; percentages are floored so 100% means done."""
+    if total <= 0:
+        return f"{done} it"
+    percent = min(100, math.floor(100 * done / total))
+    return f"{percent}% {format_count(done)}/{format_count(total)}"
+
+
+def format_count(value: int) -> str:
+    """Compact counts: ``950``, ``12.5k``, ``3.2M``."""
+    if value < 10_000:
+        return str(value)
+    if value < 1_000_000:
+        return f"{value / 1000:.1f}k".replace(".0k", "k")
+    return f"{value / 1_000_000:.1f}M".replace(".0M", "M")
+
+
+def format_rate(iterations_per_s: float) -> str:
+    if iterations_per_s <= 0:
+        return "-"
+    if iterations_per_s >= 100:
+        return f"{iterations_per_s:.0f} it/s"
+    if iterations_per_s >= 1:
+        return f"{iterations_per_s:.2f} it/s"
+    return f"{iterations_per_s * 60:.2f} it/min"
+
+
+def format_bytes(value: int) -> str:
+    """Binary units: ``16GiB``, ``512MiB``."""
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            text = f"{size:.1f}".removesuffix(".0")
+            return f"{text}{unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``16GiB``, ``16G``, ``512MiB`` or a number of bytes; K/M/G/T are binary multiples."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size (e.g. 16GiB, 512MiB)")
+    number, unit, _ = match.groups()
+    power = " KMGT".index(unit.upper()) if unit else 0
+    return int(float(number) * 1024**power)
+
+
+def placement(tasks: tuple[Task, ...]) -> str:
+    """``gpu-01[0,1]`` per task, comma separated; a shared GPU is marked with the other job."""
+    parts = []
+    for task in tasks:
+        gpus = ",".join(str(i) for i in task.gpu_indices)
+        shared = f"+{task.shared_with_job_id}" if task.shared_with_job_id else ""
+        parts.append(f"{task.node}[{gpus}]{shared}")
+    return ",".join(parts)
+
+
+def node_or_reason(job: Job) -> str:
+    """Slurm's NODELIST(REASON) column: where it runs, else why not, in parentheses."""
+    if job.state is JobState.RUNNING and job.tasks:
+        return placement(job.tasks)
+    if job.reason:
+        return f"({job.reason})"
+    if job.state is JobState.PENDING:
+        return "(waiting for the next round)"
+    return ""
+
+
+def run_time(job: Job, now: datetime) -> float | None:
+    """Seconds from the first start to the end (or to now while the job has not ended)."""
+    if job.started_at is None:
+        return None
+    end = job.finished_at or now
+    return max(0.0, (end - job.started_at).total_seconds())
+
+
+@dataclass(frozen=True, slots=True)
+class Eta:
+    seconds: float
+    # What the estimate assumes, for people: "on its current GPUs", ...
+    basis: str
+
+
+def estimate_eta(job: Job, now: datetime) -> Eta | None:
+    """Time to finish the remaining iterations.
+
+    A running job is as fast as the slowest GPU type it runs on (synchronous data parallel),
+    at the model's throughput for this job; without a model figure, its average rate since it
+    started. A waiting job gets the fastest allowed type it has a figure for, counted from when
+    it starts. None when the job has ended or nothing is known about its speed.
+    """
+    if job.state.terminal:
+        return None
+    remaining = job.remaining_iterations
+    if remaining == 0:
+        return Eta(0.0, "all iterations done")
+    rates = {t.gpu_type: t.iterations_per_s for t in job.throughputs if t.iterations_per_s > 0}
+    if job.state is JobState.RUNNING and job.tasks:
+        placed = [rates[t.gpu_type] for t in job.tasks if t.gpu_type in rates]
+        if placed and len(placed) == len(job.tasks):
+            return Eta(remaining / min(placed), "on its current GPUs")
+        elapsed = run_time(job, now)
+        if elapsed and job.iterations_done > 0:
+            return Eta(remaining * elapsed / job.iterations_done, "at its average rate so far")
+        return None
+    allowed = set(job.spec.allowed_gpu_types)
+    candidates = [rate for gpu_type, rate in rates.items() if not allowed or gpu_type in allowed]
+    if not candidates:
+        return None
+    return Eta(remaining / max(candidates), "once running, on the fastest allowed GPU type")

@@ -1,0 +1,222 @@
+"""Job specs from a TOML file (``hctl submit -f job.toml``) and from submit's flags.
+
+The file's keys (all optional except the amount of work and what to run)::
+
+    name = "resnet-lr0.1"            # default: the workload or script name
+    gpus = 2                         # GPUs (data-parallel workers), default 1
+    iterations = 5000                # training iterations (global batches); required
+    batch_size = 128                 # global batch; 0 or absent: the workload's default
+    priority = 1.0                   # weight in fairness policies
+    gpu_types = ["v100", "a100-40gb"]  # allowed GPU types; absent: any
+    preemptible = true               # absent: true for managed jobs, false for commands
+    shareable = false                # may share GPUs by gradient accumulation
+    workdir = "/home/alice/proj"
+    checkpoint_dir = "/shared/ckpt/alice"
+    job_type = "ResNet-18 (batch size 128)"   # key for the throughput model
+    gpu_memory = "12GiB"             # GPU memory one task needs per GPU, for sharing
+
+    # exactly one of:
+    workload = "resnet"              # a built-in workload (see `hctl workloads`)
+    script = ["python", "train.py"]  # a script using the runtime helper (managed)
+    command = "bash run.sh"          # an opaque command (a string is split like a shell)
+
+    [env]
+    LEARNING_RATE = "0.1"
+
+Flags given on the command line override the file's values.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path, PurePath
+from typing import Any
+
+from clients.cli.format import parse_size
+from clients.types import JobSpec, Program, ProgramKind
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PROGRAM_KEYS = ("workload", "script", "command")
+_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "gpus": (int,),
+    "iterations": (int,),
+    "batch_size": (int,),
+    "priority": (int, float),
+    "gpu_types": (list, str),
+    "preemptible": (bool,),
+    "shareable": (bool,),
+    "workdir": (str,),
+    "checkpoint_dir": (str,),
+    "job_type": (str,),
+    "gpu_memory": (str, int),
+    "env": (dict,),
+    "workload": (str,),
+    "script": (list, str),
+    "command": (list, str),
+}
+
+
+class SpecError(ValueError):
+    """A job spec that cannot be submitted; ``field`` names the offending key or flag."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def load_job_file(path: Path) -> dict[str, Any]:
+    """The file's values, checked and normalized (see the module doc for the keys)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(str(path), "no such file") from None
+    except OSError as exc:
+        raise SpecError(str(path), f"cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(str(path), f"not valid TOML: {exc}") from None
+    return normalize(data, origin=str(path))
+
+
+def normalize(data: Mapping[str, Any], origin: str = "job file") -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        if key not in _TYPES:
+            known = ", ".join(sorted(_TYPES))
+            raise SpecError(f"{origin}: {key}", f"unknown key (known keys: {known})")
+        allowed = _TYPES[key]
+        if isinstance(raw, bool) and bool not in allowed:
+            raise SpecError(key, f"expected {_type_names(allowed)}, got a boolean")
+        if not isinstance(raw, allowed):
+            raise SpecError(key, f"expected {_type_names(allowed)}, got {type(raw).__name__}")
+        values[key] = _normalize_value(key, raw)
+    return values
+
+
+def _normalize_value(key: str, raw: Any) -> Any:
+    if key in ("script", "command"):
+        argv = shlex.split(raw) if isinstance(raw, str) else raw
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise SpecError(key, "must be a non-empty command line (a string or list of strings)")
+        return list(argv)
+    if key == "gpu_types":
+        items = raw.split(",") if isinstance(raw, str) else raw
+        if not all(isinstance(t, str) for t in items):
+            raise SpecError(key, "must be a list of GPU type names")
+        return [t.strip() for t in items if t.strip()]
+    if key == "env":
+        return parse_env_table(raw)
+    if key == "gpu_memory":
+        if isinstance(raw, int):
+            return raw
+        try:
+            return parse_size(raw)
+        except ValueError as exc:
+            raise SpecError(key, str(exc)) from None
+    if key == "priority":
+        return float(raw)
+    return raw
+
+
+def parse_env_table(table: Mapping[str, Any]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for name, value in table.items():
+        if not ENV_NAME.match(name):
+            raise SpecError("env", f"{name!r} is not a valid variable name")
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise SpecError("env", f"{name} must be a string")
+        env[name] = str(value)
+    return env
+
+
+def parse_env_assignments(items: list[str]) -> dict[str, str]:
+    """``--env K=V`` flags; a later value for the same name wins."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SpecError("--env", f"{item!r} is not NAME=VALUE")
+        if not ENV_NAME.match(name):
+            raise SpecError("--env", f"{name!r} is not a valid variable name")
+        env[name] = value
+    return env
+
+
+def default_name(program: Program) -> str:
+    """The workload's name, or the script's file name without its suffix."""
+    if program.kind is ProgramKind.WORKLOAD:
+        return program.workload
+    for arg in program.argv:
+        if arg.endswith((".py", ".sh")):
+            return PurePath(arg).stem
+    return PurePath(program.argv[0]).name if program.argv else "job"
+
+
+def build_spec(values: Mapping[str, Any]) -> JobSpec:
+    """A JobSpec from normalized values (file values updated with flags)."""
+    programs = [key for key in PROGRAM_KEYS if values.get(key)]
+    if not programs:
+        raise SpecError(
+            "program",
+            "say what to run: --workload NAME, `-- COMMAND...`, or --script -- COMMAND...",
+        )
+    if len(programs) > 1:
+        raise SpecError("program", f"give only one of {', '.join(programs)}")
+    kind = programs[0]
+    if kind == "workload":
+        program = Program.builtin(values["workload"])
+    elif kind == "script":
+        program = Program.script(values["script"])
+    else:
+        program = Program.command(values["command"])
+    iterations = values.get("iterations")
+    if iterations is None:
+        raise SpecError(
+            "iterations", "required: the amount of work in training iterations (--iterations N)"
+        )
+    if iterations <= 0:
+        raise SpecError("iterations", f"must be positive, got {iterations}")
+    gpus = values.get("gpus", 1)
+    if gpus < 1:
+        raise SpecError("gpus", f"must be at least 1, got {gpus}")
+    batch_size = values.get("batch_size", 0)
+    if batch_size < 0:
+        raise SpecError("batch_size", f"must not be negative, got {batch_size}")
+    priority = values.get("priority", 1.0)
+    if priority <= 0:
+        raise SpecError("priority", f"must be positive, got {priority:g}")
+    name = values.get("name") or default_name(program)
+    if not 1 <= len(name) <= 128:
+        raise SpecError("name", "must be 1 to 128 characters")
+    return JobSpec(
+        name=name,
+        program=program,
+        iterations=iterations,
+        num_gpus=gpus,
+        batch_size=batch_size,
+        priority=priority,
+        allowed_gpu_types=tuple(values.get("gpu_types", ())),
+        preemptible=values.get("preemptible"),
+        shareable=values.get("shareable", False),
+        env=dict(values.get("env", {})),
+        workdir=values.get("workdir", ""),
+        checkpoint_dir=values.get("checkpoint_dir", ""),
+        job_type=values.get("job_type", ""),
+        gpu_memory_bytes=values.get("gpu_memory", 0),
+    )
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        list: "a list",
+        dict: "a table",
+    }
+    return " or ".join(names[t] for t in types)

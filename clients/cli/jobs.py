@@ -1,0 +1,719 @@
+"""Job commands: submit, queue, show, cancel, logs, wait."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from clients.cli import format as fmt
+from clients.cli import shapes
+from clients.cli.command import CliError, Command, Context, ExitCode, split_list
+from clients.cli.completion import offer
+from clients.cli.jobfile import (
+    SpecError,
+    build_spec,
+    load_job_file,
+    normalize,
+    parse_env_assignments,
+)
+from clients.errors import DeadlineExceeded, NotFound, PermissionDenied
+from clients.types import (
+    ACTIVE_JOB_STATES,
+    Job,
+    JobDescription,
+    JobEvent,
+    JobState,
+)
+
+STATE_STYLES: dict[JobState, str] = {
+    JobState.PENDING: "yellow",
+    JobState.RUNNING: "green",
+    JobState.PREEMPTED: "magenta",
+    JobState.COMPLETED: "blue",
+    JobState.FAILED: "red",
+    JobState.CANCELLED: "dim",
+}
+QUEUE_COLUMNS = (
+    "ID",
+    "NAME",
+    "USER",
+    "STATE",
+    "GPUS",
+    "NODE/REASON",
+    "SUBMITTED",
+    "ELAPSED",
+    "PROGRESS",
+)
+STATE_NAMES = tuple(s.value for s in JobState if s is not JobState.UNSPECIFIED)
+
+
+def job_id(text: str) -> int:
+    """argparse type for a job id: a positive integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a number)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a positive number)")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def parse_states(values: Sequence[str] | None) -> list[JobState]:
+    states: list[JobState] = []
+    for item in split_list(values):
+        try:
+            state = JobState.parse(item)
+        except ValueError as exc:
+            raise CliError(str(exc), ExitCode.USAGE, "see `hctl queue --help`") from None
+        if state not in states:
+            states.append(state)
+    return states
+
+
+@contextmanager
+def about_job(job: int, action: str = "") -> Iterator[None]:
+    """Turns the master's NOT_FOUND and PERMISSION_DENIED about one job into clear lines."""
+    try:
+        yield
+    except NotFound:
+        raise CliError(
+            f"job {job} not found", ExitCode.NOT_FOUND, "list jobs with `hctl queue --all`"
+        ) from None
+    except PermissionDenied as exc:
+        what = f"cannot {action} job {job}" if action else f"no access to job {job}"
+        raise CliError(
+            f"{what}: {exc.details}",
+            ExitCode.PERMISSION_DENIED,
+            "only its owner or an admin may; check your identity with `hctl whoami`",
+        ) from None
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def styled_state(state: JobState) -> Text:
+    return Text(state.value, style=STATE_STYLES.get(state, ""))
+
+
+# -- submit -----------------------------------------------------------------------------------
+
+
+def _configure_submit(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_argument_group("what to run (one of)")
+    what.add_argument("--workload", metavar="NAME", help="a built-in workload (`hctl workloads`)")
+    what.add_argument(
+        "--script",
+        action="store_true",
+        help="COMMAND uses the runtime helper: managed (preemptible, migratable, shareable)",
+    )
+    what.add_argument(
+        "argv",
+        nargs="*",
+        metavar="COMMAND",
+        help="after `--`: the command line; without --script an opaque command that runs to "
+        "completion where first placed",
+    )
+    what.add_argument("-f", "--file", type=Path, metavar="JOB.TOML", help="read the spec from TOML")
+    spec = parser.add_argument_group("resources and work")
+    spec.add_argument("--name", help="job name (default: the workload or script name)")
+    spec.add_argument("--gpus", type=int, metavar="N", help="number of GPUs (default 1)")
+    spec.add_argument(
+        "--gpu-type",
+        action="append",
+        metavar="TYPE",
+        help="allowed GPU type; repeat or comma-separate (default: any)",
+    )
+    spec.add_argument("--iterations", type=int, metavar="N", help="training iterations (required)")
+    spec.add_argument("--batch-size", type=int, metavar="N", help="global batch size")
+    spec.add_argument("--priority", type=float, metavar="W", help="weight in fair policies")
+    spec.add_argument(
+        "--no-preempt",
+        dest="preemptible",
+        action="store_const",
+        const=False,
+        help="never stop or move the job once it runs",
+    )
+    spec.add_argument(
+        "--shareable",
+        action="store_const",
+        const=True,
+        help="may share its GPUs with another job (gradient accumulation)",
+    )
+    spec.add_argument("--env", action="append", metavar="K=V", help="environment; repeatable")
+    spec.add_argument("--workdir", metavar="DIR", help="working directory on the worker")
+    spec.add_argument("--checkpoint-dir", metavar="DIR", help="where checkpoints go")
+    spec.add_argument("--job-type", metavar="KEY", help="throughput-model key (advanced)")
+    spec.add_argument("--gpu-memory", metavar="SIZE", help="GPU memory per GPU, e.g. 12GiB")
+    out = parser.add_argument_group("output")
+    mode = out.add_mutually_exclusive_group()
+    mode.add_argument("--parsable", action="store_true", help="print only the job id")
+    mode.add_argument("--json", action="store_true", help="print the accepted job as JSON")
+
+
+def spec_values_from_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The spec values the flags set, by job-file key (flags left out are absent)."""
+    flags: dict[str, Any] = {
+        "name": args.name,
+        "gpus": args.gpus,
+        "iterations": args.iterations,
+        "batch_size": args.batch_size,
+        "priority": args.priority,
+        "preemptible": args.preemptible,
+        "shareable": args.shareable,
+        "workdir": args.workdir,
+        "checkpoint_dir": args.checkpoint_dir,
+        "job_type": args.job_type,
+        "gpu_memory": args.gpu_memory,
+        "workload": args.workload,
+    }
+    values = {key: value for key, value in flags.items() if value is not None}
+    if args.gpu_type:
+        values["gpu_types"] = split_list(args.gpu_type)
+    if args.script and not args.argv:
+        raise SpecError("--script", "needs the command after `--`: --script -- python train.py")
+    if args.argv:
+        values["script" if args.script else "command"] = list(args.argv)
+    checked = normalize(values, origin="flags")
+    if args.env:
+        checked["env"] = parse_env_assignments(args.env)
+    return checked
+
+
+def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
+    try:
+        values: dict[str, Any] = load_job_file(args.file) if args.file else {}
+        flags = spec_values_from_flags(args)
+        if "env" in flags and "env" in values:
+            flags["env"] = {**values["env"], **flags["env"]}
+        if any(key in flags for key in ("workload", "script", "command")):
+            for key in ("workload", "script", "command"):
+                values.pop(key, None)
+        values.update(flags)
+        spec = build_spec(values)
+    except SpecError as exc:
+        raise CliError(str(exc), ExitCode.USAGE, "see `hctl submit --help`") from None
+    job = ctx.client().submit_job(spec)
+    if args.parsable:
+        ctx.out.print(str(job.id))
+    elif args.json:
+        ctx.out.print_json(shapes.dumps({"job": job}))
+    else:
+        ctx.out.print(
+            f"submitted job {job.id} ({job.spec.name}): {job.state.value} — "
+            f"follow it with `hctl show {job.id}`"
+        )
+    return ExitCode.OK
+
+
+# -- queue ------------------------------------------------------------------------------------
+
+
+def _configure_queue(parser: argparse.ArgumentParser) -> None:
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument("-u", "--user", help="only this user's jobs")
+    who.add_argument("--me", action="store_true", help="only my jobs")
+    offer(
+        parser.add_argument(
+            "-t",
+            "--state",
+            action="append",
+            metavar="STATE",
+            help="only these states (pending, running, preempted, completed, failed, "
+            "cancelled, or PD/R/PR/CD/F/CA); repeat or comma-separate",
+        ),
+        STATE_NAMES,
+    )
+    parser.add_argument(
+        "-a", "--all", action="store_true", help="include finished jobs (default: active only)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md)")
+    parser.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    parser.add_argument(
+        "--interval", type=positive_float, default=2.0, metavar="S", help="--watch refresh period"
+    )
+
+
+def queue_filter(args: argparse.Namespace, ctx: Context) -> tuple[str | None, list[JobState]]:
+    """The user and states a queue-like command selects."""
+    user: str | None = args.user
+    if args.me:
+        user = ctx.client().whoami().user
+    states = parse_states(args.state)
+    if not states and not getattr(args, "all", False):
+        states = list(ACTIVE_JOB_STATES)
+    return user, states
+
+
+def queue_table(jobs: Sequence[Job], now: datetime) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
+    for column in QUEUE_COLUMNS:
+        table.add_column(column, no_wrap=column != "NODE/REASON", justify="left")
+    for job in jobs:
+        table.add_row(
+            str(job.id),
+            job.spec.name,
+            job.user,
+            styled_state(job.state),
+            str(job.spec.num_gpus),
+            fmt.node_or_reason(job),
+            fmt.format_time(job.submitted_at, now),
+            fmt.format_duration(fmt.run_time(job, now)),
+            fmt.format_progress(job.iterations_done, job.spec.iterations),
+        )
+    return table
+
+
+def _run_queue(args: argparse.Namespace, ctx: Context) -> int:
+    user, states = queue_filter(args, ctx)
+    client = ctx.client()
+    if args.json:
+        if args.watch:
+            raise CliError("--watch and --json do not combine", ExitCode.USAGE)
+        jobs = client.list_jobs(user=user, states=states)
+        ctx.out.print_json(shapes.dumps({"jobs": jobs}))
+        return ExitCode.OK
+    if not args.watch:
+        jobs = client.list_jobs(user=user, states=states)
+        _print_queue(ctx, jobs)
+        return ExitCode.OK
+    return _watch_queue(ctx, args.interval, user, states)
+
+
+def _print_queue(ctx: Context, jobs: Sequence[Job]) -> None:
+    if not jobs:
+        ctx.err.print("no jobs (finished jobs are listed with --all)")
+        return
+    ctx.out.print(queue_table(jobs, now_utc()))
+
+
+def _watch_queue(ctx: Context, interval: float, user: str | None, states: list[JobState]) -> int:
+    from rich.live import Live
+
+    client = ctx.client()
+
+    def screen() -> RenderableType:
+        jobs = client.list_jobs(user=user, states=states)
+        now = now_utc()
+        header = Text(f"{fmt.format_time(now, now.astimezone())}  {len(jobs)} jobs", style="dim")
+        return Group(header, queue_table(jobs, now))
+
+    try:
+        if ctx.out.is_terminal:
+            with Live(screen(), console=ctx.out, auto_refresh=False, screen=False) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(screen(), refresh=True)
+        else:
+            # Pipes get one full table per refresh, separated by a blank line.
+            while True:
+                ctx.out.print(screen())
+                ctx.out.print()
+                ctx.out.file.flush()
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        return ExitCode.OK
+
+
+# -- show -------------------------------------------------------------------------------------
+
+
+def _configure_show(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", type=job_id, metavar="JOB", help="job id")
+    parser.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md)")
+
+
+def _run_show(args: argparse.Namespace, ctx: Context) -> int:
+    with about_job(args.job):
+        described = ctx.client().describe_job(args.job)
+    now = now_utc()
+    eta = fmt.estimate_eta(described.job, now)
+    if args.json:
+        document = {
+            "job": described.job,
+            "events": list(described.events),
+            "eta_s": eta.seconds if eta else None,
+            "eta_basis": eta.basis if eta else "",
+        }
+        ctx.out.print_json(shapes.dumps(document))
+        return ExitCode.OK
+    ctx.out.print(render_job(described, now))
+    return ExitCode.OK
+
+
+def render_job(described: JobDescription, now: datetime) -> RenderableType:
+    job = described.job
+    spec = job.spec
+    parts: list[RenderableType] = []
+    title = Text.assemble((f"Job {job.id}", "bold"), f"  {spec.name}  ", (f"({job.user})", "dim"))
+    parts.append(title)
+    info = Table.grid(padding=(0, 2))
+    info.add_column(style="bold")
+    info.add_column()
+    state = styled_state(job.state)
+    if job.reason:
+        state.append(f" — {job.reason}")
+    info.add_row("state", state)
+    info.add_row("program", spec.program.describe())
+    gpu_types = ", ".join(spec.allowed_gpu_types) or "any"
+    preemptible = "default" if spec.preemptible is None else ("yes" if spec.preemptible else "no")
+    info.add_row(
+        "resources",
+        f"{spec.num_gpus} GPU(s), types {gpu_types}; batch {spec.batch_size or 'default'}; "
+        f"priority {spec.priority:g}; preemptible {preemptible}; "
+        f"shareable {'yes' if spec.shareable else 'no'}",
+    )
+    if spec.workdir or spec.checkpoint_dir:
+        info.add_row(
+            "paths", f"workdir {spec.workdir or '-'}; checkpoints {spec.checkpoint_dir or '-'}"
+        )
+    if spec.env:
+        info.add_row("env", " ".join(f"{k}={v}" for k, v in spec.env.items()))
+    info.add_row(
+        "times",
+        f"submitted {fmt.format_time(job.submitted_at, now)} "
+        f"({fmt.format_age(job.submitted_at, now)}); "
+        f"started {fmt.format_time(job.started_at, now)}; "
+        f"finished {fmt.format_time(job.finished_at, now)}; "
+        f"ran {fmt.format_duration(fmt.run_time(job, now))}",
+    )
+    progress = fmt.format_progress(job.iterations_done, spec.iterations)
+    progress += f"; checkpoint at {job.checkpoint_iterations}"
+    eta = fmt.estimate_eta(job, now)
+    if eta is not None:
+        progress += f"; ETA {fmt.format_duration(eta.seconds)} ({eta.basis})"
+    info.add_row("progress", progress)
+    exit_code = "-" if job.exit_code is None else str(job.exit_code)
+    info.add_row(
+        "history",
+        f"{job.preemptions} preemption(s), {job.migrations} migration(s), "
+        f"{job.retries} retr{'y' if job.retries == 1 else 'ies'}; last exit code {exit_code}; "
+        f"attained service {job.attained_service:.1f} GPU-s",
+    )
+    parts.append(info)
+    if job.tasks:
+        parts.append(Text(f"\nPlacement (lease {job.tasks[0].lease})", style="bold"))
+        tasks = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
+        for column in ("TASK", "NODE", "GPUS", "TYPE", "RANKS", "BATCH", "ACCUM", "STATE"):
+            tasks.add_column(column)
+        for task in job.tasks:
+            ranks = f"{task.rank_offset}-{task.rank_offset + len(task.gpu_indices) - 1}"
+            shared = f" shared with {task.shared_with_job_id}" if task.shared_with_job_id else ""
+            tasks.add_row(
+                str(task.task_index),
+                task.node,
+                ",".join(str(i) for i in task.gpu_indices),
+                task.gpu_type,
+                ranks,
+                str(task.local_batch_size),
+                str(task.accumulation_steps),
+                task.state.value + shared,
+            )
+        parts.append(tasks)
+    if job.throughputs:
+        parts.append(Text("\nThroughput by GPU type", style="bold"))
+        rates = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
+        for column in ("TYPE", "RATE", "SOURCE", "TIME LEFT"):
+            rates.add_column(column)
+        for tp in sorted(job.throughputs, key=lambda t: -t.iterations_per_s):
+            left = job.remaining_iterations / tp.iterations_per_s if tp.iterations_per_s else None
+            rates.add_row(
+                tp.gpu_type,
+                fmt.format_rate(tp.iterations_per_s),
+                tp.source,
+                fmt.format_duration(left) if not job.state.terminal else "-",
+            )
+        parts.append(rates)
+    parts.append(Text("\nEvents", style="bold"))
+    parts.append(events_table(described.events, now))
+    return Group(*parts)
+
+
+def events_table(events: Sequence[JobEvent], now: datetime) -> RenderableType:
+    if not events:
+        return Text("no events recorded", style="dim")
+    table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
+    for column in ("TIME", "ROUND", "CHANGE", "KIND", "REASON"):
+        table.add_column(column, no_wrap=column != "REASON")
+    for event in events:
+        if event.from_state is event.to_state or event.from_state is JobState.UNSPECIFIED:
+            change = event.to_state.value
+        else:
+            change = f"{event.from_state.value} → {event.to_state.value}"
+        table.add_row(
+            fmt.format_time(event.at, now),
+            str(event.round) if event.round else "-",
+            change,
+            event.kind,
+            event.reason,
+        )
+    return table
+
+
+# -- cancel -----------------------------------------------------------------------------------
+
+
+def _configure_cancel(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("jobs", nargs="*", type=job_id, metavar="JOB", help="job ids")
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument("-u", "--user", help="also every active job of this user")
+    who.add_argument("--me", action="store_true", help="also every active job of mine")
+    offer(
+        parser.add_argument(
+            "-t",
+            "--state",
+            action="append",
+            metavar="STATE",
+            help="with -u/--me: only these states",
+        ),
+        STATE_NAMES,
+    )
+    parser.add_argument("--reason", default="", help="recorded in the job's history")
+    parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+
+def _run_cancel(args: argparse.Namespace, ctx: Context) -> int:
+    client = ctx.client()
+    targets: list[int] = list(dict.fromkeys(args.jobs))
+    if args.state and not (args.user or args.me):
+        raise CliError(
+            "-t/--state selects among a user's jobs: add -u USER or --me", ExitCode.USAGE
+        )
+    if args.user or args.me:
+        user, states = queue_filter(args, ctx)
+        selected = [j for j in client.list_jobs(user=user, states=states) if not j.state.terminal]
+        if not selected and not targets:
+            ctx.err.print(f"no active jobs of {user} to cancel")
+            return ExitCode.OK
+        if selected and not args.yes:
+            _confirm(ctx, user or "", selected)
+        targets.extend(j.id for j in selected if j.id not in targets)
+    if not targets:
+        raise CliError("name jobs to cancel", ExitCode.USAGE, "e.g. `hctl cancel 42` or `--me`")
+    worst = ExitCode.OK
+    for target in targets:
+        try:
+            with about_job(target, "cancel"):
+                job = client.cancel_job(target, args.reason)
+        except CliError as exc:
+            ctx.err.print(exc.line(), markup=False)
+            worst = worst if worst != ExitCode.OK else exc.code
+            continue
+        if job.state is JobState.CANCELLED:
+            ctx.out.print(f"cancelled job {job.id} ({job.spec.name})")
+        elif job.state.terminal:
+            ctx.out.print(f"job {job.id} ({job.spec.name}) had already ended: {job.state.value}")
+        else:
+            ctx.out.print(f"cancelling job {job.id} ({job.spec.name}): stopping its tasks")
+    return worst
+
+
+def _confirm(ctx: Context, user: str, jobs: Sequence[Job]) -> None:
+    ids = " ".join(str(j.id) for j in jobs)
+    if not sys.stdin.isatty():
+        raise CliError(
+            f"refusing to cancel {len(jobs)} job(s) of {user} ({ids}) without confirmation",
+            ExitCode.USAGE,
+            "add --yes",
+        )
+    ctx.err.print(f"cancel {len(jobs)} job(s) of {user}: {ids}? [y/N] ", end="")
+    answer = input().strip().lower()
+    if answer not in ("y", "yes"):
+        raise CliError("nothing cancelled", ExitCode.ERROR)
+
+
+# -- logs -------------------------------------------------------------------------------------
+
+
+def _configure_logs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", type=job_id, metavar="JOB", help="job id")
+    parser.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
+    parser.add_argument("--tail", type=int, default=0, metavar="N", help="last N lines per task")
+    parser.add_argument("--rank", type=int, metavar="R", help="only this global rank")
+    parser.add_argument(
+        "--label", action="store_true", help="prefix each line with its node and rank"
+    )
+
+
+def _run_logs(args: argparse.Namespace, ctx: Context) -> int:
+    if args.tail < 0:
+        raise CliError("--tail must not be negative", ExitCode.USAGE)
+    out = getattr(sys.stdout, "buffer", None)
+    pending: dict[tuple[str, int], bytes] = {}
+
+    def write(data: bytes) -> None:
+        if out is not None:
+            out.write(data)
+            out.flush()
+        else:
+            sys.stdout.write(data.decode(errors="replace"))
+            sys.stdout.flush()
+
+    try:
+        with about_job(args.job, "read the logs of"):
+            for chunk in ctx.client().stream_logs(
+                args.job, follow=args.follow, tail_lines=args.tail, rank=args.rank
+            ):
+                if not args.label:
+                    write(chunk.data)
+                    continue
+                key = (chunk.node, chunk.rank)
+                *lines, rest = (pending.pop(key, b"") + chunk.data).split(b"\n")
+                pending[key] = rest
+                prefix = f"[{chunk.node} rank {chunk.rank}] ".encode()
+                write(b"".join(prefix + line + b"\n" for line in lines))
+    except KeyboardInterrupt:
+        return ExitCode.OK
+    for (node, rank), rest in pending.items():
+        if rest:
+            write(f"[{node} rank {rank}] ".encode() + rest + b"\n")
+    return ExitCode.OK
+
+
+# -- wait -------------------------------------------------------------------------------------
+
+WAIT_EXIT_CODES: dict[JobState, ExitCode] = {
+    JobState.COMPLETED: ExitCode.OK,
+    JobState.FAILED: ExitCode.JOB_FAILED,
+    JobState.CANCELLED: ExitCode.JOB_CANCELLED,
+}
+
+
+def _configure_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", type=job_id, metavar="JOB", help="job id")
+    parser.add_argument(
+        "--timeout",
+        dest="wait_timeout",
+        type=positive_float,
+        metavar="S",
+        help="give up after S seconds (exit 124); default: wait as long as it takes",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing")
+
+
+def wait_for_job(ctx: Context, job: int, timeout: float | None) -> Job | None:
+    """The job once it reaches a terminal state; None if ``timeout`` seconds pass first."""
+    client = ctx.client()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with about_job(job):
+        current = client.get_job(job)
+    while not current.state.terminal:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            return None
+        try:
+            with about_job(job):
+                for update in client.watch_jobs([job], include_initial=True, timeout=remaining):
+                    if update.job.id == job:
+                        current = update.job
+                        if current.state.terminal:
+                            break
+                else:
+                    # The master ended the stream (e.g. it is shutting down): look again.
+                    current = client.get_job(job)
+        except DeadlineExceeded:
+            return None
+    return current
+
+
+def _run_wait(args: argparse.Namespace, ctx: Context) -> int:
+    try:
+        job = wait_for_job(ctx, args.job, args.wait_timeout)
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+    if job is None:
+        if not args.quiet:
+            ctx.err.print(f"job {args.job} did not finish within {args.wait_timeout:g}s")
+        return ExitCode.TIMEOUT
+    if not args.quiet:
+        detail = f": {job.reason}" if job.reason else ""
+        ctx.out.print(f"job {job.id} ({job.spec.name}) {job.state.value}{detail}", markup=False)
+    return WAIT_EXIT_CODES.get(job.state, ExitCode.ERROR)
+
+
+COMMANDS = [
+    Command(
+        "submit",
+        "Submit a job and print its id",
+        _configure_submit,
+        _run_submit,
+        description="Submit a job: a built-in workload, a managed script, or an opaque command. "
+        "The spec comes from flags, or from a TOML file (-f) that flags override; the file's "
+        "keys are listed in docs/cli.md.",
+        epilog="examples:\n"
+        "  hctl submit --workload resnet --gpus 2 --iterations 5000 --gpu-type v100,a100-40gb\n"
+        "  hctl submit --script --gpus 4 --iterations 20000 -- python train.py --lr 0.1\n"
+        "  hctl submit --iterations 100 --name prep -- bash prepare.sh\n"
+        "  JOB=$(hctl submit -f job.toml --priority 2 --parsable)",
+    ),
+    Command(
+        "queue",
+        "List jobs, Slurm style",
+        _configure_queue,
+        _run_queue,
+        aliases=("ls",),
+        description="List jobs by id with their state, GPUs, placement or the reason they "
+        "wait, run time and progress. Without -t or --all only active jobs (pending, running, "
+        "preempted) are listed.",
+        epilog="examples:\n"
+        "  hctl queue --me\n"
+        "  hctl queue -t pending,preempted -u alice\n"
+        "  hctl queue --all --json | jq '.jobs[] | select(.state == \"failed\") | .id'\n"
+        "  hctl queue --watch --interval 5",
+    ),
+    Command(
+        "show",
+        "Show a job: spec, state, placement, progress, ETA and history",
+        _configure_show,
+        _run_show,
+        description="Show everything about one job, including why it waits or was preempted.",
+        epilog="examples:\n  hctl show 42\n  hctl show 42 --json | jq .eta_s",
+    ),
+    Command(
+        "cancel",
+        "Cancel jobs",
+        _configure_cancel,
+        _run_cancel,
+        description="Cancel jobs by id, or every active job of a user (asks first unless --yes).",
+        epilog="examples:\n  hctl cancel 42 43\n  hctl cancel --me -t pending --yes",
+    ),
+    Command(
+        "logs",
+        "Print a job's output",
+        _configure_logs,
+        _run_logs,
+        description="Print the output of a job's processes, relayed from its workers.",
+        epilog="examples:\n  hctl logs 42 --tail 50\n  hctl logs 42 -f --label",
+    ),
+    Command(
+        "wait",
+        "Wait for a job to end; the exit code tells how it ended",
+        _configure_wait,
+        _run_wait,
+        description="Block until the job ends. Exit code: 0 completed, 100 failed, "
+        "103 cancelled, 124 timed out.",
+        epilog="examples:\n"
+        "  hctl wait 42 --timeout 3600 && echo done\n"
+        "  JOB=$(hctl submit -f job.toml --parsable) && hctl wait $JOB",
+    ),
+]

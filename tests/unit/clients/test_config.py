@@ -1,0 +1,112 @@
+"""Where the client finds the master and its token: argument, environment, file, default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clients.config import DEFAULT_ADDRESS, ConfigError, config_path, resolve
+
+
+def write_config(home: Path, text: str) -> Path:
+    path = home / ".config" / "hadar" / "config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    return path
+
+
+def test_defaults_apply_when_nothing_is_configured(tmp_path):
+    """No argument, no environment, no file: the local master without a token."""
+    config = resolve(env={"HOME": str(tmp_path)})
+    assert config.address == DEFAULT_ADDRESS
+    assert config.token is None
+    assert config.timeout_s == 10.0
+    assert (config.address_source, config.token_source) == ("default", "none")
+
+
+def test_file_then_environment_then_argument_take_precedence(tmp_path):
+    """Each layer overrides the one below it, setting by setting."""
+    path = write_config(tmp_path, 'master = "file-host:1"\ntoken = "file-token"\ntimeout = 3\n')
+    env = {"HOME": str(tmp_path)}
+    from_file = resolve(env=env)
+    assert (from_file.address, from_file.token, from_file.timeout_s) == (
+        "file-host:1",
+        "file-token",
+        3,
+    )
+    assert from_file.address_source == str(path)
+
+    env |= {"HADAR_MASTER": "env-host:2", "HADAR_TIMEOUT": "4.5"}
+    from_env = resolve(env=env)
+    assert (from_env.address, from_env.token, from_env.timeout_s) == (
+        "env-host:2",
+        "file-token",
+        4.5,
+    )
+    assert from_env.address_source == "HADAR_MASTER"
+
+    from_args = resolve("arg-host:3", "arg-token", 7, env=env | {"HADAR_TOKEN": "env-token"})
+    assert (from_args.address, from_args.token, from_args.timeout_s) == (
+        "arg-host:3",
+        "arg-token",
+        7,
+    )
+    assert from_args.token_source == "argument"
+
+
+def test_xdg_config_home_and_hadar_config_choose_the_file(tmp_path):
+    """XDG_CONFIG_HOME moves the config directory; HADAR_CONFIG names the file itself."""
+    xdg = tmp_path / "xdg"
+    (xdg / "hadar").mkdir(parents=True)
+    (xdg / "hadar" / "config.toml").write_text('master = "xdg-host:9"\n')
+    env = {"HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(xdg)}
+    assert config_path(env) == xdg / "hadar" / "config.toml"
+    assert resolve(env=env).address == "xdg-host:9"
+    other = tmp_path / "other.toml"
+    other.write_text('master = "other-host:8"\n')
+    assert resolve(env=env | {"HADAR_CONFIG": str(other)}).address == "other-host:8"
+
+
+def test_token_file_is_read_and_stripped(tmp_path):
+    """token_file keeps the secret out of the config file itself."""
+    secret = tmp_path / "token"
+    secret.write_text("s3cret\n")
+    write_config(tmp_path, f'token_file = "{secret}"\n')
+    config = resolve(env={"HOME": str(tmp_path)})
+    assert config.token == "s3cret"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("master = \n", "not valid TOML"),
+        ('mastr = "x:1"\n', "unknown key 'mastr'"),
+        ("master = 5\n", "master must be a string"),
+        ('timeout = "soon"\n', "timeout must be a number"),
+        ('master = "no-port"\n', "is not HOST:PORT"),
+        ("timeout = 0\n", "timeout must be positive"),
+    ],
+)
+def test_bad_config_files_name_the_problem(tmp_path, text, message):
+    """A broken config file is an error that says what is wrong, not a silent default."""
+    write_config(tmp_path, text)
+    with pytest.raises(ConfigError, match=message):
+        resolve(env={"HOME": str(tmp_path)})
+
+
+def test_bad_environment_values_are_rejected(tmp_path):
+    """HADAR_TIMEOUT must be a number and HADAR_MASTER an address."""
+    env = {"HOME": str(tmp_path)}
+    with pytest.raises(ConfigError, match="HADAR_TIMEOUT"):
+        resolve(env=env | {"HADAR_TIMEOUT": "ten"})
+    with pytest.raises(ConfigError, match="from HADAR_MASTER"):
+        resolve(env=env | {"HADAR_MASTER": "host:99999"})
+
+
+def test_grpc_target_uris_pass_through(tmp_path):
+    """unix: and dns: targets are handed to gRPC as they are."""
+    assert (
+        resolve("unix:/run/hadar.sock", env={"HOME": str(tmp_path)}).address
+        == "unix:/run/hadar.sock"
+    )

@@ -1,0 +1,128 @@
+"""Job specs from TOML files and from submit's flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from clients.cli.jobfile import (
+    SpecError,
+    build_spec,
+    load_job_file,
+    normalize,
+    parse_env_assignments,
+)
+from clients.types import ProgramKind
+
+FULL = """
+name = "resnet-lr0.1"
+gpus = 2
+iterations = 5000
+batch_size = 128
+priority = 2
+gpu_types = ["v100", "a100-40gb"]
+preemptible = false
+shareable = true
+workdir = "/home/alice/proj"
+checkpoint_dir = "/shared/ckpt"
+job_type = "ResNet-18 (batch size 128)"
+gpu_memory = "12GiB"
+workload = "resnet"
+
+[env]
+LEARNING_RATE = "0.1"
+SEED = 3
+"""
+
+
+def test_a_full_job_file_becomes_the_spec_it_describes(tmp_path):
+    """Every documented key lands in its JobSpec field."""
+    path = tmp_path / "job.toml"
+    path.write_text(FULL)
+    spec = build_spec(load_job_file(path))
+    assert spec.name == "resnet-lr0.1"
+    assert spec.num_gpus == 2
+    assert spec.iterations == 5000
+    assert spec.batch_size == 128
+    assert spec.priority == 2.0
+    assert spec.allowed_gpu_types == ("v100", "a100-40gb")
+    assert spec.preemptible is False
+    assert spec.shareable is True
+    assert spec.workdir == "/home/alice/proj"
+    assert spec.checkpoint_dir == "/shared/ckpt"
+    assert spec.job_type == "ResNet-18 (batch size 128)"
+    assert spec.gpu_memory_bytes == 12 * 1024**3
+    assert spec.program.kind is ProgramKind.WORKLOAD
+    assert spec.program.workload == "resnet"
+    assert dict(spec.env) == {"LEARNING_RATE": "0.1", "SEED": "3"}
+
+
+def test_command_strings_are_split_like_a_shell():
+    """command = "bash run.sh 'a b'" is three arguments."""
+    spec = build_spec(normalize({"command": "bash run.sh 'a b'", "iterations": 1}))
+    assert spec.program.argv == ("bash", "run.sh", "a b")
+    assert spec.program.kind is ProgramKind.COMMAND
+    assert spec.name == "run"
+    assert spec.preemptible is None
+
+
+def test_script_name_defaults_to_the_script_file():
+    """`python train.py` is named train."""
+    spec = build_spec(normalize({"script": ["python", "train.py", "--lr", "1"], "iterations": 9}))
+    assert spec.name == "train"
+    assert spec.program.kind is ProgramKind.SCRIPT
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "message"),
+    [
+        ({"iterations": 10}, "program", "say what to run"),
+        ({"workload": "resnet", "command": "ls", "iterations": 1}, "program", "only one"),
+        ({"workload": "resnet"}, "iterations", "required"),
+        ({"workload": "resnet", "iterations": 0}, "iterations", "positive"),
+        ({"workload": "resnet", "iterations": 1, "gpus": 0}, "gpus", "at least 1"),
+        ({"workload": "resnet", "iterations": 1, "priority": -1}, "priority", "positive"),
+        ({"workload": "resnet", "iterations": 1, "name": "x" * 129}, "name", "128"),
+    ],
+)
+def test_incomplete_or_contradictory_specs_name_the_field(values, field, message):
+    """Every refusal says which field and why."""
+    with pytest.raises(SpecError, match=message) as caught:
+        build_spec(normalize(values))
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"gpu": 2}, "unknown key"),
+        ({"gpus": "two"}, "expected an integer, got str"),
+        ({"gpus": True}, "got a boolean"),
+        ({"shareable": "yes"}, "expected true or false"),
+        ({"env": {"1BAD": "x"}}, "not a valid variable name"),
+        ({"script": []}, "non-empty command line"),
+        ({"gpu_memory": "lots"}, "not a size"),
+    ],
+)
+def test_bad_file_values_are_rejected_with_the_key(data, message):
+    """Typos and wrong types fail loudly instead of being ignored."""
+    with pytest.raises(SpecError, match=message):
+        normalize(data)
+
+
+def test_missing_and_malformed_files_are_clear(tmp_path):
+    """A missing file or broken TOML names the file."""
+    with pytest.raises(SpecError, match="no such file"):
+        load_job_file(tmp_path / "absent.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("gpus = \n")
+    with pytest.raises(SpecError, match="not valid TOML"):
+        load_job_file(bad)
+
+
+def test_env_assignments_need_a_name_and_an_equals_sign():
+    """--env K=V keeps everything after the first '=', and later values win."""
+    assert parse_env_assignments(["A=1", "B=x=y", "A=2"]) == {"A": "2", "B": "x=y"}
+    with pytest.raises(SpecError, match="NAME=VALUE"):
+        parse_env_assignments(["JUSTNAME"])
+    with pytest.raises(SpecError, match="valid variable name"):
+        parse_env_assignments(["9X=1"])
