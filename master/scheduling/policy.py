@@ -8,6 +8,7 @@ automatically; adding a policy is adding one module.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable
 from functools import cache
@@ -77,3 +78,16 @@ def make_policy(name: str, **params: Any) -> Policy:
     except TypeError as exc:
         raise ValueError(f"bad parameters for policy {name!r}: {exc}") from None
     return policy
+
+
+def policy_parameters(name: str) -> tuple[str, ...]:
+    """Keyword parameters the policy called ``name`` accepts (e.g. ``("seed",)``)."""
+    factory = _registry().get(name)
+    if factory is None:
+        known = ", ".join(available_policies()) or "(none)"
+        raise UnknownPolicyError(f"unknown policy {name!r}; known policies: {known}")
+    return tuple(
+        p.name
+        for p in inspect.signature(factory).parameters.values()
+        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    )

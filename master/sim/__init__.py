@@ -1,0 +1,1 @@
+"""Trace-driven simulator: trace readers, simulated cluster and clock, metrics, reports."""

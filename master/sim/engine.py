@@ -90,6 +90,7 @@ class RoundRecord:
     busy_by_type: dict[str, int]
     active_jobs: int
     running_jobs: int
+    busy_gpu_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,6 +436,7 @@ class Simulator:
                     busy_by_type,
                     len(active),
                     sum(1 for j in active if plan.get(j.spec.id) is not None),
+                    sum(until - now for until in busy_until.values()),
                 )
             )
             done_now = [job for job in active if job.finish is not None]

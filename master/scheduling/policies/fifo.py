@@ -9,6 +9,10 @@ as in Gavel's FIFO baseline.
 it recomputes its allocation: after the set of jobs changed and at least that many
 seconds since the previous recompute (1920 s there). The default 0 admits jobs in every
 round, which is what a lab wants from FIFO.
+
+``gavel_compat=True`` reproduces Gavel's FIFO including its type choice (see
+:mod:`master.scheduling.policies._gavel_fifo`); use it with ``min_recompute_s=1920`` to
+compare with Gavel's published figures.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import random
 
 from master.scheduling.plan import Plan
+from master.scheduling.policies._gavel_fifo import GavelFifo
 from master.scheduling.policies._greedy import greedy_plan, random_type_chooser
 from master.scheduling.views import Snapshot
 
@@ -26,10 +31,16 @@ class FifoPolicy:
     name = NAME
 
     def __init__(
-        self, *, seed: int = 0, backfill: bool = False, min_recompute_s: float = 0.0
+        self,
+        *,
+        seed: int = 0,
+        backfill: bool = False,
+        min_recompute_s: float = 0.0,
+        gavel_compat: bool = False,
     ) -> None:
         if min_recompute_s < 0:
             raise ValueError("min_recompute_s must be >= 0")
+        self._compat = GavelFifo(random.Random(seed), min_recompute_s) if gavel_compat else None
         self._rng = random.Random(seed)
         self._backfill = backfill
         self._min_recompute_s = min_recompute_s
@@ -37,6 +48,8 @@ class FifoPolicy:
         self._decided_for: frozenset[int] = frozenset()
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        if self._compat is not None:
+            return self._compat.plan(snapshot, now)
         running = sorted(
             (job for job in snapshot.jobs if job.current is not None),
             key=lambda j: (j.arrival_time, j.id),
@@ -70,5 +83,13 @@ class FifoPolicy:
         )
 
 
-def make(*, seed: int = 0, backfill: bool = False, min_recompute_s: float = 0.0) -> FifoPolicy:
-    return FifoPolicy(seed=seed, backfill=backfill, min_recompute_s=min_recompute_s)
+def make(
+    *,
+    seed: int = 0,
+    backfill: bool = False,
+    min_recompute_s: float = 0.0,
+    gavel_compat: bool = False,
+) -> FifoPolicy:
+    return FifoPolicy(
+        seed=seed, backfill=backfill, min_recompute_s=min_recompute_s, gavel_compat=gavel_compat
+    )

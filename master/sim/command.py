@@ -1,0 +1,196 @@
+"""``hctl simulate``: run policies over a trace on a simulated cluster and compare them.
+
+The hctl CLI plugs :func:`add_arguments` and :func:`run` in as its ``simulate``
+subcommand; ``python -m master.sim`` runs the same thing stand-alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from master.scheduling.policy import (
+    UnknownPolicyError,
+    available_policies,
+    make_policy,
+    policy_parameters,
+)
+from master.scheduling.throughput import ThroughputModel
+from master.sim.cluster_spec import build_cluster, parse_cluster_spec
+from master.sim.engine import SimConfig, SimResult, SimulationError, Simulator
+from master.sim.metrics import summarize
+from master.sim.report import as_json, print_table, write_reports
+from master.sim.trace import TraceError, read_trace
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``simulate`` options to ``parser``."""
+    parser.add_argument("--trace", required=True, type=Path, help="trace: Gavel .trace or .csv")
+    parser.add_argument(
+        "--throughputs",
+        type=Path,
+        default=None,
+        help="throughput table (Gavel JSON); without it, relative GPU speeds only",
+    )
+    parser.add_argument(
+        "--cluster", required=True, help="GPUs per type, e.g. v100:36,p100:36,k80:36"
+    )
+    parser.add_argument(
+        "--policy",
+        default="fifo,las,gavel",
+        help=f"comma-separated policies (known: {', '.join(available_policies())})",
+    )
+    parser.add_argument("--round", type=float, default=360.0, help="round length, s (360)")
+    parser.add_argument(
+        "--overhead", type=float, default=0.0, help="restart overhead per (re)start, s (0)"
+    )
+    parser.add_argument("--gpus-per-server", type=int, default=4, help="GPUs per server (4)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for randomized policies")
+    parser.add_argument(
+        "--copy-efficiency",
+        type=float,
+        default=0.9,
+        help="progress factor of a job running as averaged copies (0.9)",
+    )
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="POLICY.KEY=VALUE",
+        help="policy parameter, e.g. gavel.min_recompute_s=1920 (repeatable)",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="write CSVs and PNG plots here")
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+
+
+def _parse_value(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if "," in text:
+        return tuple(_parse_value(part) for part in text.split(","))
+    return text
+
+
+def parse_params(items: list[str], policies: list[str]) -> dict[str, dict[str, Any]]:
+    params: dict[str, dict[str, Any]] = {name: {} for name in policies}
+    for item in items:
+        key, sep, value = item.partition("=")
+        policy, dot, name = key.partition(".")
+        if not sep or not dot or not name:
+            raise ValueError(f"bad --param {item!r}; expected POLICY.KEY=VALUE")
+        if policy not in params:
+            raise ValueError(f"--param {item!r} names policy {policy!r}, which is not simulated")
+        params[policy][name] = _parse_value(value)
+    return params
+
+
+def _progress_reporter(enabled: bool) -> tuple[Callable[[str], Callable[[float], None]], Any]:
+    if not enabled:
+        return (lambda _name: lambda _fraction: None), None
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}% of jobs done"),
+        TimeElapsedColumn(),
+        console=Console(file=sys.stderr),
+        transient=True,
+    )
+
+    def for_policy(name: str) -> Callable[[float], None]:
+        task = progress.add_task(name, total=1.0)
+        return lambda fraction: progress.update(task, completed=fraction)
+
+    return for_policy, progress
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the simulation described by ``args``; returns the process exit code."""
+    try:
+        policies = [p.strip() for p in str(args.policy).split(",") if p.strip()]
+        if not policies:
+            raise ValueError("--policy names no policy")
+        if len(set(policies)) != len(policies):
+            raise ValueError(f"--policy lists a policy twice: {args.policy}")
+        known = available_policies()
+        unknown = [p for p in policies if p not in known]
+        if unknown:
+            raise UnknownPolicyError(
+                f"unknown policy {unknown[0]!r}; known policies: {', '.join(known)}"
+            )
+        params = parse_params(list(args.param), policies)
+        for name in policies:
+            if "seed" in policy_parameters(name):
+                params[name].setdefault("seed", args.seed)
+        if args.gpus_per_server < 1:
+            raise ValueError("--gpus-per-server must be >= 1")
+        if not math.isfinite(args.round) or args.round <= 0:
+            raise ValueError("--round must be a positive number of seconds")
+        config = SimConfig(
+            round_s=args.round, overhead_s=args.overhead, copy_efficiency=args.copy_efficiency
+        )
+        cluster = build_cluster(parse_cluster_spec(args.cluster), args.gpus_per_server)
+        model = (
+            ThroughputModel.from_gavel_json(args.throughputs)
+            if args.throughputs is not None
+            else ThroughputModel()
+        )
+        trace = read_trace(args.trace)
+        if not trace:
+            raise ValueError(f"{args.trace}: the trace has no jobs")
+        instances = [make_policy(name, **params[name]) for name in policies]
+    except (ValueError, FileNotFoundError, TraceError) as exc:
+        print(f"hctl simulate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    for_policy, progress = _progress_reporter(sys.stderr.isatty())
+    results: list[SimResult] = []
+    try:
+        if progress is not None:
+            progress.start()
+        for name, policy in zip(policies, instances, strict=True):
+            simulator = Simulator(policy, trace, cluster, model, config, progress=for_policy(name))
+            results.append(simulator.run())
+    except (SimulationError, ValueError) as exc:
+        print(f"hctl simulate: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        if progress is not None:
+            progress.stop()
+
+    if args.json:
+        print(json.dumps(as_json(results), indent=2))
+    else:
+        print_table([summarize(r) for r in results], sys.stdout)
+    if args.out is not None:
+        try:
+            written = write_reports(results, args.out)
+        except OSError as exc:
+            print(f"hctl simulate: cannot write reports to {args.out}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        if not args.json:
+            print(f"reports: {', '.join(str(p) for p in written)}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hctl simulate", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
