@@ -111,6 +111,8 @@ class Task:
     rank_offset: int
     local_batch_sizes: tuple[int, ...]
     accumulation_steps: int
+    num_copies: int
+    copy_index: int
     shared_with_job_id: int
     round: int
     iteration_budget: int
@@ -135,6 +137,8 @@ class NewTask:
     rank_offset: int
     local_batch_sizes: tuple[int, ...]
     accumulation_steps: int = 1
+    num_copies: int = 1
+    copy_index: int = 0
     shared_with_job_id: int = 0
     round: int = 0
     iteration_budget: int = 0

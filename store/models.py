@@ -182,6 +182,9 @@ class TaskRow(Base):
     rank_offset: Mapped[int] = mapped_column(Integer, default=0)
     local_batch_sizes: Mapped[list[int]] = mapped_column(JSON, default=list)
     accumulation_steps: Mapped[int] = mapped_column(Integer, default=1)
+    # HadarE copies: the job runs as num_copies independent groups; this task is in copy_index.
+    num_copies: Mapped[int] = mapped_column(Integer, default=1)
+    copy_index: Mapped[int] = mapped_column(Integer, default=0)
     shared_with_job_id: Mapped[int] = mapped_column(default=0)
     round: Mapped[int] = mapped_column(default=0)
     iteration_budget: Mapped[int] = mapped_column(default=0)

@@ -140,6 +140,8 @@ def task(row: TaskRow) -> Task:
         rank_offset=row.rank_offset,
         local_batch_sizes=tuple(row.local_batch_sizes or ()),
         accumulation_steps=row.accumulation_steps,
+        num_copies=row.num_copies,
+        copy_index=row.copy_index,
         shared_with_job_id=row.shared_with_job_id,
         round=row.round,
         iteration_budget=row.iteration_budget,

@@ -38,6 +38,8 @@ class TaskRepository:
             rank_offset=new.rank_offset,
             local_batch_sizes=list(new.local_batch_sizes),
             accumulation_steps=new.accumulation_steps,
+            num_copies=new.num_copies,
+            copy_index=new.copy_index,
             shared_with_job_id=new.shared_with_job_id,
             round=new.round,
             iteration_budget=new.iteration_budget,

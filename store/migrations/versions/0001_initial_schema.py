@@ -191,6 +191,8 @@ def upgrade() -> None:
         sa.Column("rank_offset", sa.Integer(), nullable=False),
         sa.Column("local_batch_sizes", sa.JSON(), nullable=False),
         sa.Column("accumulation_steps", sa.Integer(), nullable=False),
+        sa.Column("num_copies", sa.Integer(), nullable=False),
+        sa.Column("copy_index", sa.Integer(), nullable=False),
         sa.Column("shared_with_job_id", sa.BigInteger(), nullable=False),
         sa.Column("round", sa.BigInteger(), nullable=False),
         sa.Column("iteration_budget", sa.BigInteger(), nullable=False),

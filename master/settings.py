@@ -1,0 +1,217 @@
+"""The master's settings: one typed object from a TOML file, HADAR_* variables and flags.
+
+Precedence, lowest first: built-in defaults, the TOML file, the environment, flags. With no
+file at all the master runs: SQLite in ./hadar.db (or under $STATE_DIRECTORY when systemd
+provides one), listening on 127.0.0.1:50051, one round a minute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+ENV_PREFIX = "HADAR_"
+AuthMode = Literal["token", "none"]
+LogFormat = Literal["auto", "json", "console"]
+
+
+class SettingsError(ValueError):
+    """A setting with a bad value; the message names the setting and where it came from."""
+
+
+def _state_dir() -> Path:
+    state = os.environ.get("STATE_DIRECTORY", "")
+    # systemd may pass several directories separated by ':'; the first is ours.
+    return Path(state.split(":")[0]) if state else Path.cwd()
+
+
+def default_database() -> str:
+    return f"sqlite:///{_state_dir() / 'hadar.db'}"
+
+
+def default_checkpoint_dir() -> str:
+    return str(_state_dir() / "checkpoints")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # Where the gRPC API listens (host:port; port 0 picks a free one).
+    listen: str = "127.0.0.1:50051"
+    # SQLAlchemy URL or a file path (SQLite); postgresql:// URLs use psycopg 3.
+    database: str = field(default_factory=default_database)
+    # Scheduling.
+    policy: str = "gavel"
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
+    round_seconds: float = 60.0
+    # Start a round soon after a submission or an exit when GPUs are idle.
+    early_rounds: bool = True
+    early_round_delay_s: float = 1.0
+    # A lease lasts this many rounds unless extended; a worker keeps running its tasks that
+    # long while the master is away (a restart, an upgrade).
+    lease_rounds: int = 5
+    min_migration_gain: float = 0.1
+    # Gavel-format throughputs JSON used before measurements exist; empty: priors only.
+    throughput_profile: str = ""
+    gpu_speeds: Mapping[str, float] = field(default_factory=dict)
+    # Workers.
+    heartbeat_interval_s: float = 5.0
+    heartbeat_timeout_s: float = 30.0
+    max_retries: int = 3
+    grace_s: float = 30.0
+    dispatch_timeout_s: float = 5.0
+    dispatch_attempts: int = 3
+    checkpoint_dir: str = field(default_factory=default_checkpoint_dir)
+    # Security: "token" checks API tokens and the cluster token; "none" (local development
+    # only) trusts the x-hadar-user header, or the master's OS user, and treats everyone as
+    # an admin.
+    auth: AuthMode = "token"
+    # Workers present it to join. Empty: the master creates one in cluster_token_file.
+    cluster_token: str = ""
+    cluster_token_file: str = field(default_factory=lambda: str(_state_dir() / "cluster-token"))
+    tls_cert: str = ""
+    tls_key: str = ""
+    # Observability. metrics_port: 0 picks a free port, -1 disables the endpoint.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9464
+    log_format: LogFormat = "auto"
+    log_level: str = "info"
+    grpc_threads: int = 32
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[bool, str]] = [
+            (self.round_seconds > 0, "round_seconds must be > 0"),
+            (self.heartbeat_interval_s > 0, "heartbeat_interval_s must be > 0"),
+            (
+                self.heartbeat_timeout_s > self.heartbeat_interval_s,
+                "heartbeat_timeout_s must exceed heartbeat_interval_s",
+            ),
+            (self.max_retries >= 0, "max_retries must be >= 0"),
+            (self.grace_s >= 0, "grace_s must be >= 0"),
+            (self.dispatch_timeout_s > 0, "dispatch_timeout_s must be > 0"),
+            (self.dispatch_attempts >= 1, "dispatch_attempts must be >= 1"),
+            (self.lease_rounds >= 1, "lease_rounds must be >= 1"),
+            (self.early_round_delay_s >= 0, "early_round_delay_s must be >= 0"),
+            (self.auth in get_args(AuthMode), f"auth must be one of {get_args(AuthMode)}"),
+            (
+                self.log_format in get_args(LogFormat),
+                f"log_format must be one of {get_args(LogFormat)}",
+            ),
+            (self.metrics_port >= -1, "metrics_port must be -1 (off), 0 (any) or a port"),
+            (bool(self.tls_cert) == bool(self.tls_key), "tls_cert and tls_key go together"),
+            (self.grpc_threads >= 4, "grpc_threads must be >= 4"),
+            (":" in self.listen, "listen must be host:port"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SettingsError(message)
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    """Convert a TOML or string value to the field's type, with a precise error."""
+    kind = str(_FIELDS[name].type)
+    try:
+        if kind == "float":
+            if isinstance(value, bool):
+                raise TypeError
+            return float(value)
+        if kind == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise TypeError
+            return int(value)
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in {"1", "true", "yes", "on"}:
+                return True
+            if text in {"0", "false", "no", "off"}:
+                return False
+            raise TypeError
+        if kind.startswith("Mapping"):
+            if isinstance(value, str):
+                return _parse_pairs(value, float if "float" in kind else str)
+            if not isinstance(value, Mapping):
+                raise TypeError
+            return dict(value)
+        if not isinstance(value, str):
+            raise TypeError
+        return value
+    except (TypeError, ValueError):
+        raise SettingsError(f"{source}: bad value {value!r} for {name} ({kind})") from None
+
+
+def _parse_pairs(text: str, kind: type) -> dict[str, Any]:
+    """`a=1,b=2` (for mappings given in the environment)."""
+    out: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(item)
+        out[key.strip()] = kind(value.strip())
+    return out
+
+
+def from_mapping(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        key = name.replace("-", "_")
+        if key not in _FIELDS:
+            known = ", ".join(sorted(_FIELDS))
+            raise SettingsError(f"{source}: unknown setting {name!r}; known: {known}")
+        out[key] = _coerce(key, value, source)
+    return out
+
+
+def from_file(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SettingsError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: not valid TOML: {exc}") from None
+    # Both a flat file and one with a [master] table are accepted.
+    table = data.get("master", data)
+    if not isinstance(table, Mapping):
+        raise SettingsError(f"{path}: [master] must be a table")
+    return from_mapping(table, str(path))
+
+
+def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    values = {
+        key[len(ENV_PREFIX) :].lower(): value
+        for key, value in environ.items()
+        if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX) :].lower() in _FIELDS
+    }
+    return from_mapping(values, "environment")
+
+
+def load(
+    config: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Defaults < file < HADAR_* environment < overrides (flags)."""
+    values: dict[str, Any] = {}
+    env = os.environ if environ is None else environ
+    path = config
+    if path is None and env.get("HADAR_CONFIG"):
+        path = Path(env["HADAR_CONFIG"])
+    if path is not None:
+        values.update(from_file(path))
+    values.update(from_environment(env))
+    values.update(
+        from_mapping({k: v for k, v in (overrides or {}).items() if v is not None}, "flags")
+    )
+    return Settings(**values)
