@@ -120,7 +120,8 @@ def _configure_logging(fmt: str, verbose: bool) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        # Resolved per logger, so a replaced sys.stderr is honoured.
+        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),
     )
 
 
@@ -223,7 +224,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _configure_logging(args.log_format, args.verbose)
+    if args.command == "run":
+        _configure_logging(args.log_format, args.verbose)
     commands = {"run": cmd_run, "gpus": cmd_gpus, "profile": cmd_profile}
     try:
         return commands[args.command](args)

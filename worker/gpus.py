@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 GIB = 1024**3
 
@@ -332,15 +332,19 @@ class NvmlLibrary(Protocol):
 class PynvmlLibrary:
     """:class:`NvmlLibrary` over nvidia-ml-py (``pynvml``)."""
 
-    def __init__(self) -> None:
-        try:
-            import pynvml
-        except ImportError as exc:
-            raise GpuError(
-                "nvidia-ml-py is not installed (pip install 'hadar[worker]'); "
-                "or run with --fake-gpus"
-            ) from exc
-        self._nvml = pynvml
+    def __init__(self, module: Any = None) -> None:
+        # `module` stands in for pynvml in tests of this adapter.
+        if module is None:
+            try:
+                import pynvml
+
+                module = pynvml
+            except ImportError as exc:
+                raise GpuError(
+                    "nvidia-ml-py is not installed (pip install 'hadar[worker]'); "
+                    "or run with --fake-gpus"
+                ) from exc
+        self._nvml = module
 
     @contextmanager
     def _errors(self, what: str) -> Iterator[None]:

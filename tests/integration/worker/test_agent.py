@@ -532,3 +532,31 @@ def test_bad_assignments_fail_with_a_reason(master: FakeMaster, worker: WorkerAg
     with pytest.raises(grpc.RpcError) as invalid:
         apply(stub, assignment(0, 1))
     assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as another user needs root")
+def test_root_agent_runs_jobs_as_the_submitting_user(
+    master: FakeMaster, worker: WorkerAgent
+) -> None:
+    """As root, the agent runs the job as its submitting Unix user, and refuses a user that
+    does not exist on the node."""
+    stub = stub_for(worker)
+    a = assignment(40, 1, command=True, iterations=1)
+    a.user = "nobody"
+    a.spec.command.argv[:] = [
+        "/usr/bin/python3",
+        "-c",
+        "import os; print('uid', os.getuid(), os.environ['USER'], flush=True)",
+    ]
+    (result,) = apply(stub, a)
+    assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED, result.message
+    eventually(lambda: master.exits_for(40))
+    assert master.exits_for(40)[0].kind == common_pb2.EXIT_KIND_COMPLETED
+    uid = pwd.getpwnam("nobody").pw_uid
+    assert f"uid {uid} nobody" in logs(stub, 40)[0].decode()
+
+    stranger = assignment(41, 1)
+    stranger.user = "no-such-user-here"
+    (refused,) = apply(stub, stranger)
+    assert refused.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+    assert "no Unix user 'no-such-user-here'" in refused.message

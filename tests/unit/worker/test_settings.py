@@ -1,0 +1,92 @@
+"""Worker settings: defaults < TOML < environment < flags, with precise errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from worker.settings import SettingsError, load_settings, parse_host_port
+
+
+def test_sources_override_in_order(tmp_path: Path) -> None:
+    """Flags beat the environment, which beats the TOML file, which beats the defaults."""
+    config = tmp_path / "worker.toml"
+    config.write_text(
+        'master = "toml-master:7000"\n'
+        'node = "toml-node"\n'
+        "grace_s = 12\n"
+        'state_dir = "/srv/hadar"\n'
+        "[gpu_names]\n"
+        '"RTX A4500" = "a4500"\n'
+        "[fake_gpu_speeds]\n"
+        "k80 = 0.3\n"
+    )
+    env = {"HADAR_WORKER_NODE": "env-node", "HADAR_WORKER_GRACE_S": "20", "PATH": "/bin"}
+    settings = load_settings({"grace_s": 45.0, "master": None}, environ=env, config_path=config)
+    assert settings.master == "toml-master:7000"
+    assert settings.node == "env-node"
+    assert settings.grace_s == 45.0
+    assert settings.state_dir == Path("/srv/hadar")
+    assert settings.resolved_checkpoint_dir() == Path("/srv/hadar/checkpoints")
+    assert settings.resolved_jobs_dir() == Path("/srv/hadar/jobs")
+    assert settings.gpu_names == {"RTX A4500": "a4500"}
+    assert settings.fake_gpu_speeds == {"k80": 0.3}
+    assert settings.listen == "0.0.0.0:7070"
+
+
+def test_config_path_may_come_from_the_environment(tmp_path: Path) -> None:
+    """HADAR_WORKER_CONFIG names the TOML file when --config is absent."""
+    config = tmp_path / "w.toml"
+    config.write_text('master = "m:1"\n')
+    settings = load_settings({}, environ={"HADAR_WORKER_CONFIG": str(config)})
+    assert settings.master == "m:1"
+
+
+def test_token_is_read_from_its_file(tmp_path: Path) -> None:
+    """token_file is read (stripped) so the token stays out of the command line."""
+    token = tmp_path / "token"
+    token.write_text("abc123\n")
+    settings = load_settings({"master": "m:1", "token_file": token}, environ={})
+    assert settings.token == "abc123"
+    token.write_text("\n")
+    with pytest.raises(SettingsError, match="is empty"):
+        load_settings({"master": "m:1", "token_file": token}, environ={})
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({}, "master: required"),
+        ({"master": "nohost"}, "master: expected HOST:PORT"),
+        ({"master": "h:0"}, "master: bad port 0"),
+        ({"master": "h:1", "listen": "h:99999"}, "listen: bad port"),
+        ({"master": "h:1", "grace_s": 0}, "grace_s: must be positive"),
+        ({"master": "h:1", "grace_s": "soon"}, "grace_s must be a number"),
+    ],
+)
+def test_bad_settings_name_the_setting(flags: dict[str, object], message: str) -> None:
+    """Every bad value is refused with the setting's name."""
+    with pytest.raises(SettingsError, match=message):
+        load_settings(flags, environ={})
+
+
+def test_bad_toml_is_refused_with_the_file(tmp_path: Path) -> None:
+    """Unknown keys, bad tables and invalid TOML name the file."""
+    config = tmp_path / "w.toml"
+    config.write_text('mastr = "m:1"\n')
+    with pytest.raises(SettingsError, match="unknown setting 'mastr'"):
+        load_settings({}, environ={}, config_path=config)
+    config.write_text('master = "m:1"\n[gpu_names]\n"(" = "x"\n')
+    with pytest.raises(SettingsError, match="bad pattern"):
+        load_settings({}, environ={}, config_path=config)
+    config.write_text("master = \n")
+    with pytest.raises(SettingsError, match="not valid TOML"):
+        load_settings({}, environ={}, config_path=config)
+
+
+def test_host_port_parsing() -> None:
+    """IPv4, names and bracketed IPv6 parse; port 0 is allowed where asked."""
+    assert parse_host_port("127.0.0.1:0", "listen") == ("127.0.0.1", 0)
+    assert parse_host_port("[::1]:7070", "listen") == ("::1", 7070)
+    assert parse_host_port("gpu-01.lab:7070", "x") == ("gpu-01.lab", 7070)

@@ -1,0 +1,285 @@
+"""The supervisor with fake processes, a fake clock and fake users: fencing, grace and
+escalation, failures, ordering of leases, running as the submitting user, durable exits."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from protos.hadar.v1 import common_pb2, worker_pb2
+from worker.agent.clock import FakeClock
+from worker.agent.processes import FakeLauncher, RunAs
+from worker.agent.state import StateStore
+from worker.agent.supervisor import Supervisor, SupervisorConfig
+from worker.agent.users import FakeUsers
+from worker.gpus import FakeGpuProvider
+
+APPLIED = worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
+STALE = worker_pb2.ASSIGNMENT_OUTCOME_STALE
+FAILED = worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+START = worker_pb2.ASSIGNMENT_ACTION_START
+EXTEND = worker_pb2.ASSIGNMENT_ACTION_EXTEND
+STOP = worker_pb2.ASSIGNMENT_ACTION_STOP
+
+
+class Rig:
+    def __init__(self, tmp_path: Path, root: bool = False) -> None:
+        self.tmp_path = tmp_path
+        self.clock = FakeClock()
+        self.launcher = FakeLauncher()
+        self.users = FakeUsers(
+            root, {"alice": RunAs("alice", 1001, 1001, (1001, 27), "/home/alice")}
+        )
+        self.state = StateStore(tmp_path / "state")
+        self.exits_signalled = 0
+        self.supervisor = self.make()
+
+    def make(self) -> Supervisor:
+        def on_exit() -> None:
+            self.exits_signalled += 1
+
+        return Supervisor(
+            SupervisorConfig(
+                node="n1",
+                state_dir=self.tmp_path / "state",
+                jobs_dir=self.tmp_path / "jobs",
+                checkpoint_root=self.tmp_path / "ckpt",
+                python="/usr/bin/python3",
+                grace_s=30.0,
+                workloads=frozenset({"resnet"}),
+            ),
+            FakeGpuProvider.from_spec("v100:2,k80:2", reference_speed=1.0).discover(),
+            self.launcher,
+            self.clock,
+            self.state,
+            self.users,
+            on_exit=on_exit,
+        )
+
+    def exits(self) -> dict[tuple[int, int], common_pb2.ExitKind]:
+        return {(e.job_id, e.lease): e.kind for e in self.state.pending_exits()}
+
+
+def start(
+    job: int, lease: int, gpus: tuple[int, ...] = (0,), action: int = START, **fields: object
+) -> worker_pb2.TaskAssignment:
+    spec = common_pb2.JobSpec(name="j", num_gpus=len(gpus), iterations=100)
+    spec.workload.name = "resnet"
+    return worker_pb2.TaskAssignment(
+        job_id=job,
+        lease=lease,
+        action=action,  # type: ignore[arg-type]
+        spec=spec,
+        gpu_indices=list(gpus),
+        gpu_type="v100",
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def test_stop_sends_sigterm_then_sigkill_after_the_grace(tmp_path: Path) -> None:
+    """A process that ignores SIGTERM gets SIGKILL only once the grace period has passed."""
+    rig = Rig(tmp_path)
+    rig.launcher.on_sigterm = None
+    assert rig.supervisor.apply(start(1, 1)).outcome == APPLIED
+    (process,) = rig.launcher.processes
+    assert rig.supervisor.stop(1, grace_s=10.0)
+    assert process.signals == [signal.SIGTERM]
+    rig.clock.advance(9.9)
+    rig.supervisor.poll()
+    assert process.signals == [signal.SIGTERM]
+    rig.clock.advance(0.2)
+    rig.supervisor.poll()
+    assert process.signals == [signal.SIGTERM, signal.SIGKILL]
+    rig.supervisor.poll()
+    assert rig.exits() == {(1, 1): common_pb2.EXIT_KIND_KILLED}
+    assert rig.exits_signalled == 1
+    assert rig.supervisor.running_keys() == []
+
+
+def test_exit_zero_after_sigterm_without_record_is_stopped(tmp_path: Path) -> None:
+    """A managed process that exits 0 after SIGTERM without an exit record: STOPPED."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(1, 1))
+    rig.supervisor.stop(1)
+    rig.supervisor.poll()
+    assert rig.exits() == {(1, 1): common_pb2.EXIT_KIND_STOPPED}
+
+
+def test_fencing_survives_a_restart(tmp_path: Path) -> None:
+    """Leases applied are durable: a new supervisor on the same state refuses older ones."""
+    rig = Rig(tmp_path)
+    assert rig.supervisor.apply(start(1, 5)).outcome == APPLIED
+    assert rig.supervisor.apply(start(1, 5)).outcome == APPLIED
+    assert len(rig.launcher.processes) == 1
+    assert rig.supervisor.apply(start(1, 4)).outcome == STALE
+    rig.state = StateStore(tmp_path / "state")
+    again = rig.make()
+    result = again.apply(start(1, 3))
+    assert result.outcome == STALE
+    assert "older than lease 5" in result.message
+
+
+def test_newer_lease_waits_for_the_older_one_to_stop(tmp_path: Path) -> None:
+    """A START with a newer lease stops the older task first, then starts."""
+    rig = Rig(tmp_path)
+    rig.launcher.on_sigterm = None
+    rig.supervisor.apply(start(1, 1, gpus=(0,)))
+    result = rig.supervisor.apply(start(1, 2, gpus=(1,), grace_s=5.0))
+    assert result.outcome == APPLIED
+    assert "starts when lease 1" in result.message
+    old = rig.launcher.processes[0]
+    assert old.signals == [signal.SIGTERM]
+    assert len(rig.launcher.processes) == 1
+    states = {(t.lease, t.state) for t in rig.supervisor.snapshot()}
+    assert states == {(1, common_pb2.TASK_STATE_STOPPING), (2, common_pb2.TASK_STATE_STARTING)}
+    rig.clock.advance(6)
+    rig.supervisor.poll()  # kills the old one
+    rig.supervisor.poll()  # reaps it and starts the new one
+    assert len(rig.launcher.processes) == 2
+    assert rig.launcher.processes[1].spec.env["HADAR_LEASE"] == "2"
+    assert rig.exits() == {(1, 1): common_pb2.EXIT_KIND_KILLED}
+
+
+def test_failed_rank_stops_the_others_and_fails_the_task(tmp_path: Path) -> None:
+    """One rank exiting non-zero SIGTERMs its siblings; the task is FAILED with that code."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(1, 1, gpus=(0, 1)))
+    first, second = rig.launcher.processes
+    second.exit(7)
+    rig.supervisor.poll()
+    assert first.signals == [signal.SIGTERM]
+    rig.supervisor.poll()
+    (report,) = rig.state.pending_exits()
+    assert report.kind == common_pb2.EXIT_KIND_FAILED
+    assert report.exit_code == 7
+    assert report.message.startswith("rank 1: exit code 7")
+
+
+def test_signal_death_not_asked_for_is_a_failure(tmp_path: Path) -> None:
+    """A process killed by a signal nobody sent it (OOM killer) is FAILED with the signal."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(1, 1))
+    rig.launcher.processes[0].exit(-signal.SIGKILL)
+    rig.supervisor.poll()
+    (report,) = rig.state.pending_exits()
+    assert report.kind == common_pb2.EXIT_KIND_FAILED
+    assert report.signal == signal.SIGKILL
+    assert not report.HasField("exit_code")
+
+
+def test_extend_moves_the_task_to_the_new_lease(tmp_path: Path) -> None:
+    """EXTEND with a newer lease re-tags the running task; without a task it fails."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(1, 1))
+    assert rig.supervisor.apply(start(1, 2, action=EXTEND)).outcome == APPLIED
+    assert rig.supervisor.running_keys() == [(1, 2)]
+    assert rig.supervisor.apply(start(1, 1)).outcome == STALE
+    missing = rig.supervisor.apply(start(9, 1, action=EXTEND))
+    assert missing.outcome == FAILED
+    assert "no running task of job 9" in missing.message
+
+
+def test_stop_assignment_is_idempotent(tmp_path: Path) -> None:
+    """STOP stops the task; repeating it, or stopping nothing, is APPLIED."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(1, 1))
+    assert rig.supervisor.apply(start(1, 1, action=STOP)).outcome == APPLIED
+    rig.supervisor.poll()
+    assert rig.supervisor.apply(start(1, 1, action=STOP)).outcome == APPLIED
+    assert rig.supervisor.apply(start(2, 1, action=STOP)).outcome == APPLIED
+    assert rig.exits() == {(1, 1): common_pb2.EXIT_KIND_STOPPED}
+
+
+def test_spawn_failure_is_reported_and_a_resend_retries(tmp_path: Path) -> None:
+    """A START whose process cannot start fails with the reason; the resend tries again."""
+    rig = Rig(tmp_path)
+    rig.launcher.fail_with = FileNotFoundError(2, "No such file", "python9")
+    failed = rig.supervisor.apply(start(1, 1))
+    assert failed.outcome == FAILED
+    assert "cannot start" in failed.message
+    rig.launcher.fail_with = None
+    assert rig.supervisor.apply(start(1, 1)).outcome == APPLIED
+    assert rig.supervisor.running_keys() == [(1, 1)]
+
+
+def test_workload_argv_and_environment(tmp_path: Path) -> None:
+    """Workloads run as `python -m worker.workloads NAME` with paced fake GPUs on the CPU."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(3, 1, gpus=(2, 3), accumulation_steps=2))
+    first, second = rig.launcher.processes
+    assert list(first.spec.argv) == ["/usr/bin/python3", "-m", "worker.workloads", "resnet"]
+    assert first.spec.env["HADAR_FAKE_GPU_SPEED"] == "0.25"
+    assert first.spec.env["HADAR_DEVICE"] == "cpu"
+    assert first.spec.env["HADAR_ACCUMULATION_STEPS"] == "2"
+    assert first.spec.env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert [p.spec.env["LOCAL_RANK"] for p in (first, second)] == ["0", "1"]
+    assert first.spec.env["WORLD_SIZE"] == "2"
+    assert first.spec.env["HADAR_CHECKPOINT_DIR"] == str(tmp_path / "ckpt" / "job-3")
+    assert first.spec.cwd == tmp_path / "jobs" / "job-3"
+    assert first.spec.run_as is None
+
+
+def test_root_runs_as_the_submitting_user_or_refuses(tmp_path: Path) -> None:
+    """As root: the job's user identity and HOME; an unknown or missing user is refused."""
+    rig = Rig(tmp_path, root=True)
+    assert rig.supervisor.apply(start(1, 1, user="alice")).outcome == APPLIED
+    (process,) = rig.launcher.processes
+    assert process.spec.run_as is not None
+    assert process.spec.run_as.uid == 1001
+    assert process.spec.env["HOME"] == "/home/alice"
+    assert process.spec.env["USER"] == "alice"
+    unknown = rig.supervisor.apply(start(2, 1, user="mallory"))
+    assert unknown.outcome == FAILED
+    assert "no Unix user 'mallory'" in unknown.message
+    nobody = rig.supervisor.apply(start(3, 1))
+    assert nobody.outcome == FAILED
+    assert "names no user" in nobody.message
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda a: a.ClearField("gpu_indices"), "no GPU indices"),
+        (lambda a: a.gpu_indices.extend([0]), "GPU indices repeat"),
+        (lambda a: a.local_batch_sizes.extend([8, 8]), "2 local batch sizes for 1 GPUs"),
+        (lambda a: setattr(a.spec, "workdir", "/no/such/dir"), "workdir /no/such/dir"),
+        (lambda a: a.spec.script.argv.extend([]) or a.spec.ClearField("workload"), "program"),
+    ],
+)
+def test_bad_starts_are_refused(tmp_path: Path, change: object, message: str) -> None:
+    """Each malformed START is FAILED with a message naming the problem."""
+    rig = Rig(tmp_path)
+    a = start(1, 1)
+    assert callable(change)
+    change(a)
+    result = rig.supervisor.apply(a)
+    assert result.outcome == FAILED
+    assert message in result.message
+    assert rig.launcher.processes == []
+
+
+def test_unhealthy_gpu_is_refused(tmp_path: Path) -> None:
+    """Nothing starts on a GPU that NVML reports unhealthy."""
+    rig = Rig(tmp_path)
+    provider = FakeGpuProvider.from_spec("v100:1")
+    provider.mark_unhealthy(0, "XID 79")
+    rig.supervisor.update_gpus(provider.discover())
+    result = rig.supervisor.apply(start(1, 1))
+    assert result.outcome == FAILED
+    assert "unhealthy: XID 79" in result.message
+
+
+def test_exits_are_durable_until_acknowledged(tmp_path: Path) -> None:
+    """An exit report is on disk before the task is forgotten, and gone once acknowledged."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(1, 1))
+    rig.launcher.processes[0].exit(0)
+    rig.supervisor.poll()
+    reloaded = StateStore(tmp_path / "state")
+    (report,) = reloaded.pending_exits()
+    assert (report.job_id, report.lease, report.node) == (1, 1, "n1")
+    assert reloaded.running() == []
+    reloaded.ack_exit((1, 0, 1))
+    assert StateStore(tmp_path / "state").pending_exits() == []
