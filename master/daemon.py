@@ -1,0 +1,412 @@
+"""The master daemon: wiring, the gRPC server, APScheduler rounds, metrics, shutdown.
+
+In-process use (tests, other tools)::
+
+    master = Master(settings)          # nothing runs yet
+    port = master.start()              # migrates, serves, schedules; port 0 picks one
+    master.run_round()                 # one scheduling round now, synchronously
+    master.check_nodes(force=True)     # declare silent nodes lost now
+    master.stop()                      # graceful: finishes the current round
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import FrameType
+
+import grpc
+import structlog
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from master import systemd
+from master.auth import Authenticator
+from master.components import Components
+from master.dispatch import Dispatcher
+from master.events import ChangeSignal
+from master.jobs import JobManager
+from master.metrics import ClusterGauges, MasterMetrics
+from master.registry import Registry
+from master.rounds import RoundResult, RoundRunner
+from master.scheduling.policy import Policy, UnknownPolicyError, make_policy
+from master.scheduling.throughput import ThroughputModel
+from master.service.coordinator import CoordinatorServicer
+from master.service.hadar import HadarServicer
+from master.settings import Settings, SettingsError
+from master.transactions import Transactor
+from master.workers import WorkerClients
+from protos.hadar.v1 import coordinator_pb2, coordinator_pb2_grpc, hadar_pb2, hadar_pb2_grpc
+from store import Database, UnitOfWork
+from store.migrate import upgrade
+from store.states import GpuHealth, NodeState
+
+log = structlog.get_logger(__name__)
+
+VERSION = "0.1.0"
+SERVICES = (
+    hadar_pb2.DESCRIPTOR.services_by_name["Hadar"].full_name,
+    coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name,
+)
+
+
+def resolve_cluster_token(settings: Settings) -> str:
+    """The configured cluster token, or the one kept in `cluster_token_file` (created with a
+    fresh random value, readable by the master's user only, on first start)."""
+    if settings.auth == "none" or settings.cluster_token:
+        return settings.cluster_token
+    path = Path(settings.cluster_token_file)
+    if path.exists():
+        token = path.read_text().strip()
+        if token:
+            return token
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    log.info("created a cluster token; give it to the workers", path=str(path))
+    return token
+
+
+def base_throughput_model(settings: Settings) -> ThroughputModel:
+    speeds = dict(settings.gpu_speeds)
+    if settings.throughput_profile:
+        try:
+            return ThroughputModel.from_gavel_json(settings.throughput_profile, speeds=speeds)
+        except (OSError, ValueError) as exc:
+            raise SettingsError(f"throughput_profile: {exc}") from None
+    return ThroughputModel(speeds=speeds)
+
+
+class Master:
+    """One master: call :meth:`start`, then :meth:`stop` (or :meth:`serve_forever`)."""
+
+    def __init__(self, settings: Settings, *, policy: Policy | None = None) -> None:
+        self.settings = settings
+        if policy is None:
+            try:
+                policy = make_policy(settings.policy, **dict(settings.policy_params))
+            except UnknownPolicyError as exc:
+                raise SettingsError(f"policy: {exc}") from None
+            except ValueError as exc:
+                raise SettingsError(f"policy_params: {exc}") from None
+        self._policy = policy
+        self._base_model = base_throughput_model(settings)
+        self.cluster_token = resolve_cluster_token(settings)
+        self.database = Database(settings.database)
+        self.metrics = MasterMetrics()
+        self.changes = ChangeSignal()
+        self._server: grpc.Server | None = None
+        self._health = health.HealthServicer()
+        self._scheduler: BackgroundScheduler | None = None
+        self._metrics_server: object | None = None
+        self._rpc_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="hadar-push")
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hadar-bg")
+        self._stopped = threading.Event()
+        self._stopping = False
+        self._early_lock = threading.Lock()
+        self._rerun = False
+        self._round_running = False
+        self._started_at = 0.0
+        self.port = 0
+        self.metrics_port: int | None = None
+
+        self.tx = Transactor(self.database)
+        self.workers = WorkerClients(
+            self.cluster_token,
+            timeout_s=settings.dispatch_timeout_s,
+            attempts=settings.dispatch_attempts,
+        )
+        self.dispatcher = Dispatcher(
+            self.tx,
+            self.workers,
+            settings,
+            self.metrics,
+            self._rpc_pool,
+            self._background,
+            self.changes.notify,
+        )
+        self.jobs = JobManager(
+            self.tx,
+            self.dispatcher,
+            settings,
+            self._base_model,
+            self.changes.notify,
+            self.request_round,
+        )
+        self.registry = Registry(
+            self.tx,
+            self.dispatcher,
+            settings,
+            self.metrics,
+            self.changes.notify,
+            self.request_round,
+        )
+        self.rounds = RoundRunner(
+            self.tx,
+            policy,
+            self.dispatcher,
+            settings,
+            self.metrics,
+            self._base_model,
+            self.changes.notify,
+        )
+        self.auth = Authenticator(self.tx, settings.auth, self.cluster_token)
+
+    # -- life --------------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        host = self.settings.listen.rsplit(":", 1)[0].strip("[]")
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"{host}:{self.port}"
+
+    def start(self) -> int:
+        """Migrate the database, serve, schedule rounds; returns the bound gRPC port."""
+        upgrade(self.database.url, engine=self.database.engine)
+        self._started_at = time.monotonic()
+        parts = Components(
+            settings=self.settings,
+            tx=self.tx,
+            auth=self.auth,
+            jobs=self.jobs,
+            registry=self.registry,
+            rounds=self.rounds,
+            dispatcher=self.dispatcher,
+            workers=self.workers,
+            metrics=self.metrics,
+            changes=self.changes,
+            base_model=self._base_model,
+            next_round_at=self.next_round_at,
+            version=VERSION,
+        )
+        server = grpc.server(
+            ThreadPoolExecutor(
+                max_workers=self.settings.grpc_threads, thread_name_prefix="hadar-rpc"
+            )
+        )
+        hadar_pb2_grpc.add_HadarServicer_to_server(HadarServicer(parts), server)  # type: ignore[no-untyped-call]
+        coordinator_pb2_grpc.add_CoordinatorServicer_to_server(  # type: ignore[no-untyped-call]
+            CoordinatorServicer(parts), server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        if self.settings.tls_cert:
+            credentials = grpc.ssl_server_credentials(
+                [
+                    (
+                        Path(self.settings.tls_key).read_bytes(),
+                        Path(self.settings.tls_cert).read_bytes(),
+                    )
+                ]
+            )
+            self.port = server.add_secure_port(self.settings.listen, credentials)
+        else:
+            self.port = server.add_insecure_port(self.settings.listen)
+        if self.port == 0:
+            raise SettingsError(f"listen: cannot bind {self.settings.listen}")
+        server.start()
+        self._server = server
+        for name in ("", *SERVICES):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+        self.metrics.watch_store(self._gauges)
+        if self.settings.metrics_port >= 0:
+            http, _thread = start_http_server(
+                self.settings.metrics_port, self.settings.metrics_host, self.metrics.registry
+            )
+            self._metrics_server = http
+            self.metrics_port = int(http.server_port)
+
+        scheduler = BackgroundScheduler(timezone=UTC)
+        scheduler.add_job(
+            self._scheduled_round,
+            IntervalTrigger(seconds=self.settings.round_seconds),
+            id="round",
+            name="scheduling round",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+        )
+        scheduler.add_job(
+            self._scheduled_node_check,
+            IntervalTrigger(seconds=self.settings.heartbeat_interval_s),
+            id="nodes",
+            name="lost-node check",
+            max_instances=1,
+            coalesce=True,
+        )
+        scheduler.start()
+        self._scheduler = scheduler
+        # Starts decided before a restart that never reached their workers go out now.
+        self._background.submit(self._resume_dispatch)
+        systemd.notify("READY=1")
+        log.info(
+            "master started",
+            address=self.address,
+            database=self.database.url.split("@")[-1],
+            policy=self.rounds.policy_name,
+            round_seconds=self.settings.round_seconds,
+            auth=self.settings.auth,
+            metrics_port=self.metrics_port,
+        )
+        return self.port
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop serving: NOT_SERVING, refuse submissions, finish the current round, exit.
+        Tasks keep running on the workers; a new master adopts them."""
+        if self._stopping:
+            self._stopped.wait()
+            return
+        self._stopping = True
+        systemd.notify("STOPPING=1")
+        log.info("master stopping")
+        self.jobs.stop_accepting()
+        for name in ("", *SERVICES):
+            self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+        self.changes.close()
+        if self._server is not None:
+            self._server.stop(grace).wait()
+        if self._metrics_server is not None:
+            shutdown = getattr(self._metrics_server, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            close = getattr(self._metrics_server, "server_close", None)
+            if callable(close):
+                close()
+        self._background.shutdown(wait=True)
+        self._rpc_pool.shutdown(wait=True)
+        self.workers.close()
+        self.database.dispose()
+        self._stopped.set()
+        log.info("master stopped")
+
+    def serve_forever(self) -> None:
+        """Start, then block until SIGTERM or SIGINT, then stop gracefully."""
+        done = threading.Event()
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            log.info("signal received", signal=signal.Signals(signum).name)
+            done.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        done.wait()
+        self.stop()
+
+    # -- rounds --------------------------------------------------------------------------------
+
+    def run_round(self) -> RoundResult:
+        """One scheduling round now; returns when it is stored and pushed."""
+        return self.rounds.run()
+
+    def check_nodes(self, *, force: bool = False) -> list[str]:
+        """Declare nodes silent for longer than the heartbeat timeout lost. Right after a
+        start the workers get one timeout to reconnect first, unless `force`."""
+        if not force and time.monotonic() - self._started_at < self.settings.heartbeat_timeout_s:
+            return []
+        return self.registry.check_lost()
+
+    def next_round_at(self) -> datetime | None:
+        if self._scheduler is None:
+            return None
+        job = self._scheduler.get_job("round")
+        when = getattr(job, "next_run_time", None) if job is not None else None
+        return when if isinstance(when, datetime) else None
+
+    def request_round(self) -> None:
+        """Ask for an early round when GPUs idle while jobs wait (coalesced, debounced)."""
+        if not self.settings.early_rounds or self._scheduler is None or self._stopping:
+            return
+        with self._early_lock:
+            if self._round_running:
+                self._rerun = True
+                return
+            soon = datetime.now(UTC) + timedelta(seconds=self.settings.early_round_delay_s)
+            current = self.next_round_at()
+            if current is not None and current <= soon:
+                return
+        if not self.tx.read(_idle_gpus_and_waiting_jobs):
+            return
+        try:
+            self._scheduler.modify_job("round", next_run_time=soon)
+        except Exception:  # the scheduler is shutting down
+            log.debug("could not move the next round forward")
+
+    def _scheduled_round(self) -> None:
+        with self._early_lock:
+            self._round_running = True
+            self._rerun = False
+        try:
+            self.run_round()
+        except Exception:
+            log.exception("scheduling round failed")
+        finally:
+            with self._early_lock:
+                self._round_running = False
+                rerun = self._rerun
+            if rerun:
+                self.request_round()
+
+    def _scheduled_node_check(self) -> None:
+        try:
+            self.check_nodes()
+        except Exception:
+            log.exception("lost-node check failed")
+
+    def _resume_dispatch(self) -> None:
+        try:
+            self.dispatcher.dispatch_ready()
+        except Exception:
+            log.exception("resending pending starts failed")
+
+    def _gauges(self) -> ClusterGauges:
+        def read(uow: UnitOfWork) -> ClusterGauges:
+            busy = {(t.node, i) for t in uow.tasks.active() for i in t.gpu_indices}
+            gpus: dict[tuple[str, str], int] = {}
+            for node in uow.nodes.all():
+                for gpu in node.gpus:
+                    if (node.name, gpu.index) in busy:
+                        state = "busy"
+                    elif node.state is NodeState.READY and gpu.health is GpuHealth.HEALTHY:
+                        state = "idle"
+                    else:
+                        state = "unavailable"
+                    gpus[(state, gpu.type)] = gpus.get((state, gpu.type), 0) + 1
+            return ClusterGauges(
+                jobs_by_state={s.value: c for s, c in uow.jobs.count_by_state().items()},
+                gpus=gpus,
+            )
+
+        return self.tx.read(read)
+
+
+def _idle_gpus_and_waiting_jobs(uow: UnitOfWork) -> bool:
+    from store.states import JobState
+
+    if not uow.jobs.query(states=[JobState.PENDING, JobState.PREEMPTED], limit=1):
+        return False
+    busy = {(t.node, i) for t in uow.tasks.active() for i in t.gpu_indices}
+    return any(
+        node.state is NodeState.READY
+        and gpu.health is GpuHealth.HEALTHY
+        and (node.name, gpu.index) not in busy
+        for node in uow.nodes.all()
+        for gpu in node.gpus
+    )

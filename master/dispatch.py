@@ -1,0 +1,335 @@
+"""Pushing decisions to workers: assignments (start, extend, stop) and out-of-round stops.
+
+Everything sent here was committed first. Sends to different nodes run concurrently; each
+is retried a bounded number of times; acknowledgements are recorded afterwards. A start
+whose GPUs are still held by a stopping task (a preempted job checkpointing, the same job's
+previous placement) waits until that task has exited, then goes out.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+
+from master.lifecycle import StopOrder, fail_attempt, lose_job_placement
+from master.metrics import MasterMetrics
+from master.service.codec import spec_to_pb, timestamp
+from master.settings import Settings
+from master.transactions import Transactor
+from master.workers import WorkerClients, WorkerUnreachableError
+from protos.hadar.v1 import worker_pb2
+from store import UnitOfWork
+from store.domain import Job, Task
+from store.models import utcnow
+from store.states import NodeState, TaskState, is_terminal
+
+log = structlog.get_logger(__name__)
+
+RENDEZVOUS_PORT_BASE = 20000
+RENDEZVOUS_PORT_SPAN = 20000
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One assignment for one node, tied to the stored task it concerns."""
+
+    node: str
+    task_id: int
+    assignment: worker_pb2.TaskAssignment
+
+
+def rendezvous_port(lease: int) -> int:
+    # Distinct per placement so a restarted group never meets a stale listener.
+    return RENDEZVOUS_PORT_BASE + lease % RENDEZVOUS_PORT_SPAN
+
+
+def _host(address: str) -> str:
+    return address.rsplit(":", 1)[0] if ":" in address else address
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        tx: Transactor,
+        clients: WorkerClients,
+        settings: Settings,
+        metrics: MasterMetrics,
+        executor: Executor,
+        background: Executor,
+        on_change: Callable[[], None],
+    ) -> None:
+        self._tx = tx
+        self._clients = clients
+        self._settings = settings
+        self._metrics = metrics
+        # RPCs to workers run on `executor`; follow-up work that itself sends RPCs runs on
+        # `background`, so it never waits for a slot in the pool it is waiting on.
+        self._executor = executor
+        self._background = background
+        self._on_change = on_change
+
+    # -- building assignments ------------------------------------------------------------
+
+    def checkpoint_dir(self, job: Job) -> str:
+        return job.spec.checkpoint_dir or f"{self._settings.checkpoint_dir}/job-{job.id}"
+
+    def _expiry(self, now: datetime) -> datetime:
+        return now + timedelta(seconds=self._settings.round_seconds * self._settings.lease_rounds)
+
+    def start(
+        self,
+        job: Job,
+        task: Task,
+        group: Sequence[Task],
+        addresses: dict[str, str],
+        round_number: int,
+        now: datetime,
+    ) -> worker_pb2.TaskAssignment:
+        copy = [t for t in group if t.copy_index == task.copy_index]
+        first = min(copy, key=lambda t: t.task_index)
+        return worker_pb2.TaskAssignment(
+            job_id=job.id,
+            task_index=task.task_index,
+            lease=task.lease,
+            action=worker_pb2.ASSIGNMENT_ACTION_START,
+            spec=spec_to_pb(job.spec),
+            gpu_indices=list(task.gpu_indices),
+            gpu_type=task.gpu_type,
+            rendezvous=worker_pb2.Rendezvous(
+                master_addr=_host(addresses.get(first.node, first.node)),
+                master_port=rendezvous_port(task.lease),
+                world_size=sum(len(t.gpu_indices) for t in copy),
+                rank_offset=task.rank_offset,
+            ),
+            local_batch_sizes=list(task.local_batch_sizes),
+            accumulation_steps=task.accumulation_steps,
+            iteration_budget=task.iteration_budget,
+            iterations_done=job.iterations_done,
+            lease_expires_at=timestamp(self._expiry(now)),
+            num_copies=task.num_copies if task.num_copies > 1 else 0,
+            copy_index=task.copy_index,
+            round=round_number,
+            grace_s=self._settings.grace_s,
+            checkpoint_dir=self.checkpoint_dir(job),
+            user=job.user,
+        )
+
+    def extend(
+        self, job: Job, task: Task, round_number: int, now: datetime
+    ) -> worker_pb2.TaskAssignment:
+        return worker_pb2.TaskAssignment(
+            job_id=job.id,
+            task_index=task.task_index,
+            lease=task.lease,
+            action=worker_pb2.ASSIGNMENT_ACTION_EXTEND,
+            gpu_indices=list(task.gpu_indices),
+            gpu_type=task.gpu_type,
+            local_batch_sizes=list(task.local_batch_sizes),
+            accumulation_steps=task.accumulation_steps,
+            iteration_budget=task.iteration_budget,
+            iterations_done=job.iterations_done,
+            lease_expires_at=timestamp(self._expiry(now)),
+            round=round_number,
+            grace_s=self._settings.grace_s,
+            checkpoint_dir=self.checkpoint_dir(job),
+            user=job.user,
+        )
+
+    def stop(self, task: Task, round_number: int) -> worker_pb2.TaskAssignment:
+        return worker_pb2.TaskAssignment(
+            job_id=task.job_id,
+            task_index=task.task_index,
+            lease=task.lease,
+            action=worker_pb2.ASSIGNMENT_ACTION_STOP,
+            gpu_indices=list(task.gpu_indices),
+            gpu_type=task.gpu_type,
+            round=round_number,
+            grace_s=self._settings.grace_s,
+        )
+
+    # -- starts that are ready -----------------------------------------------------------
+
+    def ready_starts(self, uow: UnitOfWork, round_number: int) -> list[Outgoing]:
+        """START assignments for every placement whose GPUs are free of older tasks."""
+        active = uow.tasks.active()
+        groups: dict[tuple[int, int], list[Task]] = defaultdict(list)
+        for task in active:
+            if task.state is TaskState.ASSIGNED:
+                groups[(task.job_id, task.lease)].append(task)
+        if not groups:
+            return []
+        nodes = {n.name: n for n in uow.nodes.all()}
+        addresses = {name: n.address for name, n in nodes.items()}
+        now = utcnow()
+        out: list[Outgoing] = []
+        for (job_id, lease), group in sorted(groups.items()):
+            if any(self._blocked(t, active) for t in group):
+                continue
+            job = uow.jobs.get(job_id)
+            if is_terminal(job.state) or any(
+                nodes.get(t.node) is None or nodes[t.node].state is NodeState.UNREACHABLE
+                for t in group
+            ):
+                continue
+            out.extend(
+                Outgoing(t.node, t.id, self.start(job, t, group, addresses, round_number, now))
+                for t in group
+            )
+            log.debug("start ready", job_id=job_id, lease=lease)
+        return out
+
+    @staticmethod
+    def _blocked(task: Task, active: Sequence[Task]) -> bool:
+        gpus = set(task.gpu_indices)
+        for other in active:
+            if other.lease >= task.lease or other.id == task.id:
+                continue
+            if other.job_id == task.job_id:
+                return True
+            if (
+                other.node == task.node
+                and gpus.intersection(other.gpu_indices)
+                and other.job_id != task.shared_with_job_id
+            ):
+                return True
+        return False
+
+    def dispatch_ready(self, round_number: int = 0) -> int:
+        """Send every start that can go now; returns the number of unreachable workers."""
+        outgoing = self._tx.read(lambda uow: self.ready_starts(uow, round_number))
+        return self.send(round_number, outgoing) if outgoing else 0
+
+    def dispatch_ready_soon(self) -> None:
+        self._background.submit(self._safe_dispatch_ready)
+
+    def _safe_dispatch_ready(self) -> None:
+        try:
+            self.dispatch_ready()
+        except Exception:
+            log.exception("dispatching ready starts failed")
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send(self, round_number: int, outgoing: Sequence[Outgoing]) -> int:
+        """Push assignments, one ApplyAssignments per node, concurrently; record the answers.
+
+        Returns how many nodes could not be reached.
+        """
+        by_node: dict[str, list[Outgoing]] = defaultdict(list)
+        for item in outgoing:
+            by_node[item.node].append(item)
+        addresses = self._tx.read(
+            lambda uow: {n.name: n.address for n in uow.nodes.all() if n.name in by_node}
+        )
+        futures = {
+            node: self._executor.submit(
+                self._clients.apply,
+                addresses.get(node, node),
+                worker_pb2.ApplyAssignmentsRequest(
+                    round=round_number, assignments=[i.assignment for i in items]
+                ),
+            )
+            for node, items in by_node.items()
+        }
+        failures = 0
+        answers: list[tuple[Outgoing, worker_pb2.AssignmentResult | None]] = []
+        for node, future in futures.items():
+            try:
+                response = future.result()
+            except WorkerUnreachableError as exc:
+                failures += 1
+                self._metrics.dispatch_failures.inc()
+                log.warning("worker did not acknowledge", node=node, error=str(exc))
+                continue
+            results = {(r.job_id, r.task_index, r.lease): r for r in response.results}
+            for item in by_node[node]:
+                a = item.assignment
+                answers.append((item, results.get((a.job_id, a.task_index, a.lease))))
+        if answers:
+            orders = self._tx.write(lambda uow: self._record(uow, answers))
+            self.send_stops(orders)
+            self._on_change()
+        return failures
+
+    def _record(
+        self,
+        uow: UnitOfWork,
+        answers: Sequence[tuple[Outgoing, worker_pb2.AssignmentResult | None]],
+    ) -> list[StopOrder]:
+        orders: list[StopOrder] = []
+        for item, result in answers:
+            task = uow.tasks.get(item.task_id)
+            action = item.assignment.action
+            outcome = result.outcome if result is not None else None
+            message = result.message if result is not None else "no result for this task"
+            if outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED:
+                if (
+                    action == worker_pb2.ASSIGNMENT_ACTION_START
+                    and task.state is TaskState.ASSIGNED
+                ):
+                    uow.tasks.set_state(task.id, TaskState.STARTING)
+                continue
+            if action == worker_pb2.ASSIGNMENT_ACTION_STOP:
+                # The worker does not run it (any more): nothing holds those GPUs.
+                if task.active:
+                    uow.tasks.set_state(task.id, TaskState.LOST)
+                continue
+            if not task.active:
+                continue
+            job = uow.jobs.get(task.job_id)
+            log.warning(
+                "assignment refused",
+                job_id=task.job_id,
+                node=item.node,
+                lease=task.lease,
+                outcome=worker_pb2.AssignmentOutcome.Name(outcome or 0),
+                message=message,
+            )
+            if outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED:
+                uow.tasks.set_state(task.id, TaskState.LOST)
+                _, more = fail_attempt(
+                    uow,
+                    job,
+                    reason=f"could not start on {item.node}: {message}",
+                    exit_code=None,
+                    max_retries=self._settings.max_retries,
+                    round=item.assignment.round,
+                )
+            else:
+                uow.tasks.set_state(task.id, TaskState.LOST)
+                _, more = lose_job_placement(
+                    uow, job, f"worker {item.node} no longer runs lease {task.lease}", kind="lost"
+                )
+            orders.extend(more)
+        return orders
+
+    def send_stops(self, orders: Sequence[StopOrder]) -> None:
+        """StopTask for each order, in the background (stopping is idempotent)."""
+        if not orders:
+            return
+        addresses = self._tx.read(lambda uow: {n.name: n.address for n in uow.nodes.all()})
+        for order in orders:
+            address = addresses.get(order.node)
+            if address is None:
+                continue
+            self._executor.submit(self._stop_one, address, order)
+
+    def _stop_one(self, address: str, order: StopOrder) -> None:
+        request = worker_pb2.StopTaskRequest(
+            job_id=order.job_id,
+            lease=order.lease,
+            checkpoint=order.checkpoint,
+            grace_s=self._settings.grace_s,
+            reason=order.reason,
+        )
+        try:
+            self._clients.stop(address, request)
+            log.info("stop sent", job_id=order.job_id, node=order.node, lease=order.lease)
+        except WorkerUnreachableError as exc:
+            self._metrics.dispatch_failures.inc()
+            log.warning("stop not delivered", job_id=order.job_id, node=order.node, error=str(exc))

@@ -1,0 +1,320 @@
+"""Jobs as people and workers change them: submission, cancellation, progress and exits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+
+from master.dispatch import Dispatcher
+from master.errors import FailedPreconditionError, PermissionDeniedError
+from master.lifecycle import StopOrder, fail_attempt, lose_job_placement, release_tasks
+from master.scheduling.throughput import ThroughputModel
+from master.settings import Settings
+from master.transactions import Transactor
+from master.validation import ClusterFacts, validate_idempotency_key, validate_spec
+from protos.hadar.v1 import common_pb2
+from store import UnitOfWork
+from store.domain import Job, JobEvent, NewJob, Task
+from store.states import ExitKind, JobState, NodeState, TaskState, is_terminal
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who makes a request: a user (maybe an admin) or the cluster's workers."""
+
+    user: str
+    admin: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressUpdate:
+    job_id: int
+    task_index: int
+    lease: int
+    iterations_done: int
+    iterations_per_s: float
+    checkpoint_iterations: int
+    gpu_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskExit:
+    node: str
+    job_id: int
+    task_index: int
+    lease: int
+    kind: ExitKind
+    exit_code: int | None
+    signal: int
+    iterations_done: int
+    message: str
+
+
+class JobManager:
+    def __init__(
+        self,
+        tx: Transactor,
+        dispatcher: Dispatcher,
+        settings: Settings,
+        base_model: ThroughputModel,
+        on_change: Callable[[], None],
+        on_capacity: Callable[[], None],
+    ) -> None:
+        self._tx = tx
+        self._dispatcher = dispatcher
+        self._settings = settings
+        self._base_model = base_model
+        self._on_change = on_change
+        # Called when GPUs may be idle (a submission, an exit): the daemon may start an
+        # early round.
+        self._on_capacity = on_capacity
+        self._accepting = True
+        # Wall time of the last progress report per (job, task, lease), for service.
+        self._last_report: dict[tuple[int, int, int], float] = {}
+        self._report_lock = threading.Lock()
+
+    def stop_accepting(self) -> None:
+        self._accepting = False
+
+    # -- people ----------------------------------------------------------------------------
+
+    def cluster_facts(self, uow: UnitOfWork) -> ClusterFacts:
+        gpus: dict[str, int] = {}
+        workloads: set[str] = set()
+        for node in uow.nodes.all():
+            if node.state is NodeState.UNREACHABLE:
+                continue
+            workloads.update(node.workloads)
+            for gpu in node.gpus:
+                gpus[gpu.type] = gpus.get(gpu.type, 0) + 1
+        return ClusterFacts(gpus_by_type=gpus, workloads=frozenset(workloads))
+
+    def submit(
+        self, caller: Caller, spec: common_pb2.JobSpec, idempotency_key: str = ""
+    ) -> tuple[Job, bool]:
+        if not self._accepting:
+            raise FailedPreconditionError("the master is shutting down; submit again shortly")
+        key = validate_idempotency_key(idempotency_key)
+        facts = self._tx.read(self.cluster_facts)
+        validated = validate_spec(spec, facts)
+        job, created = self._tx.write(
+            lambda uow: uow.jobs.add(NewJob(user=caller.user, spec=validated, idempotency_key=key)),
+            jobs=False,
+        )
+        if created:
+            log.info("job submitted", job_id=job.id, user=caller.user, name=validated.name)
+            self._on_change()
+            self._on_capacity()
+        return job, created
+
+    def get(self, job_id: int) -> tuple[Job, list[Task]]:
+        def read(uow: UnitOfWork) -> tuple[Job, list[Task]]:
+            job = uow.jobs.get(job_id)
+            return job, uow.tasks.active_for_job(job_id) if job.state is JobState.RUNNING else []
+
+        return self._tx.read(read)
+
+    def events(self, job_id: int) -> list[JobEvent]:
+        return self._tx.read(lambda uow: uow.jobs.events(job_id))
+
+    def cancel(self, caller: Caller, job_id: int, reason: str) -> Job:
+        def change(uow: UnitOfWork) -> tuple[Job, list[StopOrder]]:
+            job = uow.jobs.get(job_id)
+            if job.user != caller.user and not caller.admin:
+                raise PermissionDeniedError(
+                    f"job {job_id} belongs to {job.user}; only its owner or an admin may cancel it"
+                )
+            if is_terminal(job.state):
+                return job, []
+            text = f"cancelled by {caller.user}" + (f": {reason}" if reason else "")
+            orders = release_tasks(uow, uow.tasks.active_for_job(job_id), text, checkpoint=False)
+            job = uow.jobs.transition(job_id, JobState.CANCELLED, kind="cancelled", reason=text)
+            return job, orders
+
+        job, orders = self._tx.write(change)
+        log.info("job cancelled", job_id=job_id, by=caller.user, tasks_stopped=len(orders))
+        self._dispatcher.send_stops(orders)
+        self._on_change()
+        if orders:
+            self._on_capacity()
+        return job
+
+    # -- workers ---------------------------------------------------------------------------
+
+    def report_progress(self, node: str, updates: Sequence[ProgressUpdate]) -> list[bool]:
+        """Apply progress reports; returns, per report, whether its lease is stale."""
+        now = datetime.now(UTC)
+        wall = time.time()
+
+        def change(uow: UnitOfWork) -> tuple[list[bool], list[StopOrder], bool]:
+            stale_flags: list[bool] = []
+            orders: list[StopOrder] = []
+            finished = False
+            for update in updates:
+                task = uow.tasks.find(update.job_id, update.task_index, update.lease)
+                if task is None or not task.active or task.node != node:
+                    stale_flags.append(True)
+                    continue
+                job = uow.jobs.get(task.job_id)
+                if is_terminal(job.state):
+                    # Finished or cancelled: whatever still runs must stop.
+                    stale_flags.append(True)
+                    continue
+                stale_flags.append(False)
+                if task.state in (TaskState.ASSIGNED, TaskState.STARTING):
+                    uow.tasks.set_state(task.id, TaskState.RUNNING, now=now)
+                service = self._service(task, update, wall)
+                job = uow.jobs.record_progress(
+                    job.id,
+                    iterations_done=update.iterations_done,
+                    checkpoint_iterations=update.checkpoint_iterations,
+                    service_delta=service,
+                )
+                self._measure(uow, job, task, update)
+                if job.iterations_done >= job.spec.iterations and job.state is JobState.RUNNING:
+                    uow.jobs.transition(
+                        job.id,
+                        JobState.COMPLETED,
+                        kind="completed",
+                        reason=f"ran all {job.spec.iterations} iterations",
+                        at=now,
+                    )
+                    log.info("job completed", job_id=job.id)
+                    finished = True
+            return stale_flags, orders, finished
+
+        flags, orders, finished = self._tx.write(change)
+        self._dispatcher.send_stops(orders)
+        if finished:
+            self._on_change()
+            self._on_capacity()
+        elif updates:
+            self._on_change()
+        return flags
+
+    def _service(self, task: Task, update: ProgressUpdate, wall: float) -> float:
+        """Normalized GPU-seconds since this task's previous report: seconds x GPUs x the
+        GPU type's speed relative to the slowest type the model knows."""
+        key = (task.job_id, task.task_index, task.lease)
+        with self._report_lock:
+            previous = self._last_report.get(key)
+            self._last_report[key] = wall
+        if previous is None:
+            # First report of this lease (or after a master restart): count from the
+            # task's acknowledgement, but never more than one heartbeat timeout.
+            since = (task.acknowledged_at or task.created_at).timestamp()
+            elapsed = min(max(0.0, wall - since), self._settings.heartbeat_timeout_s)
+        else:
+            elapsed = max(0.0, wall - previous)
+        speeds = self._base_model.speeds
+        slowest = min(speeds.values()) if speeds else 1.0
+        factor = self._base_model.speed(task.gpu_type) / slowest
+        return elapsed * len(task.gpu_indices) * factor
+
+    @staticmethod
+    def _measure(uow: UnitOfWork, job: Job, task: Task, update: ProgressUpdate) -> None:
+        # The reported rate is the whole job's (all its processes step together); it is a
+        # clean figure for (job type, GPU type, GPUs) only when one task runs the job.
+        if update.iterations_per_s <= 0 or task.num_copies > 1:
+            return
+        if len(task.gpu_indices) != job.spec.num_gpus:
+            return
+        gpu_type = update.gpu_type or task.gpu_type
+        try:
+            uow.throughput.record(
+                job.spec.job_type, gpu_type, job.spec.num_gpus, update.iterations_per_s
+            )
+        except ValueError:
+            log.warning("ignored a bad throughput", job_id=job.id, value=update.iterations_per_s)
+
+    def task_exited(self, report: TaskExit) -> bool:
+        """Record a task's exit; False when its lease is stale (the report is ignored)."""
+        now = datetime.now(UTC)
+
+        def change(uow: UnitOfWork) -> tuple[bool, list[StopOrder]]:
+            task = uow.tasks.find(report.job_id, report.task_index, report.lease)
+            if task is None or task.node != report.node or not task.active:
+                return False, []
+            was_stopping = task.state is TaskState.STOPPING
+            uow.tasks.set_state(
+                task.id,
+                TaskState.EXITED,
+                now=now,
+                exit_kind=report.kind,
+                exit_code=report.exit_code,
+            )
+            job = uow.jobs.record_progress(
+                report.job_id,
+                iterations_done=report.iterations_done,
+                checkpoint_iterations=report.iterations_done,
+            )
+            with self._report_lock:
+                self._last_report.pop((task.job_id, task.task_index, task.lease), None)
+            if is_terminal(job.state):
+                return True, []
+            orders: list[StopOrder] = []
+            if report.kind is ExitKind.COMPLETED:
+                if job.state in (JobState.RUNNING, JobState.PREEMPTED):
+                    uow.jobs.transition(
+                        job.id,
+                        JobState.COMPLETED,
+                        kind="completed",
+                        reason="completed"
+                        + (f" ({job.iterations_done} iterations)" if job.iterations_done else ""),
+                        at=now,
+                    )
+                    log.info("job completed", job_id=job.id, node=report.node)
+                return True, orders
+            if report.kind is ExitKind.FAILED and not was_stopping:
+                what = (
+                    f"exit code {report.exit_code}"
+                    if report.exit_code is not None
+                    else f"killed by signal {report.signal}"
+                )
+                message = report.message.strip().splitlines()[-1:] if report.message else []
+                reason = f"{what} on {report.node}" + (f": {message[0]}" if message else "")
+                _, orders = fail_attempt(
+                    uow,
+                    job,
+                    reason=reason,
+                    exit_code=report.exit_code,
+                    max_retries=self._settings.max_retries,
+                    now=now,
+                )
+                return True, orders
+            if not was_stopping and job.state is JobState.RUNNING:
+                # Stopped without being asked (lease ran out, the worker's own decision):
+                # the job resumes from its checkpoint wherever the next round puts it.
+                _, orders = lose_job_placement(
+                    uow,
+                    job,
+                    f"task on {report.node} ended"
+                    f" ({report.kind.value.lower()}) in lease {task.lease}",
+                    kind="exited",
+                    now=now,
+                )
+            return True, orders
+
+        accepted, orders = self._tx.write(change)
+        if accepted:
+            log.info(
+                "task exited",
+                job_id=report.job_id,
+                node=report.node,
+                kind=report.kind.value,
+                exit_code=report.exit_code,
+            )
+            self._dispatcher.send_stops(orders)
+            self._dispatcher.dispatch_ready_soon()
+            self._on_change()
+            self._on_capacity()
+        else:
+            log.info("ignored an exit from a stale lease", job_id=report.job_id, lease=report.lease)
+        return accepted

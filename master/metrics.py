@@ -1,0 +1,73 @@
+"""Prometheus metrics of one master. Each Master owns its registry, so several masters can
+run in one process (tests) without clashing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+ROUND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterGauges:
+    """Values read from the store at scrape time."""
+
+    jobs_by_state: dict[str, int]
+    # (state, gpu type) -> count; state is busy, idle or unavailable.
+    gpus: dict[tuple[str, str], int]
+
+
+class _StoreCollector(Collector):
+    def __init__(self, read: Callable[[], ClusterGauges]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauges = self._read()
+        jobs = GaugeMetricFamily("hadar_jobs", "Jobs by state", labels=["state"])
+        for state, count in sorted(gauges.jobs_by_state.items()):
+            jobs.add_metric([state.lower()], count)
+        yield jobs
+        gpus = GaugeMetricFamily("hadar_gpus", "GPUs by state and type", labels=["state", "type"])
+        for (state, gpu_type), count in sorted(gauges.gpus.items()):
+            gpus.add_metric([state, gpu_type], count)
+        yield gpus
+
+
+class MasterMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.round_duration = Histogram(
+            "hadar_round_duration_seconds",
+            "Duration of a scheduling round, planning to acknowledgements",
+            buckets=ROUND_BUCKETS,
+            registry=self.registry,
+        )
+        self.round_actions = Counter(
+            "hadar_round_actions",
+            "Start, stop, migrate and resize actions decided",
+            registry=self.registry,
+        )
+        self.rpc_latency = Histogram(
+            "hadar_rpc_duration_seconds",
+            "Time to serve one RPC",
+            labelnames=["method", "code"],
+            buckets=RPC_BUCKETS,
+            registry=self.registry,
+        )
+        self.dispatch_failures = Counter(
+            "hadar_dispatch_failures",
+            "Calls to workers that failed after their retries",
+            registry=self.registry,
+        )
+        self.lost_nodes = Counter(
+            "hadar_nodes_lost", "Nodes declared unreachable", registry=self.registry
+        )
+
+    def watch_store(self, read: Callable[[], ClusterGauges]) -> None:
+        self.registry.register(_StoreCollector(read))

@@ -1,0 +1,233 @@
+"""The worker registry: registration with reconciliation, heartbeats, lost nodes, drains."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import structlog
+
+from master.dispatch import Dispatcher
+from master.errors import FailedPreconditionError
+from master.lifecycle import StopOrder, lose_job_placement, lose_node
+from master.metrics import MasterMetrics
+from master.settings import Settings
+from master.transactions import Transactor
+from store import UnitOfWork
+from store.domain import Gpu, Node, Task
+from store.states import NodeState, TaskState, is_terminal
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportedTask:
+    """A task as its worker reports it."""
+
+    job_id: int
+    task_index: int
+    lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    node: str
+    address: str
+    gpus: tuple[Gpu, ...]
+    agent_version: str
+    workloads: tuple[str, ...]
+    tasks: tuple[ReportedTask, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciliation:
+    keep: tuple[ReportedTask, ...]
+    stop: tuple[ReportedTask, ...]
+
+
+class Registry:
+    def __init__(
+        self,
+        tx: Transactor,
+        dispatcher: Dispatcher,
+        settings: Settings,
+        metrics: MasterMetrics,
+        on_change: Callable[[], None],
+        on_capacity: Callable[[], None],
+    ) -> None:
+        self._tx = tx
+        self._dispatcher = dispatcher
+        self._settings = settings
+        self._metrics = metrics
+        self._on_change = on_change
+        self._on_capacity = on_capacity
+
+    def register(self, reg: Registration) -> Reconciliation:
+        """Upsert the node; keep the reported tasks the master still wants there, stop the
+        rest; tasks the master believed were running there but are gone lose their place."""
+        now = datetime.now(UTC)
+
+        def change(uow: UnitOfWork) -> tuple[Reconciliation, list[StopOrder]]:
+            _, previous = uow.nodes.upsert(
+                reg.node,
+                address=reg.address,
+                gpus=reg.gpus,
+                agent_version=reg.agent_version,
+                workloads=reg.workloads,
+                now=now,
+            )
+            keep, stop = self._reconcile(uow, reg.node, reg.tasks, now)
+            orders: list[StopOrder] = []
+            reported = {(t.job_id, t.task_index, t.lease) for t in reg.tasks}
+            for task in uow.tasks.active_on_node(reg.node):
+                if (task.job_id, task.task_index, task.lease) in reported:
+                    continue
+                if task.state is TaskState.ASSIGNED:
+                    continue  # not sent yet, or lost in flight: it is sent again below
+                # The worker restarted without it: the job's placement is broken.
+                uow.tasks.set_state(task.id, TaskState.LOST, now=now)
+                job = uow.jobs.get(task.job_id)
+                if not is_terminal(job.state):
+                    _, more = lose_job_placement(
+                        uow,
+                        job,
+                        f"task on {reg.node} was gone when its worker registered again",
+                        kind="lost",
+                        now=now,
+                    )
+                    orders.extend(more)
+            log.info(
+                "worker registered",
+                node=reg.node,
+                address=reg.address,
+                gpus=len(reg.gpus),
+                previous=previous.value if previous else None,
+                kept=len(keep),
+                stopped=len(stop),
+            )
+            return Reconciliation(tuple(keep), tuple(stop)), orders
+
+        result, orders = self._tx.write(change)
+        self._dispatcher.send_stops(orders)
+        self._dispatcher.dispatch_ready_soon()
+        self._on_change()
+        self._on_capacity()
+        return result
+
+    @staticmethod
+    def _reconcile(
+        uow: UnitOfWork, node: str, reported: Sequence[ReportedTask], now: datetime
+    ) -> tuple[list[ReportedTask], list[ReportedTask]]:
+        keep: list[ReportedTask] = []
+        stop: list[ReportedTask] = []
+        for item in reported:
+            task = uow.tasks.find(item.job_id, item.task_index, item.lease)
+            wanted = (
+                task is not None
+                and task.node == node
+                and task.active
+                and task.state is not TaskState.STOPPING
+            )
+            if wanted and task is not None:
+                job = uow.jobs.find(task.job_id)
+                wanted = job is not None and not is_terminal(job.state)
+            if wanted and task is not None:
+                if task.state in (TaskState.ASSIGNED, TaskState.STARTING):
+                    uow.tasks.set_state(task.id, TaskState.RUNNING, now=now)
+                keep.append(item)
+            else:
+                stop.append(item)
+        return keep, stop
+
+    def heartbeat(
+        self, node: str, tasks: Sequence[ReportedTask], gpus: Sequence[Gpu]
+    ) -> tuple[bool, list[ReportedTask]]:
+        """(re-register?, tasks to stop). Heartbeats change no job, so they do not wait for
+        the job lock."""
+        now = datetime.now(UTC)
+
+        def change(uow: UnitOfWork) -> tuple[bool, list[ReportedTask]]:
+            known = uow.nodes.heartbeat(node, now=now, gpus=gpus)
+            if known is None:
+                return True, []
+            stop: list[ReportedTask] = []
+            for item in tasks:
+                task = uow.tasks.find(item.job_id, item.task_index, item.lease)
+                if task is None or task.node != node or not task.active:
+                    stop.append(item)
+            return False, stop
+
+        return self._tx.write(change, jobs=False)
+
+    def check_lost(self, now: datetime | None = None) -> list[str]:
+        """Declare nodes silent for longer than the timeout UNREACHABLE; their jobs are
+        preempted (to be placed again from their checkpoints). Returns the lost nodes."""
+        at = now or datetime.now(UTC)
+        cutoff = at - timedelta(seconds=self._settings.heartbeat_timeout_s)
+        silent = self._tx.read(lambda uow: uow.nodes.silent_since(cutoff))
+        if not silent:
+            return []
+
+        def change(uow: UnitOfWork) -> tuple[list[str], list[StopOrder]]:
+            lost: list[str] = []
+            orders: list[StopOrder] = []
+            for node in silent:
+                current = uow.nodes.find(node.name)
+                if current is None or current.last_heartbeat >= cutoff:
+                    continue  # it came back meanwhile
+                if current.state is NodeState.UNREACHABLE:
+                    continue
+                silent_s = (at - current.last_heartbeat).total_seconds()
+                uow.nodes.set_state(
+                    node.name, NodeState.UNREACHABLE, f"no heartbeat for {silent_s:.0f} s"
+                )
+                orders.extend(lose_node(uow, node.name, f"node {node.name} lost", now=at))
+                lost.append(node.name)
+            return lost, orders
+
+        lost, orders = self._tx.write(change)
+        for name in lost:
+            self._metrics.lost_nodes.inc()
+            log.warning("node lost", node=name, timeout_s=self._settings.heartbeat_timeout_s)
+        self._dispatcher.send_stops(orders)
+        if lost:
+            self._on_change()
+            self._on_capacity()
+        return lost
+
+    def drain(self, name: str, reason: str) -> Node:
+        def change(uow: UnitOfWork) -> Node:
+            node = uow.nodes.get(name)
+            if node.state is NodeState.UNREACHABLE:
+                raise FailedPreconditionError(f"node {name} is unreachable; it cannot be drained")
+            if node.state in (NodeState.DRAINING, NodeState.DRAINED):
+                return node
+            busy = bool(uow.tasks.active_on_node(name))
+            state = NodeState.DRAINING if busy else NodeState.DRAINED
+            return uow.nodes.set_state(name, state, reason or "drained by an admin")
+
+        node = self._tx.write(change)
+        log.info("node drained", node=name, state=node.state.value, reason=reason)
+        self._on_change()
+        return node
+
+    def resume(self, name: str) -> Node:
+        def change(uow: UnitOfWork) -> Node:
+            node = uow.nodes.get(name)
+            if node.state is NodeState.UNREACHABLE:
+                raise FailedPreconditionError(
+                    f"node {name} is unreachable; it becomes ready when its worker registers"
+                )
+            if node.state is NodeState.READY:
+                return node
+            return uow.nodes.set_state(name, NodeState.READY, "")
+
+        node = self._tx.write(change)
+        log.info("node resumed", node=name)
+        self._on_change()
+        self._on_capacity()
+        return node
+
+    def nodes(self) -> tuple[list[Node], list[Task]]:
+        return self._tx.read(lambda uow: (uow.nodes.all(), uow.tasks.active()))

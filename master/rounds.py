@@ -1,0 +1,341 @@
+"""One scheduling round: snapshot, plan, diff, persist, push.
+
+1. Read the store into the scheduling views (master/snapshot.py).
+2. ``policy.plan(snapshot, now)``; a plan that breaks the cluster's rules is not applied.
+3. Diff against what runs, with hysteresis; jobs that may not be preempted keep their GPUs.
+4. Store the round, its actions, the new tasks (each placement with a fresh fencing token)
+   and the jobs' transitions in ONE transaction.
+5. Push to the workers concurrently (stops and extensions now, starts as soon as their GPUs
+   are free), record acknowledgements and the round's duration.
+
+Rounds never overlap: one lock serializes them, whoever triggers them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+
+from master.dispatch import Dispatcher, Outgoing
+from master.lifecycle import StopOrder
+from master.metrics import MasterMetrics
+from master.scheduling.diff import Action, ActionKind, Hysteresis, diff
+from master.scheduling.plan import Allocation, Plan
+from master.scheduling.policy import Policy
+from master.scheduling.throughput import ThroughputModel
+from master.scheduling.views import Snapshot
+from master.settings import Settings
+from master.snapshot import RoundInput, read_round_input
+from master.transactions import Transactor
+from store import UnitOfWork
+from store.domain import NewTask, Task
+from store.states import JobState, NodeState, TaskState, is_terminal
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    number: int
+    actions: int
+    dispatch_failures: int
+    duration_s: float
+    started: tuple[int, ...] = ()
+    stopped: tuple[int, ...] = ()
+
+
+def keep_non_preemptible(inp: RoundInput, plan: Plan) -> Plan:
+    """Jobs that may not be preempted (opaque commands) keep exactly what they hold; a job
+    the policy put on their GPUs waits instead."""
+    allocations = dict(plan.allocations)
+    reasons = dict(plan.reasons)
+    pinned: dict[int, Allocation] = {}
+    for job_id, alloc in inp.current.items():
+        job = inp.jobs[job_id]
+        if not job.spec.preemptible:
+            pinned[job_id] = alloc
+    if not pinned:
+        return plan
+    held = {slot: job_id for job_id, alloc in pinned.items() for slot in alloc.slots}
+    for job_id, alloc in list(allocations.items()):
+        if job_id in pinned:
+            continue
+        holders = {held[s] for s in alloc.slots if s in held}
+        if holders:
+            del allocations[job_id]
+            reasons[job_id] = f"waiting: GPUs held by job {min(holders)} (not preemptible)"
+    allocations.update(pinned)
+    return Plan(allocations, reasons)
+
+
+def split_tasks(
+    alloc: Allocation, snapshot: Snapshot
+) -> list[tuple[int, str, str, list[int], list[int], int]]:
+    """(copy index, node, GPU type, GPU indices, batch shares, rank offset) per task.
+
+    One task per node and GPU type within each copy, in the allocation's order; ranks count
+    from 0 within each copy (each copy is its own torch.distributed group).
+    """
+    out: list[tuple[int, str, str, list[int], list[int], int]] = []
+    for copy_index, (copy, shares) in enumerate(
+        zip(alloc.copies, alloc.shares_per_copy(), strict=True)
+    ):
+        groups: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        order: list[tuple[str, str]] = []
+        for slot, share in zip(copy, shares, strict=True):
+            key = (slot.node, snapshot.cluster.gpu_type(slot))
+            if key not in groups:
+                groups[key] = ([], [])
+                order.append(key)
+            groups[key][0].append(slot.index)
+            groups[key][1].append(share)
+        rank = 0
+        for node, gpu_type in order:
+            indices, batch = groups[(node, gpu_type)]
+            out.append((copy_index, node, gpu_type, indices, batch, rank))
+            rank += len(indices)
+    return out
+
+
+class RoundRunner:
+    def __init__(
+        self,
+        tx: Transactor,
+        policy: Policy,
+        dispatcher: Dispatcher,
+        settings: Settings,
+        metrics: MasterMetrics,
+        base_model: ThroughputModel,
+        on_change: Callable[[], None],
+    ) -> None:
+        self._tx = tx
+        self._policy = policy
+        self._dispatcher = dispatcher
+        self._settings = settings
+        self._metrics = metrics
+        self._base_model = base_model
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self.last_result: RoundResult | None = None
+
+    @property
+    def policy_name(self) -> str:
+        return self._policy.name
+
+    def run(self) -> RoundResult:
+        """Run one round now (waits for a round in progress to finish first)."""
+        with self._lock:
+            return self._run()
+
+    def _run(self) -> RoundResult:
+        started = time.monotonic()
+        now = datetime.now(UTC)
+        inp = self._tx.read(
+            lambda uow: read_round_input(uow, self._base_model, self._settings.round_seconds)
+        )
+        plan = self._plan(inp, now)
+        actions = diff(
+            inp.current,
+            plan,
+            snapshot=inp.snapshot,
+            hysteresis=Hysteresis(self._settings.min_migration_gain),
+        )
+        number, outgoing, orders, changed = self._tx.write(
+            lambda uow: self._persist(uow, inp, plan, actions, now)
+        )
+        self._on_change()
+        self._dispatcher.send_stops(orders)
+        failures = self._dispatcher.send(number, outgoing) if outgoing else 0
+        failures += self._dispatcher.dispatch_ready(number)
+        duration = time.monotonic() - started
+        self._tx.write(
+            lambda uow: uow.rounds.finish(number, duration_s=duration, dispatch_failures=failures),
+            jobs=False,
+        )
+        self._metrics.round_duration.observe(duration)
+        self._metrics.round_actions.inc(changed)
+        if duration > self._settings.round_seconds:
+            log.warning("round overran its period", round=number, duration_s=round(duration, 3))
+        result = RoundResult(
+            number=number,
+            actions=changed,
+            dispatch_failures=failures,
+            duration_s=duration,
+            started=tuple(a.job_id for a in actions if a.kind is ActionKind.START),
+            stopped=tuple(a.job_id for a in actions if a.kind is ActionKind.STOP),
+        )
+        self.last_result = result
+        log.info(
+            "round finished",
+            round=number,
+            policy=self._policy.name,
+            actions=changed,
+            jobs=len(inp.jobs),
+            dispatch_failures=failures,
+            duration_s=round(duration, 4),
+        )
+        return result
+
+    def _plan(self, inp: RoundInput, now: datetime) -> Plan:
+        keep = Plan(dict(inp.current))
+        try:
+            plan = self._policy.plan(inp.snapshot, now.timestamp())
+        except Exception:
+            log.exception("policy failed; keeping the current placements", policy=self._policy.name)
+            return keep
+        problems = plan.violations(inp.snapshot)
+        if problems:
+            log.error(
+                "policy produced an invalid plan; keeping the current placements",
+                policy=self._policy.name,
+                problems=problems[:10],
+            )
+            return keep
+        return keep_non_preemptible(inp, plan)
+
+    def _persist(
+        self,
+        uow: UnitOfWork,
+        inp: RoundInput,
+        plan: Plan,
+        actions: list[Action],
+        now: datetime,
+    ) -> tuple[int, list[Outgoing], list[StopOrder], int]:
+        changes = [a for a in actions if a.kind is not ActionKind.EXTEND]
+        record = uow.rounds.add(
+            policy=self._policy.name,
+            started_at=now,
+            plan={
+                "allocations": {str(j): str(a) for j, a in plan.allocations.items()},
+                "actions": [
+                    {"job": a.job_id, "kind": a.kind.value, "to": str(a.allocation or "")}
+                    for a in changes
+                ],
+            },
+            actions=len(changes),
+        )
+        number = record.number
+        outgoing: list[Outgoing] = []
+        orders: list[StopOrder] = []
+        for action in actions:
+            # The job may have changed since the snapshot (finished, cancelled, failed):
+            # decisions about it are dropped, the next round sees the new state.
+            job = uow.jobs.find(action.job_id)
+            if job is None or is_terminal(job.state):
+                continue
+            snap_job = inp.jobs.get(action.job_id)
+            if snap_job is not None and job.state is not snap_job.state:
+                continue
+            tasks = uow.tasks.active_for_job(job.id)
+            reason = action.reason
+            if action.kind is ActionKind.EXTEND:
+                for task in tasks:
+                    if task.state in (TaskState.STARTING, TaskState.RUNNING):
+                        uow.tasks.extend(task.id, round=number, iteration_budget=0)
+                        outgoing.append(
+                            Outgoing(
+                                task.node, task.id, self._dispatcher.extend(job, task, number, now)
+                            )
+                        )
+                continue
+            if action.kind is ActionKind.STOP:
+                outgoing.extend(self._stop_tasks(uow, tasks, number))
+                uow.jobs.transition(
+                    job.id,
+                    JobState.PREEMPTED,
+                    kind="preempted",
+                    reason=reason or f"preempted in round {number}",
+                    round=number,
+                    count_preemption=True,
+                    at=now,
+                )
+                continue
+            assert action.allocation is not None
+            if action.kind in (ActionKind.MIGRATE, ActionKind.RESIZE):
+                outgoing.extend(self._stop_tasks(uow, tasks, number))
+            self._place(uow, inp.snapshot, job.id, action.allocation, number)
+            where = ", ".join(
+                f"{node}:{len(action.allocation.slots_on(node))}"
+                for node in action.allocation.nodes
+            )
+            if action.kind is ActionKind.START:
+                uow.jobs.transition(
+                    job.id,
+                    JobState.RUNNING,
+                    kind="scheduled",
+                    reason=f"placed on {where} in round {number}",
+                    round=number,
+                    at=now,
+                )
+            else:
+                uow.jobs.note(
+                    job.id,
+                    kind="migrated" if action.kind is ActionKind.MIGRATE else "resized",
+                    reason=f"{action.kind.value}d to {where} in round {number}"
+                    + (f": {reason}" if reason else ""),
+                    round=number,
+                    at=now,
+                    count_migration=action.kind is ActionKind.MIGRATE,
+                )
+        # Why each job that got nothing waits.
+        for job_id, job in inp.jobs.items():
+            if job_id in plan.allocations or job.state is JobState.RUNNING:
+                continue
+            waiting = plan.reason(job_id) or "waiting: not chosen by the policy this round"
+            current = uow.jobs.find(job_id)
+            if current is not None and current.state is job.state:
+                uow.jobs.set_waiting_reason(job_id, waiting)
+        self._finish_drains(uow, inp)
+        return number, outgoing, orders, len(changes)
+
+    def _stop_tasks(self, uow: UnitOfWork, tasks: list[Task], number: int) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        for task in tasks:
+            if task.state is TaskState.ASSIGNED:
+                # Never acknowledged: nothing to stop on the worker, only a decision to undo;
+                # a STOP still goes out in case the start did arrive.
+                uow.tasks.set_state(task.id, TaskState.LOST)
+            else:
+                uow.tasks.set_state(task.id, TaskState.STOPPING)
+            out.append(Outgoing(task.node, task.id, self._dispatcher.stop(task, number)))
+        return out
+
+    def _place(
+        self, uow: UnitOfWork, snapshot: Snapshot, job_id: int, alloc: Allocation, number: int
+    ) -> None:
+        lease = uow.next_lease()
+        for index, (copy_index, node, gpu_type, indices, shares, rank) in enumerate(
+            split_tasks(alloc, snapshot)
+        ):
+            uow.tasks.add(
+                NewTask(
+                    job_id=job_id,
+                    task_index=index,
+                    node=node,
+                    lease=lease,
+                    gpu_indices=tuple(indices),
+                    gpu_type=gpu_type,
+                    rank_offset=rank,
+                    local_batch_sizes=tuple(shares),
+                    accumulation_steps=alloc.accumulation_steps,
+                    num_copies=alloc.num_copies,
+                    copy_index=copy_index,
+                    shared_with_job_id=alloc.shared_with or 0,
+                    round=number,
+                )
+            )
+
+    @staticmethod
+    def _finish_drains(uow: UnitOfWork, inp: RoundInput) -> None:
+        busy: defaultdict[str, int] = defaultdict(int)
+        for task in uow.tasks.active():
+            busy[task.node] += 1
+        for node in inp.nodes.values():
+            if node.state is NodeState.DRAINING and not busy[node.name]:
+                uow.nodes.set_state(node.name, NodeState.DRAINED, node.reason)

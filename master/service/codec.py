@@ -1,0 +1,193 @@
+"""Conversions between store domain objects and hadar.v1 messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from protos.hadar.v1 import common_pb2, hadar_pb2
+from store import domain
+from store.states import ExitKind, GpuHealth, JobState, NodeState, ProgramKind, TaskState
+
+JOB_STATE_TO_PB = {
+    JobState.PENDING: common_pb2.JOB_STATE_PENDING,
+    JobState.RUNNING: common_pb2.JOB_STATE_RUNNING,
+    JobState.PREEMPTED: common_pb2.JOB_STATE_PREEMPTED,
+    JobState.COMPLETED: common_pb2.JOB_STATE_COMPLETED,
+    JobState.FAILED: common_pb2.JOB_STATE_FAILED,
+    JobState.CANCELLED: common_pb2.JOB_STATE_CANCELLED,
+}
+JOB_STATE_FROM_PB = {v: k for k, v in JOB_STATE_TO_PB.items()}
+NODE_STATE_TO_PB = {
+    NodeState.READY: common_pb2.NODE_STATE_READY,
+    NodeState.DRAINING: common_pb2.NODE_STATE_DRAINING,
+    NodeState.DRAINED: common_pb2.NODE_STATE_DRAINED,
+    NodeState.UNREACHABLE: common_pb2.NODE_STATE_UNREACHABLE,
+}
+TASK_STATE_TO_PB = {
+    TaskState.ASSIGNED: common_pb2.TASK_STATE_ASSIGNED,
+    TaskState.STARTING: common_pb2.TASK_STATE_STARTING,
+    TaskState.RUNNING: common_pb2.TASK_STATE_RUNNING,
+    TaskState.STOPPING: common_pb2.TASK_STATE_STOPPING,
+    TaskState.EXITED: common_pb2.TASK_STATE_EXITED,
+    TaskState.LOST: common_pb2.TASK_STATE_LOST,
+}
+EXIT_KIND_FROM_PB = {
+    common_pb2.EXIT_KIND_COMPLETED: ExitKind.COMPLETED,
+    common_pb2.EXIT_KIND_STOPPED: ExitKind.STOPPED,
+    common_pb2.EXIT_KIND_FAILED: ExitKind.FAILED,
+    common_pb2.EXIT_KIND_KILLED: ExitKind.KILLED,
+    common_pb2.EXIT_KIND_LEASE_DONE: ExitKind.LEASE_DONE,
+}
+
+
+def timestamp(value: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def spec_to_pb(spec: domain.JobSpec) -> common_pb2.JobSpec:
+    out = common_pb2.JobSpec(
+        name=spec.name,
+        num_gpus=spec.num_gpus,
+        iterations=spec.iterations,
+        batch_size=spec.batch_size,
+        priority=spec.priority,
+        allowed_gpu_types=list(spec.allowed_gpu_types),
+        preemptible=spec.preemptible,
+        shareable=spec.shareable,
+        env=dict(spec.env),
+        workdir=spec.workdir,
+        checkpoint_dir=spec.checkpoint_dir,
+        job_type=spec.job_type,
+        gpu_memory_bytes=spec.gpu_memory_bytes,
+    )
+    if spec.program_kind is ProgramKind.WORKLOAD:
+        out.workload.name = spec.workload
+    elif spec.program_kind is ProgramKind.SCRIPT:
+        out.script.argv.extend(spec.argv)
+    else:
+        out.command.argv.extend(spec.argv)
+    return out
+
+
+def task_to_pb(task: domain.Task) -> common_pb2.Task:
+    return common_pb2.Task(
+        job_id=task.job_id,
+        task_index=task.task_index,
+        node=task.node,
+        gpu_indices=list(task.gpu_indices),
+        gpu_type=task.gpu_type,
+        lease=task.lease,
+        state=TASK_STATE_TO_PB[task.state],
+        rank_offset=task.rank_offset,
+        local_batch_size=task.local_batch_sizes[0] if task.local_batch_sizes else 0,
+        accumulation_steps=task.accumulation_steps,
+        shared_with_job_id=task.shared_with_job_id,
+    )
+
+
+def job_to_pb(
+    job: domain.Job,
+    tasks: Iterable[domain.Task] = (),
+    throughputs: Iterable[tuple[str, float, str]] = (),
+) -> common_pb2.Job:
+    out = common_pb2.Job(
+        id=job.id,
+        spec=spec_to_pb(job.spec),
+        user=job.user,
+        state=JOB_STATE_TO_PB[job.state],
+        reason=job.reason,
+        iterations_done=job.iterations_done,
+        attained_service=job.attained_service,
+        submitted_at=timestamp(job.submitted_at),
+        tasks=[task_to_pb(t) for t in tasks],
+        retries=job.retries,
+        version=job.version,
+        preemptions=job.preemptions,
+        migrations=job.migrations,
+        checkpoint_iterations=job.checkpoint_iterations,
+        throughputs=[
+            common_pb2.Throughput(gpu_type=g, iterations_per_s=v, source=s)
+            for g, v, s in throughputs
+        ],
+    )
+    if job.started_at is not None:
+        out.started_at.CopyFrom(timestamp(job.started_at))
+    if job.finished_at is not None:
+        out.finished_at.CopyFrom(timestamp(job.finished_at))
+    if job.exit_code is not None:
+        out.exit_code = job.exit_code
+    return out
+
+
+def event_to_pb(event: domain.JobEvent) -> common_pb2.JobEvent:
+    return common_pb2.JobEvent(
+        job_id=event.job_id,
+        at=timestamp(event.at),
+        from_state=JOB_STATE_TO_PB[event.from_state],
+        to_state=JOB_STATE_TO_PB[event.to_state],
+        kind=event.kind,
+        reason=event.reason,
+        round=event.round,
+    )
+
+
+def gpu_from_pb(gpu: common_pb2.Gpu) -> domain.Gpu:
+    return domain.Gpu(
+        index=gpu.index,
+        type=gpu.type,
+        memory_bytes=gpu.memory_bytes,
+        device_name=gpu.device_name,
+        uuid=gpu.uuid,
+        health=GpuHealth.UNHEALTHY
+        if gpu.health == common_pb2.GPU_HEALTH_UNHEALTHY
+        else GpuHealth.HEALTHY,
+        utilization=gpu.utilization,
+        fake=gpu.fake,
+    )
+
+
+def node_to_pb(node: domain.Node, jobs_by_gpu: dict[tuple[str, int], list[int]]) -> common_pb2.Node:
+    return common_pb2.Node(
+        name=node.name,
+        state=NODE_STATE_TO_PB[node.state],
+        address=node.address,
+        gpus=[
+            common_pb2.Gpu(
+                index=g.index,
+                type=g.type,
+                memory_bytes=g.memory_bytes,
+                device_name=g.device_name,
+                uuid=g.uuid,
+                health=common_pb2.GPU_HEALTH_HEALTHY
+                if g.health is GpuHealth.HEALTHY
+                else common_pb2.GPU_HEALTH_UNHEALTHY,
+                utilization=g.utilization,
+                job_ids=jobs_by_gpu.get((node.name, g.index), []),
+                fake=g.fake,
+            )
+            for g in node.gpus
+        ],
+        last_heartbeat=timestamp(node.last_heartbeat),
+        agent_version=node.agent_version,
+        reason=node.reason,
+        registered_at=timestamp(node.registered_at),
+    )
+
+
+def token_to_pb(token: domain.ApiToken) -> hadar_pb2.TokenInfo:
+    out = hadar_pb2.TokenInfo(
+        id=token.id,
+        user=token.user,
+        admin=token.admin,
+        description=token.description,
+        created_at=timestamp(token.created_at),
+        revoked=token.revoked,
+    )
+    if token.last_used_at is not None:
+        out.last_used_at.CopyFrom(timestamp(token.last_used_at))
+    return out

@@ -1,0 +1,438 @@
+"""hadar.v1.Hadar: what people and programs call. Decode, call the domain, encode."""
+
+# ruff: noqa: N802  (method names are the RPC names from the .proto)
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import structlog
+
+from master.components import Components
+from master.errors import InvalidArgumentError, PermissionDeniedError, UnavailableError
+from master.jobs import Caller
+from master.metrics import MasterMetrics
+from master.service.codec import (
+    JOB_STATE_FROM_PB,
+    JOB_STATE_TO_PB,
+    event_to_pb,
+    job_to_pb,
+    node_to_pb,
+    timestamp,
+    token_to_pb,
+)
+from master.service.status import metadata, streaming, unary
+from master.snapshot import with_measurements
+from master.workers import WorkerUnreachableError
+from master.workloads import workload_info
+from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc, worker_pb2
+from store import UnitOfWork
+from store.domain import Job, Task
+from store.states import GpuHealth, JobState, NodeState, is_terminal
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+WATCH_POLL_S = 1.0
+
+
+def _metrics(servicer: HadarServicer) -> MasterMetrics:
+    return servicer.parts.metrics
+
+
+class HadarServicer(hadar_pb2_grpc.HadarServicer):
+    def __init__(self, parts: Components) -> None:
+        self.parts = parts
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _caller(self, context: grpc.ServicerContext) -> Caller:
+        return self.parts.auth.user(metadata(context))
+
+    def _admin(self, context: grpc.ServicerContext, what: str) -> Caller:
+        caller = self._caller(context)
+        if not caller.admin:
+            raise PermissionDeniedError(f"only admins may {what}")
+        return caller
+
+    def _job_pb(self, uow: UnitOfWork, job: Job, tasks: list[Task] | None = None) -> common_pb2.Job:
+        if tasks is None:
+            tasks = uow.tasks.active_for_job(job.id) if job.state is JobState.RUNNING else []
+        return job_to_pb(job, tasks)
+
+    def _throughputs(self, job: Job) -> list[tuple[str, float, str]]:
+        def read(uow: UnitOfWork) -> list[tuple[str, float, str]]:
+            model = with_measurements(self.parts.base_model, uow.throughput.all())
+            types = sorted({g.type for n in uow.nodes.all() for g in n.gpus})
+            out: list[tuple[str, float, str]] = []
+            for gpu_type in types:
+                if job.spec.allowed_gpu_types and gpu_type not in job.spec.allowed_gpu_types:
+                    continue
+                estimate = model.estimate(job.spec.job_type, gpu_type, job.spec.num_gpus)
+                out.append((gpu_type, estimate.iterations_per_s, estimate.source))
+            return out
+
+        return self.parts.tx.read(read)
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    @unary(_metrics)
+    def SubmitJob(
+        self, request: hadar_pb2.SubmitJobRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.SubmitJobResponse:
+        caller = self._caller(context)
+        if not request.HasField("spec"):
+            raise InvalidArgumentError("spec", "a job spec is required")
+        job, _ = self.parts.jobs.submit(caller, request.spec, request.idempotency_key)
+        return hadar_pb2.SubmitJobResponse(job=job_to_pb(job))
+
+    @unary(_metrics)
+    def GetJob(
+        self, request: hadar_pb2.GetJobRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.GetJobResponse:
+        self._caller(context)
+        job, tasks = self.parts.jobs.get(request.job_id)
+        out = job_to_pb(job, tasks, self._throughputs(job))
+        events = self.parts.jobs.events(job.id) if request.include_events else []
+        return hadar_pb2.GetJobResponse(job=out, events=[event_to_pb(e) for e in events])
+
+    @unary(_metrics)
+    def ListJobs(
+        self, request: hadar_pb2.ListJobsRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.ListJobsResponse:
+        self._caller(context)
+        size = request.page_size or DEFAULT_PAGE
+        if size > MAX_PAGE:
+            raise InvalidArgumentError("page_size", f"must be at most {MAX_PAGE}")
+        after = 0
+        if request.page_token:
+            if not request.page_token.isdigit():
+                raise InvalidArgumentError("page_token", "not a token from a previous response")
+            after = int(request.page_token)
+        states = []
+        for i, state in enumerate(request.states):
+            if state not in JOB_STATE_FROM_PB:
+                raise InvalidArgumentError(f"states[{i}]", f"unknown job state {state}")
+            states.append(JOB_STATE_FROM_PB[state])
+
+        def read(uow: UnitOfWork) -> hadar_pb2.ListJobsResponse:
+            jobs = uow.jobs.query(user=request.user, states=states, after_id=after, limit=size + 1)
+            more = len(jobs) > size
+            jobs = jobs[:size]
+            return hadar_pb2.ListJobsResponse(
+                jobs=[self._job_pb(uow, j) for j in jobs],
+                next_page_token=str(jobs[-1].id) if more and jobs else "",
+            )
+
+        return self.parts.tx.read(read)
+
+    @unary(_metrics)
+    def CancelJob(
+        self, request: hadar_pb2.CancelJobRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.CancelJobResponse:
+        caller = self._caller(context)
+        job = self.parts.jobs.cancel(caller, request.job_id, request.reason.strip())
+        return hadar_pb2.CancelJobResponse(job=job_to_pb(job))
+
+    @streaming(_metrics)
+    def WatchJobs(
+        self, request: hadar_pb2.WatchJobsRequest, context: grpc.ServicerContext
+    ) -> Iterator[hadar_pb2.WatchJobsResponse]:
+        self._caller(context)
+        wanted = set(request.job_ids)
+        changes = self.parts.changes
+        generation = changes.generation
+
+        def initial(uow: UnitOfWork) -> tuple[int, list[common_pb2.Job]]:
+            cursor = uow.jobs.last_event_id()
+            if not request.include_initial:
+                return cursor, []
+            if wanted:
+                jobs = [uow.jobs.get(job_id) for job_id in sorted(wanted)]
+            else:
+                jobs = uow.jobs.list_unfinished()
+            return cursor, [
+                self._job_pb(uow, j) for j in jobs if not request.user or j.user == request.user
+            ]
+
+        cursor, first = self.parts.tx.read(initial)
+        for job in first:
+            yield hadar_pb2.WatchJobsResponse(job=job)
+        while context.is_active() and not changes.closed:
+            generation = changes.wait(generation, WATCH_POLL_S)
+
+            cursor, updates = self.parts.tx.read(
+                functools.partial(self._updates, after=cursor, wanted=wanted, user=request.user)
+            )
+            yield from updates
+
+    def _updates(
+        self, uow: UnitOfWork, after: int, wanted: set[int], user: str
+    ) -> tuple[int, list[hadar_pb2.WatchJobsResponse]]:
+        """Events after the cursor (and the new cursor), read in one unit of work."""
+        out = []
+        cursor = after
+        for event in uow.jobs.events_after(after, job_ids=sorted(wanted)):
+            cursor = event.id
+            job = uow.jobs.get(event.job_id)
+            if user and job.user != user:
+                continue
+            out.append(
+                hadar_pb2.WatchJobsResponse(job=self._job_pb(uow, job), event=event_to_pb(event))
+            )
+        return cursor, out
+
+    @streaming(_metrics)
+    def StreamLogs(
+        self, request: hadar_pb2.StreamLogsRequest, context: grpc.ServicerContext
+    ) -> Iterator[common_pb2.LogChunk]:
+        self._caller(context)
+
+        def read(uow: UnitOfWork) -> tuple[Job, list[Task], dict[str, str]]:
+            job = uow.jobs.get(request.job_id)
+            tasks = uow.tasks.active_for_job(job.id)
+            if not tasks:
+                # Finished or waiting: its last placement's logs are still on its workers.
+                history = uow.tasks.for_job(job.id)
+                if history:
+                    lease = max(t.lease for t in history)
+                    tasks = [t for t in history if t.lease == lease]
+            return job, tasks, {n.name: n.address for n in uow.nodes.all()}
+
+        job, tasks, addresses = self.parts.tx.read(read)
+        if not tasks:
+            return
+        chunks: queue.Queue[common_pb2.LogChunk | BaseException | None] = queue.Queue(maxsize=256)
+        calls: list[Any] = []
+        lock = threading.Lock()
+
+        def pump(task: Task) -> None:
+            address = addresses.get(task.node)
+            try:
+                if address is None:
+                    raise WorkerUnreachableError(task.node, "node unknown")
+                sub = worker_pb2.StreamTaskLogsRequest(
+                    job_id=job.id, follow=request.follow, tail_lines=request.tail_lines
+                )
+                if request.HasField("rank"):
+                    sub.rank = request.rank
+                call = self.parts.workers.stream_logs(address, sub)
+                with lock:
+                    calls.append(call)
+                for chunk in call:
+                    chunks.put(chunk)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.CANCELLED:
+                    chunks.put(UnavailableError(f"logs from {task.node}: {exc.details()}"))
+            except WorkerUnreachableError as exc:
+                chunks.put(UnavailableError(str(exc)))
+            finally:
+                chunks.put(None)
+
+        threads = [threading.Thread(target=pump, args=(t,), daemon=True) for t in tasks]
+        for thread in threads:
+            thread.start()
+        remaining = len(threads)
+        try:
+            while remaining and context.is_active():
+                try:
+                    item = chunks.get(timeout=WATCH_POLL_S)
+                except queue.Empty:
+                    continue
+                if item is None:
+                    remaining -= 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        finally:
+            with lock:
+                for call in calls:
+                    call.cancel()
+
+    # -- nodes and the cluster -------------------------------------------------------------
+
+    @unary(_metrics)
+    def ListNodes(
+        self, request: hadar_pb2.ListNodesRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.ListNodesResponse:
+        self._caller(context)
+        nodes, tasks = self.parts.registry.nodes()
+        jobs_by_gpu: dict[tuple[str, int], list[int]] = {}
+        for task in tasks:
+            for index in task.gpu_indices:
+                jobs_by_gpu.setdefault((task.node, index), []).append(task.job_id)
+        return hadar_pb2.ListNodesResponse(nodes=[node_to_pb(n, jobs_by_gpu) for n in nodes])
+
+    @unary(_metrics)
+    def DrainNode(
+        self, request: hadar_pb2.DrainNodeRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.DrainNodeResponse:
+        self._admin(context, "drain nodes")
+        node = self.parts.registry.drain(request.node, request.reason.strip())
+        return hadar_pb2.DrainNodeResponse(node=node_to_pb(node, {}))
+
+    @unary(_metrics)
+    def ResumeNode(
+        self, request: hadar_pb2.ResumeNodeRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.ResumeNodeResponse:
+        self._admin(context, "resume nodes")
+        node = self.parts.registry.resume(request.node)
+        return hadar_pb2.ResumeNodeResponse(node=node_to_pb(node, {}))
+
+    @unary(_metrics)
+    def GetClusterStatus(
+        self, request: hadar_pb2.GetClusterStatusRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.GetClusterStatusResponse:
+        self._caller(context)
+
+        def read(uow: UnitOfWork) -> hadar_pb2.GetClusterStatusResponse:
+            nodes = uow.nodes.all()
+            busy = {(t.node, i) for t in uow.tasks.active() for i in t.gpu_indices}
+            summary: dict[str, list[int]] = {}
+            for node in nodes:
+                for gpu in node.gpus:
+                    entry = summary.setdefault(gpu.type, [0, 0, 0, 0])
+                    entry[0] += 1
+                    if (node.name, gpu.index) in busy:
+                        entry[1] += 1
+                    elif node.state is NodeState.READY and gpu.health is GpuHealth.HEALTHY:
+                        entry[2] += 1
+                    else:
+                        entry[3] += 1
+            counts = uow.jobs.count_by_state()
+            last = uow.rounds.last()
+            out = hadar_pb2.GetClusterStatusResponse(
+                gpus=[
+                    hadar_pb2.GpuTypeSummary(
+                        type=t, total=v[0], busy=v[1], idle=v[2], unavailable=v[3]
+                    )
+                    for t, v in sorted(summary.items())
+                ],
+                jobs=[
+                    hadar_pb2.JobStateCount(state=JOB_STATE_TO_PB[s], count=c)
+                    for s, c in counts.items()
+                ],
+                policy=self.parts.rounds.policy_name,
+                round_seconds=self.parts.settings.round_seconds,
+                version=self.parts.version,
+                nodes_ready=sum(1 for n in nodes if n.state is NodeState.READY),
+                nodes_total=len(nodes),
+            )
+            if last is not None:
+                out.last_round.CopyFrom(
+                    hadar_pb2.RoundSummary(
+                        number=last.number,
+                        started_at=timestamp(last.started_at),
+                        duration_s=last.duration_s,
+                        policy=last.policy,
+                        actions=last.actions,
+                        dispatch_failures=last.dispatch_failures,
+                    )
+                )
+            return out
+
+        out = self.parts.tx.read(read)
+        next_at = self.parts.next_round_at()
+        if next_at is not None:
+            out.next_round_at.CopyFrom(timestamp(next_at))
+        return out
+
+    @unary(_metrics)
+    def ListWorkloads(
+        self, request: hadar_pb2.ListWorkloadsRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.ListWorkloadsResponse:
+        self._caller(context)
+        names = self.parts.tx.read(
+            lambda uow: sorted(
+                {
+                    w
+                    for n in uow.nodes.all()
+                    if n.state is not NodeState.UNREACHABLE
+                    for w in n.workloads
+                }
+            )
+        )
+        out = []
+        for name in names:
+            info = workload_info(name)
+            out.append(
+                hadar_pb2.WorkloadInfo(
+                    name=name,
+                    description=info.description,
+                    default_batch_size=info.default_batch_size,
+                    job_type=info.job_type() if info.default_batch_size else "",
+                )
+            )
+        return hadar_pb2.ListWorkloadsResponse(workloads=out)
+
+    # -- identity and tokens ---------------------------------------------------------------
+
+    @unary(_metrics)
+    def WhoAmI(
+        self, request: hadar_pb2.WhoAmIRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.WhoAmIResponse:
+        caller = self._caller(context)
+        return hadar_pb2.WhoAmIResponse(user=caller.user, admin=caller.admin)
+
+    @unary(_metrics)
+    def CreateToken(
+        self, request: hadar_pb2.CreateTokenRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.CreateTokenResponse:
+        caller = self._caller(context)
+        user = request.user.strip() or caller.user
+        if (user != caller.user or request.admin) and not caller.admin:
+            raise PermissionDeniedError("only admins may create tokens for others or admin tokens")
+        if len(user) > 64:
+            raise InvalidArgumentError("user", "must be at most 64 characters")
+        if len(request.description) > 256:
+            raise InvalidArgumentError("description", "must be at most 256 characters")
+        issued = self.parts.tx.write(
+            lambda uow: uow.tokens.create(
+                user, admin=request.admin, description=request.description
+            ),
+            jobs=False,
+        )
+        log.info("token created", user=user, admin=request.admin, by=caller.user, id=issued.info.id)
+        return hadar_pb2.CreateTokenResponse(token=issued.plaintext, info=token_to_pb(issued.info))
+
+    @unary(_metrics)
+    def ListTokens(
+        self, request: hadar_pb2.ListTokensRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.ListTokensResponse:
+        caller = self._caller(context)
+        user = request.user.strip()
+        if not caller.admin:
+            if user and user != caller.user:
+                raise PermissionDeniedError("only admins may list other users' tokens")
+            user = caller.user
+        tokens = self.parts.tx.read(lambda uow: uow.tokens.all(user=user))
+        return hadar_pb2.ListTokensResponse(tokens=[token_to_pb(t) for t in tokens])
+
+    @unary(_metrics)
+    def RevokeToken(
+        self, request: hadar_pb2.RevokeTokenRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.RevokeTokenResponse:
+        caller = self._caller(context)
+        if not request.id.strip():
+            raise InvalidArgumentError("id", "a token id is required")
+
+        def change(uow: UnitOfWork) -> hadar_pb2.TokenInfo:
+            token = uow.tokens.get(request.id.strip())
+            if token.user != caller.user and not caller.admin:
+                raise PermissionDeniedError("only admins may revoke other users' tokens")
+            return token_to_pb(uow.tokens.revoke(token.id))
+
+        info = self.parts.tx.write(change, jobs=False)
+        self.parts.auth.forget()
+        log.info("token revoked", id=request.id, by=caller.user)
+        return hadar_pb2.RevokeTokenResponse(info=info)
+
+
+def job_is_over(job: Job) -> bool:
+    return is_terminal(job.state)

@@ -1,0 +1,53 @@
+"""Units of work for the master: one transaction each, serialized for job changes, retried
+on optimistic-locking conflicts."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import structlog
+
+from store import ConflictError, Database, UnitOfWork
+
+T = TypeVar("T")
+log = structlog.get_logger(__name__)
+
+
+class Transactor:
+    """Runs functions of a UnitOfWork in a transaction.
+
+    Changes to jobs and tasks take one process-wide lock: within one master they never race,
+    so conflicts come only from outside (another process editing the database), and those
+    are retried with a short random backoff.
+    """
+
+    def __init__(self, database: Database, attempts: int = 5) -> None:
+        self.database = database
+        self.attempts = attempts
+        self.job_lock = threading.RLock()
+
+    def read(self, fn: Callable[[UnitOfWork], T]) -> T:
+        """A read-only unit of work (still a transaction, for a consistent view)."""
+        with self.database.transaction() as uow:
+            return fn(uow)
+
+    def write(self, fn: Callable[[UnitOfWork], T], *, jobs: bool = True) -> T:
+        """A unit of work that changes state; `jobs=False` for changes that touch no job or
+        task (nodes' heartbeats, tokens, throughputs) and need not take the job lock."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                if jobs:
+                    with self.job_lock, self.database.transaction() as uow:
+                        return fn(uow)
+                with self.database.transaction() as uow:
+                    return fn(uow)
+            except ConflictError as exc:
+                if attempt == self.attempts:
+                    raise
+                log.info("retrying after a conflict", attempt=attempt, error=str(exc))
+                time.sleep(random.uniform(0.005, 0.05) * attempt)
+        raise AssertionError("unreachable")

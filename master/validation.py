@@ -1,0 +1,159 @@
+"""Validation of submitted job specs: every field, with an error that names it."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from pathlib import PurePath
+
+from master.errors import InvalidArgumentError
+from master.workloads import workload_info
+from protos.hadar.v1 import common_pb2
+from store.domain import JobSpec
+from store.states import ProgramKind
+
+NAME_MAX = 128
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IDEMPOTENCY_KEY_MAX = 255
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFacts:
+    """What the cluster offers, as registered workers reported it."""
+
+    gpus_by_type: Mapping[str, int] = field(default_factory=dict)
+    workloads: Set[str] = frozenset()
+
+    @property
+    def known(self) -> bool:
+        """Whether any worker has registered; before that, placement cannot be judged."""
+        return bool(self.gpus_by_type)
+
+
+def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
+    """A validated, normalized store spec; InvalidArgumentError names the first bad field."""
+    name = spec.name.strip()
+    if not 1 <= len(name) <= NAME_MAX:
+        raise InvalidArgumentError("spec.name", f"must be 1 to {NAME_MAX} characters")
+    if any(ch in name for ch in "\n\r\t\0"):
+        raise InvalidArgumentError("spec.name", "must not contain control characters")
+    if spec.num_gpus < 1:
+        raise InvalidArgumentError("spec.num_gpus", "must be >= 1")
+    if spec.iterations < 1:
+        raise InvalidArgumentError("spec.iterations", "must be > 0")
+    priority = spec.priority or 1.0
+    if not math.isfinite(priority) or priority <= 0:
+        raise InvalidArgumentError("spec.priority", "must be a positive number (0 means 1)")
+
+    program = spec.WhichOneof("program")
+    workload = ""
+    argv: tuple[str, ...] = ()
+    if program is None:
+        raise InvalidArgumentError("spec.program", "one of workload, script or command is required")
+    if program == "workload":
+        kind = ProgramKind.WORKLOAD
+        workload = spec.workload.name.strip()
+        if not workload:
+            raise InvalidArgumentError("spec.workload.name", "must not be empty")
+        if facts.known and workload not in facts.workloads:
+            known = ", ".join(sorted(facts.workloads)) or "(none)"
+            raise InvalidArgumentError(
+                "spec.workload.name", f"unknown workload {workload!r}; workers offer: {known}"
+            )
+    else:
+        kind = ProgramKind.SCRIPT if program == "script" else ProgramKind.COMMAND
+        argv = tuple(spec.script.argv if program == "script" else spec.command.argv)
+        if not argv or not argv[0].strip():
+            raise InvalidArgumentError(f"spec.{program}.argv", "needs at least a program to run")
+        if any("\0" in arg for arg in argv):
+            raise InvalidArgumentError(f"spec.{program}.argv", "must not contain NUL characters")
+
+    managed = kind is not ProgramKind.COMMAND
+    preemptible = spec.preemptible if spec.HasField("preemptible") else managed
+    if preemptible and not managed:
+        raise InvalidArgumentError(
+            "spec.preemptible", "opaque commands run to completion and cannot be preempted"
+        )
+    if spec.shareable and not managed:
+        raise InvalidArgumentError("spec.shareable", "opaque commands cannot share GPUs")
+
+    allowed: list[str] = []
+    for i, raw_type in enumerate(spec.allowed_gpu_types):
+        gpu_type = raw_type.strip()
+        if not gpu_type:
+            raise InvalidArgumentError(f"spec.allowed_gpu_types[{i}]", "must not be empty")
+        if facts.known and gpu_type not in facts.gpus_by_type:
+            have = ", ".join(sorted(facts.gpus_by_type))
+            raise InvalidArgumentError(
+                f"spec.allowed_gpu_types[{i}]", f"no GPU of type {gpu_type!r}; cluster has: {have}"
+            )
+        if gpu_type not in allowed:
+            allowed.append(gpu_type)
+    if facts.known:
+        usable = sum(
+            count for t, count in facts.gpus_by_type.items() if not allowed or t in allowed
+        )
+        if spec.num_gpus > usable:
+            where = f"of types {', '.join(allowed)}" if allowed else "in total"
+            raise InvalidArgumentError(
+                "spec.num_gpus",
+                f"asks for {spec.num_gpus} GPUs but the cluster has {usable} {where}",
+            )
+
+    for key in spec.env:
+        if not ENV_NAME.match(key):
+            raise InvalidArgumentError(
+                f"spec.env[{key!r}]", "variable names match [A-Za-z_][A-Za-z0-9_]*"
+            )
+        if "\0" in spec.env[key]:
+            raise InvalidArgumentError(f"spec.env[{key!r}]", "must not contain NUL characters")
+    for attr in ("workdir", "checkpoint_dir"):
+        value: str = getattr(spec, attr)
+        if "\0" in value:
+            raise InvalidArgumentError(f"spec.{attr}", "must not contain NUL characters")
+    if spec.checkpoint_dir and not PurePath(spec.checkpoint_dir).is_absolute():
+        raise InvalidArgumentError("spec.checkpoint_dir", "must be an absolute path")
+
+    batch_size = spec.batch_size
+    job_type = spec.job_type.strip()
+    if kind is ProgramKind.WORKLOAD:
+        info = workload_info(workload)
+        batch_size = batch_size or info.default_batch_size
+        job_type = job_type or info.job_type(batch_size)
+    elif not job_type:
+        job_type = f"{PurePath(argv[0]).name}" + (
+            f" (batch size {batch_size})" if batch_size else ""
+        )
+    if batch_size and batch_size < spec.num_gpus:
+        raise InvalidArgumentError(
+            "spec.batch_size", f"global batch {batch_size} is smaller than num_gpus {spec.num_gpus}"
+        )
+
+    return JobSpec(
+        name=name,
+        num_gpus=spec.num_gpus,
+        iterations=spec.iterations,
+        program_kind=kind,
+        workload=workload,
+        argv=argv,
+        batch_size=batch_size,
+        priority=priority,
+        allowed_gpu_types=tuple(allowed),
+        preemptible=preemptible,
+        shareable=spec.shareable,
+        env=tuple(sorted(spec.env.items())),
+        workdir=spec.workdir,
+        checkpoint_dir=spec.checkpoint_dir,
+        job_type=job_type,
+        gpu_memory_bytes=spec.gpu_memory_bytes,
+    )
+
+
+def validate_idempotency_key(key: str) -> str:
+    if len(key) > IDEMPOTENCY_KEY_MAX:
+        raise InvalidArgumentError(
+            "idempotency_key", f"must be at most {IDEMPOTENCY_KEY_MAX} characters"
+        )
+    return key

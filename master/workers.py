@@ -1,0 +1,96 @@
+"""gRPC clients for the workers' Worker service: one channel per address, deadlines and
+bounded retries, the cluster token on every call."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+
+from protos.hadar.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+
+T = TypeVar("T")
+log = structlog.get_logger(__name__)
+
+# Codes worth retrying: the worker is down, restarting or slow. Anything else is an answer.
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class WorkerUnreachableError(Exception):
+    def __init__(self, address: str, detail: str) -> None:
+        super().__init__(f"worker at {address} did not answer: {detail}")
+        self.address = address
+
+
+class WorkerClients:
+    def __init__(self, cluster_token: str, *, timeout_s: float, attempts: int) -> None:
+        self._metadata = (("authorization", f"Bearer {cluster_token}"),) if cluster_token else ()
+        self._timeout_s = timeout_s
+        self._attempts = attempts
+        self._lock = threading.Lock()
+        self._channels: dict[str, tuple[grpc.Channel, Any]] = {}
+
+    def _stub(self, address: str) -> Any:
+        with self._lock:
+            entry = self._channels.get(address)
+            if entry is None:
+                channel = grpc.insecure_channel(address)
+                entry = (channel, worker_pb2_grpc.WorkerStub(channel))  # type: ignore[no-untyped-call]
+                self._channels[address] = entry
+            return entry[1]
+
+    def _call(self, address: str, fn: Callable[[Any], T]) -> T:
+        delay = 0.1
+        last = ""
+        for attempt in range(1, self._attempts + 1):
+            try:
+                return fn(self._stub(address))
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                detail = exc.details() if hasattr(exc, "details") else str(exc)
+                last = f"{code.name if code else 'error'}: {detail}"
+                if code not in RETRYABLE:
+                    raise WorkerUnreachableError(address, last) from exc
+                if attempt < self._attempts:
+                    time.sleep(delay)
+                    delay *= 2
+        raise WorkerUnreachableError(address, last)
+
+    def apply(
+        self, address: str, request: worker_pb2.ApplyAssignmentsRequest
+    ) -> worker_pb2.ApplyAssignmentsResponse:
+        response: worker_pb2.ApplyAssignmentsResponse = self._call(
+            address,
+            lambda stub: stub.ApplyAssignments(
+                request, timeout=self._timeout_s, metadata=self._metadata
+            ),
+        )
+        return response
+
+    def stop(
+        self, address: str, request: worker_pb2.StopTaskRequest
+    ) -> worker_pb2.StopTaskResponse:
+        response: worker_pb2.StopTaskResponse = self._call(
+            address,
+            lambda stub: stub.StopTask(request, timeout=self._timeout_s, metadata=self._metadata),
+        )
+        return response
+
+    def stream_logs(
+        self, address: str, request: worker_pb2.StreamTaskLogsRequest
+    ) -> Iterator[common_pb2.LogChunk]:
+        """The worker's log stream; the returned call can be cancelled."""
+        call: Iterator[common_pb2.LogChunk] = self._stub(address).StreamTaskLogs(
+            request, metadata=self._metadata
+        )
+        return call
+
+    def close(self) -> None:
+        with self._lock:
+            for channel, _ in self._channels.values():
+                channel.close()
+            self._channels.clear()

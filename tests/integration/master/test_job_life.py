@@ -1,0 +1,212 @@
+"""A job's life through a real master and fake workers: submit, schedule, push, progress,
+completion, cancellation, lost nodes and master restarts."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from protos.hadar.v1 import common_pb2, hadar_pb2, worker_pb2
+from tests.integration.master.conftest import Api, Cluster
+from tests.integration.master.fakes import wait_for
+
+
+def workload_spec(
+    name: str = "train", num_gpus: int = 2, iterations: int = 100
+) -> common_pb2.JobSpec:
+    return common_pb2.JobSpec(
+        name=name,
+        num_gpus=num_gpus,
+        iterations=iterations,
+        workload=common_pb2.WorkloadProgram(name="resnet"),
+    )
+
+
+def job_state(api: Api, job_id: int) -> int:
+    state: int = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id)).job.state
+    return state
+
+
+def test_submit_schedule_push_progress_complete(cluster: Cluster) -> None:
+    """A submitted job is placed by a round, its START reaches the worker with a fencing
+    token, progress is recorded, and reaching the iterations completes it."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
+    assert job.state == common_pb2.JOB_STATE_PENDING
+
+    result = master.run_round()
+    assert result.started == (job.id,)
+    wait_for(lambda: job.id in worker.running_jobs(), what="START on the worker")
+    start = next(a for a in worker.applied if a.job_id == job.id)
+    assert start.action == worker_pb2.ASSIGNMENT_ACTION_START
+    assert len(start.gpu_indices) == 2 and start.lease > 0
+    assert start.spec.workload.name == "resnet"
+    assert start.rendezvous.world_size == 2
+    assert sum(start.local_batch_sizes) == 32  # resnet's default global batch
+    assert start.checkpoint_dir.endswith(f"job-{job.id}")
+    assert job_state(api, job.id) == common_pb2.JOB_STATE_RUNNING
+
+    ack = worker.progress(job.id, 40)
+    assert [a.stale for a in ack.acks] == [False]
+    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job
+    assert got.iterations_done == 40 and got.attained_service > 0
+    assert got.tasks and got.tasks[0].state == common_pb2.TASK_STATE_RUNNING
+    assert any(t.source == "measured" for t in got.throughputs)
+
+    worker.progress(job.id, 100)
+    done = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True))
+    assert done.job.state == common_pb2.JOB_STATE_COMPLETED
+    kinds = [e.kind for e in done.events]
+    assert kinds == ["submitted", "scheduled", "completed"]
+    assert worker.exit(job.id, common_pb2.EXIT_KIND_COMPLETED).accepted
+
+    # The next round extends nothing and starts nothing; the job stays done.
+    assert master.run_round().started == ()
+    assert job_state(api, job.id) == common_pb2.JOB_STATE_COMPLETED
+
+
+def test_cancel_while_running_stops_the_task(cluster: Cluster) -> None:
+    """Cancelling a running job records who cancelled it and sends StopTask to its worker;
+    another user may not cancel it."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    alice = cluster.api(master, "alice", admin=False)
+    bob = cluster.api(master, "bob", admin=False)
+
+    job = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+
+    with pytest.raises(grpc.RpcError) as denied:
+        bob.CancelJob(hadar_pb2.CancelJobRequest(job_id=job.id))
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+    cancelled = alice.CancelJob(hadar_pb2.CancelJobRequest(job_id=job.id, reason="wrong lr")).job
+    assert cancelled.state == common_pb2.JOB_STATE_CANCELLED
+    assert "alice" in cancelled.reason and "wrong lr" in cancelled.reason
+    stop = wait_for(
+        lambda: next((s for s in worker.stops if s.job_id == job.id), None), what="StopTask"
+    )
+    assert stop.via == "StopTask" and stop.lease > 0
+    wait_for(lambda: job.id not in worker.running_jobs(), what="task gone")
+    # Cancelling again is a no-op that returns the terminal job.
+    again = alice.CancelJob(hadar_pb2.CancelJobRequest(job_id=job.id)).job
+    assert again.state == common_pb2.JOB_STATE_CANCELLED
+
+
+def test_lost_node_preempts_and_job_is_placed_elsewhere(cluster: Cluster) -> None:
+    """A node silent past the timeout becomes UNREACHABLE, its job goes to PREEMPTED with
+    the reason, the next round places it on another node with a higher lease, and the lost
+    node's late progress is refused as stale."""
+    master = cluster.master()
+    first = cluster.worker(master, "n1", num_gpus=2)
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in first.running_jobs(), what="START on n1")
+    first.progress(job.id, 30)
+    old_lease = next(a.lease for a in first.applied if a.job_id == job.id)
+
+    second = cluster.worker(master, "n2", num_gpus=2)
+    second.start_heartbeats()
+    # n1 stays silent; n2 keeps beating.
+    lost = wait_for(lambda: master.check_nodes(force=True), timeout=10, what="node lost")
+    assert lost == ["n1"]
+    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True))
+    assert got.job.state == common_pb2.JOB_STATE_PREEMPTED
+    assert got.job.reason == "node n1 lost"
+    assert got.events[-1].kind == "node_lost"
+    nodes = {n.name: n for n in api.ListNodes(hadar_pb2.ListNodesRequest()).nodes}
+    assert nodes["n1"].state == common_pb2.NODE_STATE_UNREACHABLE
+
+    result = master.run_round()
+    assert result.started == (job.id,)
+    wait_for(lambda: job.id in second.running_jobs(), what="START on n2")
+    restart = next(a for a in second.applied if a.job_id == job.id)
+    assert restart.lease > old_lease
+    assert restart.iterations_done == 30
+
+    # The old placement's reports are fenced off.
+    ack = first.progress(job.id, 35)
+    assert [a.stale for a in ack.acks] == [True]
+    assert not first.exit(job.id, common_pb2.EXIT_KIND_FAILED, 1).accepted
+    assert job_state(api, job.id) == common_pb2.JOB_STATE_RUNNING
+
+    # n1 returns: the task it still runs is stopped by reconciliation.
+    first.tasks.clear()
+    first.register()
+    nodes = {n.name: n for n in api.ListNodes(hadar_pb2.ListNodesRequest()).nodes}
+    assert nodes["n1"].state == common_pb2.NODE_STATE_READY
+
+
+def test_restarted_master_adopts_running_tasks(cluster: Cluster) -> None:
+    """A new master on the same database loses and duplicates nothing: running tasks are
+    kept on re-registration, jobs keep their ids and state, the next round only extends."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    running = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec("a"))).job
+    waiting = api.SubmitJob(
+        hadar_pb2.SubmitJobRequest(spec=workload_spec("b", num_gpus=4), idempotency_key="k-b")
+    ).job
+    master.run_round()
+    wait_for(lambda: running.id in worker.running_jobs(), what="START")
+    worker.progress(running.id, 10)
+    master.stop(grace=0.5)
+
+    restarted = cluster.master()
+    worker.connect(restarted.address)
+    answer = worker.register()
+    assert [(r.job_id, r.lease) for r in answer.keep] == [
+        (running.id, next(a.lease for a in worker.applied if a.job_id == running.id))
+    ]
+    assert list(answer.stop) == []
+
+    api2 = cluster.api(restarted, "alice")
+    jobs = api2.ListJobs(hadar_pb2.ListJobsRequest()).jobs
+    assert [(j.id, j.state) for j in jobs] == [
+        (running.id, common_pb2.JOB_STATE_RUNNING),
+        (waiting.id, common_pb2.JOB_STATE_PENDING),
+    ]
+    assert jobs[0].iterations_done == 10
+    # The same idempotency key returns the existing job, not a duplicate.
+    again = api2.SubmitJob(
+        hadar_pb2.SubmitJobRequest(spec=workload_spec("b", num_gpus=4), idempotency_key="k-b")
+    ).job
+    assert again.id == waiting.id
+
+    starts_before = sum(1 for a in worker.applied if a.action == worker_pb2.ASSIGNMENT_ACTION_START)
+    result = restarted.run_round()
+    assert result.started == ()  # 2 of 4 GPUs busy: job b (4 GPUs) still waits
+    starts_after = sum(1 for a in worker.applied if a.action == worker_pb2.ASSIGNMENT_ACTION_START)
+    assert starts_after == starts_before
+    assert any(
+        a.action == worker_pb2.ASSIGNMENT_ACTION_EXTEND and a.job_id == running.id
+        for a in worker.applied
+    )
+    worker.progress(running.id, 100)
+    assert job_state(api2, running.id) == common_pb2.JOB_STATE_COMPLETED
+
+
+def test_failed_task_is_retried_then_fails(cluster: Cluster) -> None:
+    """A failing job is retried up to max_retries (PREEMPTED, placed again), then FAILED
+    with the exit code and the reason."""
+    master = cluster.master(max_retries=1)
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    assert worker.exit(job.id, common_pb2.EXIT_KIND_FAILED, 3, "boom").accepted
+    retried = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job
+    assert retried.state == common_pb2.JOB_STATE_PREEMPTED and retried.retries == 1
+
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="second START")
+    worker.exit(job.id, common_pb2.EXIT_KIND_FAILED, 4, "boom again")
+    failed = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job
+    assert failed.state == common_pb2.JOB_STATE_FAILED
+    assert failed.exit_code == 4 and "exit code 4" in failed.reason
