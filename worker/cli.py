@@ -50,6 +50,7 @@ def _settings_flags(parser: argparse.ArgumentParser, daemon: bool) -> None:
     add("--heartbeat-interval-s", type=float, help="heartbeat interval until the master says")
     add("--checkpoint-interval-s", type=float, help="periodic checkpoints inside a lease")
     add("--python", help="interpreter for built-in workloads (default: this one)")
+    add("--log-retention-days", type=float, help="keep exited tasks' logs this long")
 
 
 _SETTINGS_ARGS = {
@@ -70,6 +71,7 @@ _SETTINGS_ARGS = {
     "heartbeat_interval_s",
     "checkpoint_interval_s",
     "python",
+    "log_retention_days",
 }
 
 

@@ -85,6 +85,8 @@ class WorkerSettings:
     rpc_timeout_s: float = 10.0
     # Python that runs built-in workloads (`python -m worker.workloads NAME`).
     python: str = ""
+    # Logs and progress files of exited tasks are deleted after this many days.
+    log_retention_days: float = 14.0
     # Lines of a failing process's output sent with its exit report.
     failure_tail_lines: int = 20
 
@@ -120,6 +122,8 @@ class WorkerSettings:
                 raise SettingsError(f"{name}: must be positive, got {getattr(self, name)}")
         if self.fake_gpu_reference_speed < 0:
             raise SettingsError("fake_gpu_reference_speed: must be >= 0")
+        if self.log_retention_days <= 0:
+            raise SettingsError("log_retention_days: must be positive")
         if self.checkpoint_interval_s < 0:
             raise SettingsError("checkpoint_interval_s: must be >= 0")
         if self.failure_tail_lines < 0:
@@ -144,6 +148,7 @@ class WorkerSettings:
 
 _PATH_FIELDS = {"state_dir", "checkpoint_dir", "jobs_dir", "token_file"}
 _FLOAT_FIELDS = {
+    "log_retention_days",
     "fake_gpu_reference_speed",
     "grace_s",
     "progress_interval_s",

@@ -43,6 +43,7 @@ from worker.settings import ENV_PREFIX, WorkerSettings, parse_host_port
 log = structlog.get_logger("hadar.worker")
 
 SUPERVISE_INTERVAL_S = 0.1
+PRUNE_INTERVAL_S = 3600.0
 _EXIT_KINDS = {
     "completed": common_pb2.EXIT_KIND_COMPLETED,
     "lease_done": common_pb2.EXIT_KIND_LEASE_DONE,
@@ -284,9 +285,17 @@ class WorkerAgent:
     # -- supervision thread
 
     def _supervise_loop(self) -> None:
+        next_prune = 0.0
         while not self._threads_stop.is_set():
             try:
                 self.supervisor.poll()
+                if time.monotonic() >= next_prune:
+                    next_prune = time.monotonic() + PRUNE_INTERVAL_S
+                    removed = self.supervisor.prune_task_dirs(
+                        self.settings.log_retention_days * 86_400, time.time()
+                    )
+                    if removed:
+                        log.info("task_logs_pruned", count=len(removed))
             except Exception:
                 log.exception("supervise_failed")
             self._threads_stop.wait(SUPERVISE_INTERVAL_S)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -79,20 +80,20 @@ class _Subprocess:
 # Drops to the job's user, then becomes the job. Done in a fresh interpreter rather than by
 # Popen(user=..., group=...): those make CPython fork() instead of vfork(), and a fork of a
 # process with gRPC's threads can crash in gRPC's fork handlers before the exec.
+# The step runs as root, so it starts with a bare environment (a job's LD_PRELOAD must not
+# load into it) and isolated Python (-I -S); the job's environment arrives on a pipe, not in
+# argv (which every user can read), and the working directory is entered as the user.
 _RUN_AS = (
-    "import os, sys\n"
-    "groups = [int(g) for g in sys.argv[3].split(',') if g]\n"
-    "os.setgroups(groups)\n"
-    "os.setgid(int(sys.argv[2]))\n"
-    "os.setuid(int(sys.argv[1]))\n"
-    "os.execvp(sys.argv[4], sys.argv[4:])\n"
+    "import json, os, sys\n"
+    "with os.fdopen(int(sys.argv[1]), 'rb') as pipe:\n"
+    "    env = json.loads(pipe.read())\n"
+    "os.setgroups([int(g) for g in sys.argv[4].split(',') if g])\n"
+    "os.setgid(int(sys.argv[3]))\n"
+    "os.setuid(int(sys.argv[2]))\n"
+    "os.chdir(sys.argv[5])\n"
+    "os.execvpe(sys.argv[6], sys.argv[6:], env)\n"
 )
-
-
-def run_as_argv(argv: Sequence[str], run_as: RunAs, python: str) -> list[str]:
-    """`argv` wrapped so that it runs as `run_as` (the agent must be root)."""
-    groups = ",".join(str(g) for g in run_as.groups)
-    return [python, "-I", "-S", "-c", _RUN_AS, str(run_as.uid), str(run_as.gid), groups, *argv]
+_ROOT_STEP_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
 
 class SubprocessLauncher:
@@ -104,12 +105,11 @@ class SubprocessLauncher:
 
     def launch(self, spec: ProcessSpec) -> ProcessHandle:
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = list(spec.argv)
         if spec.run_as is not None and spec.run_as.uid != os.geteuid():
-            argv = run_as_argv(argv, spec.run_as, self._python)
+            return self._launch_as(spec, spec.run_as)
         with spec.log_path.open("ab") as log:
             popen = subprocess.Popen(
-                argv,
+                list(spec.argv),
                 env=dict(spec.env),
                 cwd=spec.cwd,
                 stdin=subprocess.DEVNULL,
@@ -118,6 +118,45 @@ class SubprocessLauncher:
                 start_new_session=True,
                 close_fds=True,
             )
+        return _Subprocess(popen)
+
+    def _launch_as(self, spec: ProcessSpec, run_as: RunAs) -> ProcessHandle:
+        read_end, write_end = os.pipe()
+        try:
+            groups = ",".join(str(g) for g in run_as.groups)
+            argv = [
+                self._python,
+                "-I",
+                "-S",
+                "-c",
+                _RUN_AS,
+                str(read_end),
+                str(run_as.uid),
+                str(run_as.gid),
+                groups,
+                str(spec.cwd),
+                *spec.argv,
+            ]
+            with spec.log_path.open("ab") as log:
+                popen = subprocess.Popen(
+                    argv,
+                    env=_ROOT_STEP_ENV,
+                    cwd="/",
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(read_end,),
+                )
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        # Written after the start, so an environment larger than the pipe cannot block it.
+        with os.fdopen(write_end, "wb") as pipe, contextlib.suppress(BrokenPipeError):
+            pipe.write(json.dumps(dict(spec.env)).encode())
         return _Subprocess(popen)
 
 

@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -337,13 +338,14 @@ class Supervisor:
             or self._config.checkpoint_root / f"job-{a.job_id}"
         )
         try:
-            task.task_dir.mkdir(parents=True, exist_ok=True)
-            workdir.mkdir(parents=True, exist_ok=True)
-            checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            created = [p for p in (task.task_dir, workdir, checkpoint_dir) if not p.exists()]
+            for path in (task.task_dir, workdir, checkpoint_dir):
+                path.mkdir(parents=True, exist_ok=True)
             if run_as is not None:
-                for path in (task.task_dir, workdir, checkpoint_dir):
-                    if path.stat().st_uid == 0:
-                        os.chown(path, run_as.uid, run_as.gid)
+                # Only directories made here change owner: a spec naming an existing
+                # directory must not hand it to the job's user.
+                for path in created:
+                    os.chown(path, run_as.uid, run_as.gid)
         except OSError as exc:
             raise AssignmentRefusedError(f"cannot prepare directories: {exc}") from exc
 
@@ -356,7 +358,7 @@ class Supervisor:
         common.update(
             {
                 "MASTER_ADDR": a.rendezvous.master_addr or "127.0.0.1",
-                "MASTER_PORT": str(a.rendezvous.master_port or _free_port_hint(a.job_id)),
+                "MASTER_PORT": str(a.rendezvous.master_port or free_port()),
                 "WORLD_SIZE": str(world_size),
                 "LOCAL_WORLD_SIZE": str(len(a.gpu_indices)),
                 # CUDA numbers devices like NVML (and nvidia-smi) only in PCI bus order.
@@ -651,6 +653,27 @@ class Supervisor:
                     continue
         return [p for _, p in sorted(found, reverse=True)]
 
+    def prune_task_dirs(self, max_age_s: float, now: float) -> list[Path]:
+        """Deletes the logs and progress files of exited tasks untouched for `max_age_s`
+        (by Unix time `now`); returns what was deleted."""
+        root = self._config.state_dir / "tasks"
+        if not root.is_dir():
+            return []
+        with self._lock:
+            live = {t.task_dir for t in self._tasks.values()}
+        removed: list[Path] = []
+        for path in root.iterdir():
+            if path in live or not path.is_dir():
+                continue
+            try:
+                newest = max([path.stat().st_mtime, *(f.stat().st_mtime for f in path.iterdir())])
+            except OSError:
+                continue
+            if now - newest > max_age_s:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+        return removed
+
     def is_running(self, job_id: int, lease: int) -> bool:
         with self._lock:
             return (job_id, lease) in self._tasks
@@ -665,7 +688,10 @@ class Supervisor:
                 self._request_stop(task, graceful=graceful, grace_s=grace_s, reason=reason)
 
 
-def _free_port_hint(job_id: int) -> int:
-    # Single-node tasks without a rendezvous from the master: a port derived from the job so
-    # ranks of one task agree; the range avoids well-known and ephemeral ports.
-    return 29_500 + (job_id % 20_000)
+def free_port() -> int:
+    """A port free on this host now, for a single-node task without a rendezvous from the
+    master (as torchrun's standalone mode does; all the task's ranks get the same one)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

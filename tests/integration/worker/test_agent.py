@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -534,29 +536,47 @@ def test_bad_assignments_fail_with_a_reason(master: FakeMaster, worker: WorkerAg
     assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as another user needs root")
-def test_root_agent_runs_jobs_as_the_submitting_user(
-    master: FakeMaster, worker: WorkerAgent
-) -> None:
-    """As root, the agent runs the job as its submitting Unix user, and refuses a user that
-    does not exist on the node."""
-    stub = stub_for(worker)
-    a = assignment(40, 1, command=True, iterations=1)
-    a.user = "nobody"
-    a.spec.command.argv[:] = [
-        "/usr/bin/python3",
-        "-c",
-        "import os; print('uid', os.getuid(), os.environ['USER'], flush=True)",
-    ]
-    (result,) = apply(stub, a)
-    assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED, result.message
-    eventually(lambda: master.exits_for(40))
-    assert master.exits_for(40)[0].kind == common_pb2.EXIT_KIND_COMPLETED
-    uid = pwd.getpwnam("nobody").pw_uid
-    assert f"uid {uid} nobody" in logs(stub, 40)[0].decode()
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory other users can traverse (pytest's own tmp directories are private)."""
+    path = Path(tempfile.mkdtemp(prefix="hadar-worker-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
-    stranger = assignment(41, 1)
-    stranger.user = "no-such-user-here"
-    (refused,) = apply(stub, stranger)
-    assert refused.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED
-    assert "no Unix user 'no-such-user-here'" in refused.message
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as another user needs root")
+def test_root_agent_runs_jobs_as_the_submitting_user(master: FakeMaster, shared_dir: Path) -> None:
+    """As root, the agent runs the job as its submitting Unix user (in a working directory
+    it owns, without the agent's privileges or a job-set LD_PRELOAD in the root step), and
+    refuses a user that does not exist on the node."""
+    agent = make_agent(master.address, shared_dir / "state")
+    agent.start()
+    try:
+        stub = stub_for(agent)
+        a = assignment(40, 1, command=True, iterations=1, env={"LD_PRELOAD": "/nonexistent.so"})
+        a.user = "nobody"
+        a.spec.command.argv[:] = [
+            "/usr/bin/python3",
+            "-c",
+            "import os; print('uid', os.getuid(), os.getgid(), os.environ['USER'],"
+            " os.getcwd(), os.environ['LD_PRELOAD'], flush=True)",
+        ]
+        (result,) = apply(stub, a)
+        assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED, result.message
+        eventually(lambda: master.exits_for(40))
+        report = master.exits_for(40)[0]
+        assert report.kind == common_pb2.EXIT_KIND_COMPLETED, report.message
+        entry = pwd.getpwnam("nobody")
+        workdir = agent.settings.resolved_jobs_dir() / "job-40"
+        output = logs(stub, 40)[0].decode()
+        assert f"uid {entry.pw_uid} {entry.pw_gid} nobody {workdir} /nonexistent.so" in output
+        assert workdir.stat().st_uid == entry.pw_uid
+
+        stranger = assignment(41, 1)
+        stranger.user = "no-such-user-here"
+        (refused,) = apply(stub, stranger)
+        assert refused.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+        assert "no Unix user 'no-such-user-here'" in refused.message
+    finally:
+        agent.stop(grace_s=2.0)

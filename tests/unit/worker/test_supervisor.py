@@ -4,6 +4,7 @@ escalation, failures, ordering of leases, running as the submitting user, durabl
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -283,3 +284,18 @@ def test_exits_are_durable_until_acknowledged(tmp_path: Path) -> None:
     assert reloaded.running() == []
     reloaded.ack_exit((1, 0, 1))
     assert StateStore(tmp_path / "state").pending_exits() == []
+
+
+def test_old_task_logs_are_pruned_but_running_ones_kept(tmp_path: Path) -> None:
+    """Exited tasks' directories older than the retention go; a running task's stays."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(1, 1))
+    rig.supervisor.apply(start(2, 1))
+    rig.launcher.processes[1].exit(0)
+    rig.supervisor.poll()
+    dirs = sorted((tmp_path / "state" / "tasks").iterdir())
+    assert len(dirs) == 2
+    assert rig.supervisor.prune_task_dirs(3600, time.time()) == []
+    removed = rig.supervisor.prune_task_dirs(3600, time.time() + 7200)
+    assert [p.name for p in removed] == ["job-2.task-0.lease-1"]
+    assert [p.name for p in (tmp_path / "state" / "tasks").iterdir()] == ["job-1.task-0.lease-1"]
