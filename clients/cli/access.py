@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from rich.table import Table
 
 from clients.cli import format as fmt
-from clients.cli import shapes
 from clients.cli.command import CliError, Command, Context, ExitCode
 from clients.cli.jobs import now_utc
 from clients.errors import NotFound, PermissionDenied
@@ -44,11 +43,11 @@ def _run_whoami(args: argparse.Namespace, ctx: Context) -> int:
             "master": config.address,
             "token_source": config.token_source,
         }
-        ctx.out.print_json(shapes.dumps(document))
+        ctx.json(document)
         return ExitCode.OK
     role = "admin" if identity.admin else "user"
     token = "no token" if config.token is None else f"token from {config.token_source}"
-    ctx.out.print(f"{identity.user} ({role}) at {config.address}, {token}", markup=False)
+    ctx.say(f"{identity.user} ({role}) at {config.address}, {token}")
     return ExitCode.OK
 
 
@@ -72,7 +71,8 @@ def _configure_token(parser: argparse.ArgumentParser) -> None:
     listing = actions.add_parser(
         "list",
         help="list tokens (never their plaintext)",
-        description="List API tokens: id, user, role, creation and last use, whether revoked.",
+        description="List API tokens: id, user, role, creation and last use, whether revoked. "
+        "Users see their own tokens, admins everyone's.",
         epilog="examples:\n  hctl token list\n  hctl token list --user alice --json",
         formatter_class=parser.formatter_class,
     )
@@ -94,21 +94,20 @@ def _run_token(args: argparse.Namespace, ctx: Context) -> int:
         with admin_only(f"create a token for {args.user}"):
             created = client.create_token(args.user, admin=args.admin, description=args.description)
         if args.json:
-            ctx.out.print_json(shapes.dumps({"token": created.token, "info": created.info}))
+            ctx.json({"token": created.token, "info": created.info})
             return ExitCode.OK
-        ctx.out.print(created.token, markup=False)
-        ctx.err.print(
+        ctx.say(created.token)
+        ctx.note(
             f"token {created.info.id} for {created.info.user}"
             f"{' (admin)' if created.info.admin else ''} — shown once, store it now "
-            '(e.g. `token = "..."` in ~/.config/hadar/config.toml)',
-            markup=False,
+            '(e.g. `token = "..."` in ~/.config/hadar/config.toml)'
         )
         return ExitCode.OK
     if args.token_action == "list":
-        with admin_only("list tokens"):
+        with admin_only("list those tokens"):
             tokens = client.list_tokens(user=args.user)
         if args.json:
-            ctx.out.print_json(shapes.dumps({"tokens": tokens}))
+            ctx.json({"tokens": tokens})
             return ExitCode.OK
         now = now_utc()
         table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
@@ -124,7 +123,7 @@ def _run_token(args: argparse.Namespace, ctx: Context) -> int:
                 "revoked" if t.revoked else "active",
                 t.description,
             )
-        ctx.out.print(table)
+        ctx.show(table)
         return ExitCode.OK
     try:
         with admin_only(f"revoke token {args.id}"):
@@ -133,7 +132,7 @@ def _run_token(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(
             f"token {args.id} not found", ExitCode.NOT_FOUND, "list tokens with `hctl token list`"
         ) from None
-    ctx.out.print(f"revoked token {info.id} of {info.user}")
+    ctx.say(f"revoked token {info.id} of {info.user}")
     return ExitCode.OK
 
 
@@ -147,7 +146,7 @@ COMMANDS = [
     ),
     Command(
         "token",
-        "Admin: create, list and revoke API tokens",
+        "API tokens: create and revoke (admins), list (your own, or everyone's for admins)",
         _configure_token,
         _run_token,
         epilog="examples:\n"

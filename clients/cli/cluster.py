@@ -12,7 +12,6 @@ from rich.table import Table
 from rich.text import Text
 
 from clients.cli import format as fmt
-from clients.cli import shapes
 from clients.cli.command import CliError, Command, Context, ExitCode
 from clients.cli.jobs import STATE_STYLES, now_utc
 from clients.errors import NotFound, PermissionDenied
@@ -102,12 +101,12 @@ def gpus_table(nodes: Sequence[Node]) -> Table:
 def _run_nodes(args: argparse.Namespace, ctx: Context) -> int:
     nodes = ctx.client().list_nodes()
     if args.json:
-        ctx.out.print_json(shapes.dumps({"nodes": nodes}))
+        ctx.json({"nodes": nodes})
         return ExitCode.OK
     if not nodes:
-        ctx.err.print("no nodes registered — start `hadar-worker` on each GPU server")
+        ctx.note("no nodes registered — start `hadar-worker` on each GPU server")
         return ExitCode.OK
-    ctx.out.print(gpus_table(nodes) if args.gpus else nodes_table(nodes))
+    ctx.show(gpus_table(nodes) if args.gpus else nodes_table(nodes))
     return ExitCode.OK
 
 
@@ -171,9 +170,9 @@ def _run_status(args: argparse.Namespace, ctx: Context) -> int:
     address = ctx.config().address
     if args.json:
         document = {"master": address, "status": status, "queue_length": status.queue_length}
-        ctx.out.print_json(shapes.dumps(document))
+        ctx.json(document)
         return ExitCode.OK
-    ctx.out.print(render_status(address, status))
+    ctx.show(render_status(address, status))
     return ExitCode.OK
 
 
@@ -188,10 +187,11 @@ def _configure_drain(parser: argparse.ArgumentParser) -> None:
 def _run_drain(args: argparse.Namespace, ctx: Context) -> int:
     with about_node(args.node, "drain"):
         node = ctx.client().drain_node(args.node, args.reason)
-    ctx.out.print(
-        f"node {node.name} is {node.state.value}: running tasks finish their lease, nothing new "
-        f"is placed — undo with `hctl resume {node.name}`"
-    )
+    if node.state is NodeState.DRAINING:
+        what = "running tasks finish their lease, nothing new is placed"
+    else:
+        what = "nothing runs on it and nothing new is placed"
+    ctx.say(f"node {node.name} is {node.state.value}: {what} — undo with `hctl resume {node.name}`")
     return ExitCode.OK
 
 
@@ -202,7 +202,7 @@ def _configure_resume(parser: argparse.ArgumentParser) -> None:
 def _run_resume(args: argparse.Namespace, ctx: Context) -> int:
     with about_node(args.node, "resume"):
         node = ctx.client().resume_node(args.node)
-    ctx.out.print(f"node {node.name} is {node.state.value}")
+    ctx.say(f"node {node.name} is {node.state.value}")
     return ExitCode.OK
 
 
@@ -216,17 +216,17 @@ def _configure_workloads(parser: argparse.ArgumentParser) -> None:
 def _run_workloads(args: argparse.Namespace, ctx: Context) -> int:
     workloads = ctx.client().list_workloads()
     if args.json:
-        ctx.out.print_json(shapes.dumps({"workloads": workloads}))
+        ctx.json({"workloads": workloads})
         return ExitCode.OK
     if not workloads:
-        ctx.err.print("no workloads: no registered worker offers any")
+        ctx.note("no workloads: no registered worker offers any")
         return ExitCode.OK
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     for column in ("NAME", "BATCH", "JOB TYPE", "DESCRIPTION"):
         table.add_column(column, no_wrap=column != "DESCRIPTION")
     for w in workloads:
         table.add_row(w.name, str(w.default_batch_size), w.job_type, w.description)
-    ctx.out.print(table)
+    ctx.show(table)
     return ExitCode.OK
 
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 
+from clients.cli import shapes
 from clients.client import HadarClient
 from clients.config import ClientConfig, resolve
 
@@ -79,6 +80,10 @@ class Command:
     epilog: str = ""
     # Whether it talks to the master (and so takes --master, --token, --timeout).
     uses_master: bool = True
+    # Whether docs/cli.md carries its full --help. Commands whose options belong to another
+    # part of the system (the simulator's policies, say) are only named there, so that part
+    # can change without making this reference stale.
+    full_reference: bool = True
 
 
 @dataclass
@@ -104,6 +109,35 @@ class Context:
         if self._client is None:
             self._client = HadarClient(config=self.config())
         return self._client
+
+    def say(self, text: str) -> None:
+        """One plain line on stdout: no markup (job names may hold brackets), no wrapping."""
+        self.out.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def note(self, text: str, *, end: str = "\n") -> None:
+        """One plain line on stderr, for people: progress notes, hints, prompts."""
+        self.err.print(text, markup=False, highlight=False, soft_wrap=True, end=end)
+
+    def json(self, document: Mapping[str, object]) -> None:
+        """A --json document (see clients.cli.shapes): coloured on a terminal, exact in pipes."""
+        text = shapes.dumps(document)
+        if self.out.is_terminal:
+            self.out.print_json(text)
+        else:
+            self.out.file.write(text + "\n")
+            self.out.file.flush()
+
+    def show(self, renderable: RenderableType) -> None:
+        """Prints tables and panels; in pipes without the cell padding at line ends, so
+        scripts can split rows on whitespace and compare lines exactly."""
+        if self.out.is_terminal:
+            self.out.print(renderable)
+            return
+        with self.out.capture() as captured:
+            self.out.print(renderable)
+        text = "\n".join(line.rstrip() for line in captured.get().splitlines())
+        self.out.file.write(text + "\n")
+        self.out.file.flush()
 
     def close(self) -> None:
         if self._client is not None:

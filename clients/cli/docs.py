@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from clients.cli import shapes
-from clients.cli.command import ExitCode
+from clients.cli.command import Command, ExitCode
 from clients.cli.main import HELP_WIDTH, build_parser
 
 BEGIN = "<!-- BEGIN GENERATED REFERENCE: python -m clients.cli.docs --write docs/cli.md -->"
@@ -46,7 +46,15 @@ def _subparsers(parser: argparse.ArgumentParser) -> Iterable[tuple[str, argparse
 
 
 def _help_sections(parser: argparse.ArgumentParser) -> Iterable[tuple[str, str]]:
-    yield parser.prog, parser.format_help()
+    command = parser.get_default("_command")
+    if isinstance(command, Command) and not command.full_reference:
+        yield (
+            parser.prog,
+            f"{command.help}. Its options belong to another part of Hadar and "
+            f"change with it: see `{parser.prog} --help`.",
+        )
+        return
+    yield parser.prog, f"```text\n{parser.format_help().rstrip()}\n```"
     for _, sub in _subparsers(parser):
         yield from _help_sections(sub)
 
@@ -58,7 +66,7 @@ def reference() -> str:
     lines += [f"| {int(code)} | {meaning} |" for code, meaning in EXIT_CODE_MEANINGS.items()]
     lines += ["", "### Commands", ""]
     for prog, text in _help_sections(parser):
-        lines += [f"#### `{prog}`", "", "```text", text.rstrip(), "```", ""]
+        lines += [f"#### `{prog}`", "", text, ""]
     lines += ["### JSON output", ""]
     lines += [
         "Each read command's `--json` prints one object. Enums are lowercase strings, times "

@@ -133,6 +133,8 @@ def node_or_reason(job: Job) -> str:
     """Slurm's NODELIST(REASON) column: where it runs, else why not, in parentheses."""
     if job.state is JobState.RUNNING and job.tasks:
         return placement(job.tasks)
+    if job.state is JobState.COMPLETED:
+        return "-"
     if job.reason:
         return f"({job.reason})"
     if job.state is JobState.PENDING:

@@ -16,7 +16,6 @@ from rich.table import Table
 from rich.text import Text
 
 from clients.cli import format as fmt
-from clients.cli import shapes
 from clients.cli.command import CliError, Command, Context, ExitCode, split_list
 from clients.cli.completion import offer
 from clients.cli.jobfile import (
@@ -215,11 +214,11 @@ def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(str(exc), ExitCode.USAGE, "see `hctl submit --help`") from None
     job = ctx.client().submit_job(spec)
     if args.parsable:
-        ctx.out.print(str(job.id))
+        ctx.say(str(job.id))
     elif args.json:
-        ctx.out.print_json(shapes.dumps({"job": job}))
+        ctx.json({"job": job})
     else:
-        ctx.out.print(
+        ctx.say(
             f"submitted job {job.id} ({job.spec.name}): {job.state.value} — "
             f"follow it with `hctl show {job.id}`"
         )
@@ -291,7 +290,7 @@ def _run_queue(args: argparse.Namespace, ctx: Context) -> int:
         if args.watch:
             raise CliError("--watch and --json do not combine", ExitCode.USAGE)
         jobs = client.list_jobs(user=user, states=states)
-        ctx.out.print_json(shapes.dumps({"jobs": jobs}))
+        ctx.json({"jobs": jobs})
         return ExitCode.OK
     if not args.watch:
         jobs = client.list_jobs(user=user, states=states)
@@ -302,9 +301,9 @@ def _run_queue(args: argparse.Namespace, ctx: Context) -> int:
 
 def _print_queue(ctx: Context, jobs: Sequence[Job]) -> None:
     if not jobs:
-        ctx.err.print("no jobs (finished jobs are listed with --all)")
+        ctx.note("no jobs (finished jobs are listed with --all)")
         return
-    ctx.out.print(queue_table(jobs, now_utc()))
+    ctx.show(queue_table(jobs, now_utc()))
 
 
 def _watch_queue(ctx: Context, interval: float, user: str | None, states: list[JobState]) -> int:
@@ -327,8 +326,8 @@ def _watch_queue(ctx: Context, interval: float, user: str | None, states: list[J
         else:
             # Pipes get one full table per refresh, separated by a blank line.
             while True:
-                ctx.out.print(screen())
-                ctx.out.print()
+                ctx.show(screen())
+                ctx.out.file.write("\n")
                 ctx.out.file.flush()
                 time.sleep(interval)
     except KeyboardInterrupt:
@@ -355,9 +354,9 @@ def _run_show(args: argparse.Namespace, ctx: Context) -> int:
             "eta_s": eta.seconds if eta else None,
             "eta_basis": eta.basis if eta else "",
         }
-        ctx.out.print_json(shapes.dumps(document))
+        ctx.json(document)
         return ExitCode.OK
-    ctx.out.print(render_job(described, now))
+    ctx.show(render_job(described, now))
     return ExitCode.OK
 
 
@@ -503,7 +502,7 @@ def _run_cancel(args: argparse.Namespace, ctx: Context) -> int:
         user, states = queue_filter(args, ctx)
         selected = [j for j in client.list_jobs(user=user, states=states) if not j.state.terminal]
         if not selected and not targets:
-            ctx.err.print(f"no active jobs of {user} to cancel")
+            ctx.note(f"no active jobs of {user} to cancel")
             return ExitCode.OK
         if selected and not args.yes:
             _confirm(ctx, user or "", selected)
@@ -514,17 +513,19 @@ def _run_cancel(args: argparse.Namespace, ctx: Context) -> int:
     for target in targets:
         try:
             with about_job(target, "cancel"):
-                job = client.cancel_job(target, args.reason)
+                # Looked up first only to tell "cancelled now" from "had already ended".
+                before = client.get_job(target)
+                job = before if before.state.terminal else client.cancel_job(target, args.reason)
         except CliError as exc:
-            ctx.err.print(exc.line(), markup=False)
+            ctx.note(exc.line())
             worst = worst if worst != ExitCode.OK else exc.code
             continue
-        if job.state is JobState.CANCELLED:
-            ctx.out.print(f"cancelled job {job.id} ({job.spec.name})")
-        elif job.state.terminal:
-            ctx.out.print(f"job {job.id} ({job.spec.name}) had already ended: {job.state.value}")
+        if before.state.terminal:
+            ctx.say(f"job {job.id} ({job.spec.name}) had already ended: {job.state.value}")
+        elif job.state is JobState.CANCELLED:
+            ctx.say(f"cancelled job {job.id} ({job.spec.name})")
         else:
-            ctx.out.print(f"cancelling job {job.id} ({job.spec.name}): stopping its tasks")
+            ctx.say(f"cancelling job {job.id} ({job.spec.name}): stopping its tasks")
     return worst
 
 
@@ -536,7 +537,7 @@ def _confirm(ctx: Context, user: str, jobs: Sequence[Job]) -> None:
             ExitCode.USAGE,
             "add --yes",
         )
-    ctx.err.print(f"cancel {len(jobs)} job(s) of {user}: {ids}? [y/N] ", end="")
+    ctx.note(f"cancel {len(jobs)} job(s) of {user}: {ids}? [y/N] ", end="")
     answer = input().strip().lower()
     if answer not in ("y", "yes"):
         raise CliError("nothing cancelled", ExitCode.ERROR)
@@ -643,11 +644,12 @@ def _run_wait(args: argparse.Namespace, ctx: Context) -> int:
         return ExitCode.INTERRUPTED
     if job is None:
         if not args.quiet:
-            ctx.err.print(f"job {args.job} did not finish within {args.wait_timeout:g}s")
+            ctx.note(f"job {args.job} did not finish within {args.wait_timeout:g}s")
         return ExitCode.TIMEOUT
     if not args.quiet:
-        detail = f": {job.reason}" if job.reason else ""
-        ctx.out.print(f"job {job.id} ({job.spec.name}) {job.state.value}{detail}", markup=False)
+        redundant = not job.reason or job.reason.startswith(job.state.value)
+        detail = "" if redundant else f": {job.reason}"
+        ctx.say(f"job {job.id} ({job.spec.name}) {job.state.value}{detail}")
     return WAIT_EXIT_CODES.get(job.state, ExitCode.ERROR)
 
 

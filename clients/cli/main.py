@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _report(ctx, CliError(str(exc), ExitCode.USAGE, f"fix it, or see {config_path()}"))
         return ExitCode.USAGE
     except KeyboardInterrupt:
-        ctx.err.print("interrupted")
+        ctx.note("interrupted")
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # `hctl queue | head`: the reader left; not an error worth a traceback.
@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _report(ctx: Context, error: CliError) -> None:
-    ctx.err.print(error.line(), markup=False, soft_wrap=True)
+    ctx.note(error.line())
 
 
 if __name__ == "__main__":

@@ -57,7 +57,9 @@ COMMANDS = [
         _run,
         description="Run the trace-driven simulator: the master's own scheduling policies on "
         "a simulated cluster and clock, to compare policies on a lab's own history.",
-        epilog="example:\n  hctl simulate --help   # options come from the simulator",
+        epilog="example:\n"
+        "  hctl simulate --trace lab.trace --cluster v100:4,k80:8 --policy fifo,gavel,hadar",
         uses_master=False,
+        full_reference=False,
     ),
 ]
