@@ -90,3 +90,24 @@ def test_host_port_parsing() -> None:
     assert parse_host_port("127.0.0.1:0", "listen") == ("127.0.0.1", 0)
     assert parse_host_port("[::1]:7070", "listen") == ("::1", 7070)
     assert parse_host_port("gpu-01.lab:7070", "x") == ("gpu-01.lab", 7070)
+
+
+def test_shipped_example_configs_load() -> None:
+    """The example TOML and environment files under systemd/ name only real settings."""
+    root = Path(__file__).resolve().parents[3] / "systemd"
+    example = root / "hadar-worker.toml.example"
+    # A token given directly wins over token_file (which names a path on a real server).
+    settings = load_settings({"token": "t"}, environ={}, config_path=example)
+    assert settings.master == "hadar-head.lab.example:7000"
+    assert settings.gpu_names["RTX A4500"] == "a4500"
+    env: dict[str, str] = {}
+    for raw in (root / "hadar-worker.env.example").read_text().splitlines():
+        line = raw.lstrip("#")
+        if line.startswith("HADAR_WORKER_") and "=" in line:
+            key, value = line.split("=", 1)
+            env[key] = value
+    env.pop("HADAR_WORKER_CONFIG")
+    env.pop("HADAR_WORKER_TOKEN_FILE")
+    settings = load_settings({}, environ=env)
+    assert settings.fake_gpus == "v100:2,k80:4"
+    assert settings.grace_s == 30
