@@ -132,8 +132,9 @@ def _run(args: argparse.Namespace) -> int:
     from master.observability import configure_logging
 
     settings = settings_from(args)
+    master = Master(settings)  # refuses bad settings before anything else happens
     configure_logging(settings.log_format, settings.log_level)
-    Master(settings).serve_forever()
+    master.serve_forever()
     return 0
 
 

@@ -69,7 +69,9 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         self.coordinator: Any = coordinator_pb2_grpc.CoordinatorStub(self._channel)  # type: ignore[no-untyped-call]
         self._beating = threading.Event()
         self._beat_thread: threading.Thread | None = None
-        self.metadata = (("authorization", f"Bearer {self.cluster_token}"),)
+        self.metadata: tuple[tuple[str, str], ...] = (
+            ("authorization", f"Bearer {self.cluster_token}"),
+        )
 
     # -- Coordinator calls ---------------------------------------------------------------
 
