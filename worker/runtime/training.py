@@ -84,6 +84,9 @@ class Step:
         self.stream = run.copy_index
         self._started = False
         self.finished = False
+        self.began = run._clock()
+        self._last_yield_at = self.began
+        self._last_backward_at = self.began
         self._loss_sum: torch.Tensor | None = None
         self.stop_agreed = False
         self.checkpoint_agreed = False
@@ -104,6 +107,7 @@ class Step:
             if ddp is not None:
                 # DDP decides in forward whether the backward all-reduces: only the last does.
                 ddp.require_backward_grad_sync = index == len(spans) - 1
+            self._last_yield_at = run._clock()
             yield MicroBatch(index, span.start, span.stop, self.iteration, self.stream, self)
         if ddp is not None:
             ddp.require_backward_grad_sync = True
@@ -112,6 +116,7 @@ class Step:
 
     def _backward(self, micro: MicroBatch, loss: torch.Tensor) -> None:
         run = self.run
+        self._last_backward_at = run._clock()
         torch.autograd.backward(loss * (micro.size * run._loss_scale))
         weighted = loss.detach() * (micro.size / run.local_batch_size)
         self._loss_sum = weighted if self._loss_sum is None else self._loss_sum + weighted
@@ -263,7 +268,6 @@ class TrainingRun:
         self._report("progress", now)
         stop = False
         while self.iterations_done < self._end and not stop:
-            began = self._clock()
             self.optimizer.zero_grad(set_to_none=True)
             step = Step(self, self.iterations_done)
             yield step
@@ -271,10 +275,6 @@ class TrainingRun:
                 raise RuntimeError("every step's micro_batches() must be iterated to the end")
             self.iterations_done += 1
             self._last_loss = step.loss
-            if self._pacer.active:
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-                self._pacer.pace(self._clock() - began)
             # Alone, a stop that arrived after this iteration's update needs no agreement.
             stop = step.stop_agreed or (self.context.copy_size == 1 and self._stop_requested)
             now = self._clock()
@@ -285,8 +285,10 @@ class TrainingRun:
         self._end_lease(stopped=stop)
 
     def _finish_step(self, step: Step) -> None:
-        """After the last micro-batch: all-reduce, agree on stopping, update."""
+        """After the last micro-batch: pace, all-reduce, agree on stopping, update."""
         context = self.context
+        if self._pacer.active:
+            self._pace(step)
         wants_checkpoint = (
             self.settings.checkpoint_interval_s > 0
             and self.settings.num_copies == 1
@@ -322,6 +324,21 @@ class TrainingRun:
         self.optimizer.step()
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
+
+    def _pace(self, step: Step) -> None:
+        """Sleeps as a slower GPU would have computed, *before* any collective: time spent
+        waiting for peers is not compute, and pacing it would feed back between ranks."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = self._clock()
+        if self.ddp is not None and self.context.copy_size > 1:
+            # DDP all-reduces inside the last backward; count that backward as twice its
+            # forward (the usual ratio) instead of timing it.
+            forward = step._last_backward_at - step._last_yield_at
+            compute = step._last_backward_at - step.began + 2 * forward
+        else:
+            compute = now - step.began
+        self._pacer.pace(compute)
 
     def _end_lease(self, *, stopped: bool) -> None:
         if self.settings.num_copies > 1:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -31,5 +33,5 @@ def test_micro_spans_tile_the_share(start: int, size: int, steps: int) -> None:
     spans = micro_spans(share, steps)
     assert len(spans) == steps
     assert spans[0].start == share.start and spans[-1].stop == share.stop
-    assert all(a.stop == b.start for a, b in zip(spans, spans[1:], strict=False))
+    assert all(a.stop == b.start for a, b in itertools.pairwise(spans))
     assert all(span.size >= 1 for span in spans)

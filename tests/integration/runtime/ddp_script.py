@@ -1,0 +1,37 @@
+"""A managed script in the ordinary DDP style: the model is wrapped in DistributedDataParallel
+over the group the runtime set up, and the helper handles everything else."""
+
+from __future__ import annotations
+
+import os
+
+from torch.nn.parallel import DistributedDataParallel
+
+from worker.runtime import RuntimeSettings, TrainingRun, contract, init_distributed
+from worker.workloads.registry import get_workload
+from worker.workloads.runner import build
+from worker.workloads.synthetic import synthetic_batch
+
+
+def main() -> None:
+    workload = get_workload("resnet")
+    context = init_distributed(RuntimeSettings.from_env(os.environ))
+    model, optimizer = build(workload, seed=int(os.environ.get(contract.SEED, "0")))
+    ddp = DistributedDataParallel(model.to(context.device), process_group=context.process_group)
+    run = TrainingRun.from_env(ddp, optimizer)
+    for step in run.steps():
+        for micro in step.micro_batches():
+            batch = synthetic_batch(
+                workload,
+                seed=run.seed,
+                stream=step.stream,
+                iteration=step.iteration,
+                start=micro.start,
+                stop=micro.stop,
+                device=run.device,
+            )
+            micro.backward(workload.loss(run.model, batch))
+
+
+if __name__ == "__main__":
+    main()
