@@ -425,6 +425,11 @@ class WorkerAgent:
                 coordinator_pb2.ReportProgressRequest(node=self.node, reports=reports)
             )
         except MasterError as exc:
+            if exc.permanent:
+                # Newer records replace these; resending the refused batch cannot help.
+                log.error("progress_refused", error=str(exc))
+                self.supervisor.mark_reported(reports)
+                return True
             self._lost(exc, "progress")
             return False
         self.supervisor.mark_reported(reports)
@@ -438,6 +443,17 @@ class WorkerAgent:
             try:
                 response = self._master.task_exited(report)
             except MasterError as exc:
+                if exc.permanent:
+                    # Kept, it would block every later report; the log keeps what it said.
+                    log.error(
+                        "exit_report_refused",
+                        job=report.job_id,
+                        lease=report.lease,
+                        kind=common_pb2.ExitKind.Name(report.kind),
+                        error=str(exc),
+                    )
+                    self._state.ack_exit((report.job_id, report.task_index, report.lease))
+                    continue
                 self._lost(exc, "exit report")
                 return False
             # Accepted or ignored as stale, the master has seen it: nothing to resend.

@@ -8,6 +8,9 @@ import grpc
 
 from protos.hadar.v1 import coordinator_pb2, coordinator_pb2_grpc
 
+# Answers that will never change on a resend: the request itself is bad.
+_PERMANENT = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE})
+
 
 class MasterError(Exception):
     """A call to the master failed (unreachable, timed out, refused)."""
@@ -15,6 +18,11 @@ class MasterError(Exception):
     def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+    @property
+    def permanent(self) -> bool:
+        """The master refused this request for what it says: resending cannot help."""
+        return self.code in _PERMANENT
 
 
 class MasterClient(Protocol):

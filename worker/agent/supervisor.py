@@ -120,6 +120,13 @@ class Task:
     def key(self) -> tuple[int, int]:
         return (self.job_id, self.lease)
 
+    @property
+    def preemptible(self) -> bool:
+        """Whether a STOP assignment may stop it: the spec says, else managed jobs are and
+        opaque commands are not."""
+        spec = self.assignment.spec
+        return spec.preemptible if spec.HasField("preemptible") else self.managed
+
     def alive(self) -> list[RankProcess]:
         return [p for p in self.processes if p.returncode is None]
 
@@ -239,9 +246,9 @@ class Supervisor:
         if not running:
             return APPLIED, "not running"
         for task in running:
-            if not task.managed:
+            if not task.preemptible:
                 return FAILED, (
-                    f"job {a.job_id} runs an opaque command, which is not preemptible; "
+                    f"job {a.job_id} is not preemptible (an opaque command); "
                     "only cancelling the job (StopTask) stops it"
                 )
         for task in running:

@@ -32,6 +32,7 @@ class FakeMaster(coordinator_pb2_grpc.CoordinatorServicer):
         self.heartbeat_stop: list[coordinator_pb2.TaskRef] = []
         self.stale_jobs: set[int] = set()
         self.fail_exits = 0  # answer UNAVAILABLE to this many TaskExited calls first
+        self.reject_exit_jobs: set[int] = set()  # answer INVALID_ARGUMENT for these jobs
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(self, self.server)  # type: ignore[no-untyped-call]
         self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")
@@ -103,6 +104,8 @@ class FakeMaster(coordinator_pb2_grpc.CoordinatorServicer):
             if self.fail_exits > 0:
                 self.fail_exits -= 1
                 context.abort(grpc.StatusCode.UNAVAILABLE, "master busy (scripted)")
+            if request.job_id in self.reject_exit_jobs:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "kind: scripted refusal")
             self.exits.append(request)
         return coordinator_pb2.TaskExitedResponse(accepted=True)
 

@@ -350,7 +350,7 @@ def test_opaque_command_is_not_preempted_by_a_stop_assignment(
     apply(stub, assignment(15, 1, mode="print", command=True, env={"STEP_S": "0.05"}))
     (result,) = apply(stub, assignment(15, 1, action=worker_pb2.ASSIGNMENT_ACTION_STOP))
     assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED
-    assert "not preemptible" in result.message
+    assert "is not preemptible" in result.message
     assert worker.supervisor.is_running(15, 1)
     assert stub.StopTask(worker_pb2.StopTaskRequest(job_id=15, checkpoint=False), timeout=5)
     eventually(lambda: master.exits_for(15))
@@ -433,6 +433,22 @@ def test_exit_reports_are_retried_until_acknowledged(
     assert master.exit_attempts >= 4
     assert len(master.exits_for(22)) == 1
     eventually(lambda: not worker.pending_exits())
+
+
+def test_exit_report_the_master_refuses_does_not_block_later_ones(
+    master: FakeMaster, worker: WorkerAgent
+) -> None:
+    """An exit report refused as INVALID_ARGUMENT is dropped (resending cannot help) and the
+    reports after it still arrive."""
+    master.reject_exit_jobs.add(25)
+    stub = stub_for(worker)
+    apply(stub, assignment(25, 1, mode="fail"))
+    eventually(lambda: not worker.supervisor.running_keys())
+    apply(stub, assignment(26, 1, mode="fail"))
+    eventually(lambda: master.exits_for(26))
+    assert not master.exits_for(25)
+    eventually(lambda: not worker.pending_exits())
+    assert worker.registrations == 1, "a refusal is an answer, not a lost connection"
 
 
 def test_unsent_exit_survives_an_agent_restart(tmp_path: Path) -> None:

@@ -299,3 +299,23 @@ def test_old_task_logs_are_pruned_but_running_ones_kept(tmp_path: Path) -> None:
     removed = rig.supervisor.prune_task_dirs(3600, time.time() + 7200)
     assert [p.name for p in removed] == ["job-2.task-0.lease-1"]
     assert [p.name for p in (tmp_path / "state" / "tasks").iterdir()] == ["job-1.task-0.lease-1"]
+
+
+def test_stop_assignment_respects_preemptibility(tmp_path: Path) -> None:
+    """Opaque commands refuse STOP unless their spec says preemptible; managed jobs that say
+    preemptible=false refuse it too. StopTask (cancel) stops either."""
+    rig = Rig(tmp_path)
+    command = start(1, 1)
+    command.spec.command.argv.append("/bin/true")
+    preemptible_command = start(2, 1, gpus=(1,))
+    preemptible_command.spec.command.argv.append("/bin/true")
+    preemptible_command.spec.preemptible = True
+    pinned = start(3, 1, gpus=(2,))
+    pinned.spec.preemptible = False
+    for a in (command, preemptible_command, pinned):
+        assert rig.supervisor.apply(a).outcome == APPLIED
+    outcomes = [rig.supervisor.apply(start(j, 1, action=STOP)).outcome for j in (1, 2, 3)]
+    assert outcomes == [FAILED, APPLIED, FAILED]
+    assert rig.supervisor.stop(1) and rig.supervisor.stop(3)
+    rig.supervisor.poll()
+    assert set(rig.exits()) == {(1, 1), (2, 1), (3, 1)}
