@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,7 +109,11 @@ class JobProcess:
 
 
 def start(
-    workload: str | Path, env: Mapping[str, str], cwd: Path, name: str = "rank0"
+    workload: str | Path,
+    env: Mapping[str, str],
+    cwd: Path,
+    name: str = "rank0",
+    args: Sequence[str] = (),
 ) -> JobProcess:
     """Runs ``python -m worker.workloads WORKLOAD``, or the script at path ``workload``."""
     cwd.mkdir(parents=True, exist_ok=True)
@@ -118,9 +122,9 @@ def start(
     with log_file.open("wb") as log:
         popen = subprocess.Popen(
             (
-                [sys.executable, str(workload)]
+                [sys.executable, str(workload), *args]
                 if isinstance(workload, Path)
-                else [sys.executable, "-m", "worker.workloads", workload]
+                else [sys.executable, "-m", "worker.workloads", workload, *args]
             ),
             env={**env, contract.PROGRESS_FILE: str(progress)},
             cwd=cwd,
