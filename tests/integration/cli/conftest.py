@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,15 +80,15 @@ def issue_token(master: Master, user: str, admin: bool) -> str:
     return issued.plaintext
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, quiet_master_logs: None) -> Iterator[Cluster]:
+@contextmanager
+def running_cluster(tmp_path: Path, *, auth: str = "token") -> Iterator[Cluster]:
     settings = Settings(
         listen="127.0.0.1:0",
         database=f"sqlite:///{tmp_path / 'hadar.db'}",
         policy="fifo",
         round_seconds=3600,
         early_rounds=False,
-        auth="token",
+        auth=auth,  # type: ignore[arg-type]
         cluster_token=CLUSTER_TOKEN,
         cluster_token_file=str(tmp_path / "cluster-token"),
         metrics_port=-1,
@@ -113,6 +114,20 @@ def cluster(tmp_path: Path, quiet_master_logs: None) -> Iterator[Cluster]:
         for worker in workers.values():
             worker.close()
         master.stop(grace=1.0)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, quiet_master_logs: None) -> Iterator[Cluster]:
+    """Token authentication, as in production."""
+    with running_cluster(tmp_path) as started:
+        yield started
+
+
+@pytest.fixture
+def dev_cluster(tmp_path: Path, quiet_master_logs: None) -> Iterator[Cluster]:
+    """No authentication (local development): callers are who x-hadar-user says."""
+    with running_cluster(tmp_path, auth="none") as started:
+        yield started
 
 
 @pytest.fixture

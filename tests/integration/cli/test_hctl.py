@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 from clients.cli import shapes
 from clients.cli.command import ExitCode
 from protos.hadar.v1 import common_pb2
-from tests.integration.cli.conftest import Cluster, Hctl
+from tests.integration.cli.conftest import Cluster, Hctl, Result
 
 
 def submit(hctl: Hctl, *args: str, user: str = "alice") -> int:
@@ -318,3 +319,20 @@ def test_a_script_job_and_a_job_file(hctl: Hctl, tmp_path):
     command = submit(hctl, "--iterations", "3", "--", "sleep", "1")
     shown = json.loads(hctl("show", str(command), "--json").out)["job"]["spec"]
     assert shown["program"]["kind"] == "command" and shown["preemptible"] is False
+
+
+def test_logs_follow_until_the_job_ends(hctl: Hctl, cluster: Cluster):
+    """logs -f prints output as it is written and returns once the job has ended."""
+    job = submit(hctl, "--workload", "resnet", "--iterations", "10")
+    cluster.round()
+    worker = cluster.worker_running(job)
+    worker.write_log(job, "step 1\n")
+    results: list[Result] = []
+    follower = threading.Thread(target=lambda: results.append(hctl("logs", str(job), "-f")))
+    follower.start()
+    worker.write_log(job, "step 2\n")
+    worker.exit(job, common_pb2.EXIT_KIND_COMPLETED, iterations_done=10)
+    follower.join(30)
+    assert not follower.is_alive(), "logs -f did not return after the job ended"
+    (result,) = results
+    assert (result.code, result.out) == (0, "step 1\nstep 2\n")
