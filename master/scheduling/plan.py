@@ -65,7 +65,9 @@ class Allocation:
     ``copies`` holds one tuple of slots per copy (one copy for an ordinary job).
     ``batch_shares`` is aligned with :attr:`slots` (copies flattened in order); each copy's
     shares sum to the job's global batch. ``accumulation_steps`` > 1 means each GPU runs its
-    share as that many micro-batches (used when the job shares its GPUs with ``shared_with``).
+    share as that many micro-batches: when the job shares its GPUs with ``shared_with`` to fit
+    both in memory, otherwise to fold the job's logical workers onto fewer GPUs (see
+    :attr:`folded`).
     """
 
     copies: tuple[tuple[GpuSlot, ...], ...]
@@ -163,6 +165,23 @@ class Allocation:
             start += len(copy)
         return out
 
+    @property
+    def folded(self) -> bool:
+        """Whether each GPU computes several of the job's logical workers in turn.
+
+        An unshared allocation with ``accumulation_steps`` k > 1 runs the job's W workers on
+        W / k GPUs per copy: each GPU processes k workers' micro-batches and accumulates
+        their gradients (relaxed fixed-scale synchronization), so the update is the same as
+        on W GPUs and an iteration takes about k times as long.
+        """
+        return self.shared_with is None and self.accumulation_steps > 1
+
+    def folds(self, num_workers: int) -> bool:
+        """Whether this is a folded allocation of exactly ``num_workers`` logical workers."""
+        return self.folded and all(
+            len(copy) * self.accumulation_steps == num_workers for copy in self.copies
+        )
+
     def slots_on(self, node: str) -> tuple[GpuSlot, ...]:
         return tuple(slot for slot in self.slots if slot.node == node)
 
@@ -224,9 +243,11 @@ class Plan:
         """Everything that makes this plan unexecutable on ``snapshot`` (empty when valid).
 
         Checked: jobs exist and are active; GPUs exist, are healthy and schedulable, and are
-        of an allowed type; a job gets exactly its GPU count per copy; a GPU holds two jobs
+        of an allowed type; a job gets exactly its GPU count per copy (or that count divided
+        by its accumulation steps when folded); a GPU holds two jobs
         only when both allocations name each other in ``shared_with`` and both jobs are
-        shareable; copies of one job sit on distinct nodes.
+        shareable; copies of one job sit on distinct nodes; a running job that is not
+        preemptible keeps its GPUs.
         """
         problems: list[str] = []
         jobs = {job.id: job for job in snapshot.jobs}
@@ -237,7 +258,7 @@ class Plan:
                 problems.append(f"job {job_id} is planned but not in the snapshot")
                 continue
             for copy in alloc.copies:
-                if len(copy) != job.num_gpus:
+                if len(copy) != job.num_gpus and not alloc.folds(job.num_gpus):
                     problems.append(
                         f"job {job_id} asked for {job.num_gpus} GPUs, a copy got {len(copy)}"
                     )
@@ -253,6 +274,13 @@ class Plan:
                     problems.append(f"job {job_id} placed on unusable or unknown GPU {slot}")
                 elif not job.allows(gpu.type):
                     problems.append(f"job {job_id} may not run on {gpu.type} ({slot})")
+        for job in snapshot.jobs:
+            if job.current is not None and not job.preemptible:
+                planned = self.allocations.get(job.id)
+                if planned is None or not planned.same_placement(job.current):
+                    problems.append(
+                        f"job {job.id} is not preemptible but the plan moves or stops it"
+                    )
         for slot, holders in self.used_slots().items():
             if len(holders) == 1:
                 continue

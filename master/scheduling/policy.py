@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any, Protocol, runtime_checkable
 
 from master.scheduling.plan import Plan
-from master.scheduling.views import Snapshot
+from master.scheduling.views import JobView, Snapshot
 
 PolicyFactory = Callable[..., "Policy"]
 
@@ -33,6 +33,25 @@ class Policy(Protocol):
     name: str
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan: ...
+
+
+@runtime_checkable
+class CompletionObserver(Protocol):
+    """Optional: a policy that learns from finished jobs (e.g. ``a-srpt``'s predictor).
+
+    The caller (the simulator, the daemon's round) passes each job that completed, as last
+    seen, with ``iterations`` the iterations it actually ran, once, before the next
+    ``plan``. A policy must not depend on being told: a job that left the snapshot is all
+    it is guaranteed to see.
+    """
+
+    def observe_completion(self, job: JobView, iterations: float, now: float) -> None: ...
+
+
+def notify_completion(policy: Policy, job: JobView, iterations: float, now: float) -> None:
+    """Tell ``policy`` that ``job`` completed after ``iterations``, if it wants to know."""
+    if isinstance(policy, CompletionObserver):
+        policy.observe_completion(job, iterations, now)
 
 
 class UnknownPolicyError(ValueError):

@@ -50,11 +50,14 @@ def allocation_throughput(
     model: ThroughputModel, cluster: ClusterView, job_type: str, alloc: Allocation
 ) -> float:
     """Iterations/s of the job on ``alloc``: the sum over its copies (HadarE copies each
-    make their own progress; the caller applies any averaging efficiency)."""
-    return sum(
+    make their own progress; the caller applies any averaging efficiency). A folded
+    allocation (each GPU computing k logical workers in turn) takes k times as long per
+    iteration as the same GPUs running one worker each."""
+    total = sum(
         copy_throughput(model, cluster, job_type, copy, shares)
         for copy, shares in zip(alloc.copies, alloc.shares_per_copy(), strict=True)
     )
+    return total / alloc.accumulation_steps if alloc.folded else total
 
 
 def speed_weights(

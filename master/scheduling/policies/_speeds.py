@@ -1,0 +1,128 @@
+"""Speed lookups and speed-aware allocations shared by the research policies.
+
+All of them reason about a job's iterations per second on a GPU type at its own scale,
+and several build allocations that span GPU types; those must split the global batch in
+proportion to each GPU's speed so that every worker finishes an iteration together (the
+iteration then runs at the average of the types' paces instead of the slowest one's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from master.scheduling.plan import Allocation, GpuSlot
+from master.scheduling.rates import allocation_throughput, speed_weights
+from master.scheduling.views import JobView, Snapshot
+
+
+def job_rate(
+    snapshot: Snapshot, job: JobView, gpu_type: str, *, consolidated: bool = True
+) -> float:
+    """Iterations/s of ``job`` on ``job.num_gpus`` GPUs of ``gpu_type``."""
+    return snapshot.throughput.throughput(
+        job.job_type, gpu_type, job.num_gpus, consolidated=consolidated
+    )
+
+
+def allowed_types(snapshot: Snapshot, job: JobView) -> list[str]:
+    """Usable GPU types this job may run on (its own count need not fit)."""
+    return [t for t in snapshot.cluster.gpu_types if job.allows(t)]
+
+
+def best_rate(snapshot: Snapshot, job: JobView) -> float:
+    """Fastest consolidated speed over allowed types with at least ``num_gpus`` GPUs."""
+    capacity = snapshot.cluster.capacity_by_type()
+    rates = [
+        job_rate(snapshot, job, t)
+        for t in allowed_types(snapshot, job)
+        if capacity.get(t, 0) >= job.num_gpus
+    ]
+    return max(rates, default=0.0)
+
+
+def single_type_bound(snapshot: Snapshot, job: JobView) -> float:
+    """Fastest speed the job can get on one GPU type that has ``num_gpus`` GPUs.
+
+    Mixed-type allocations are only used up to this speed: they put GPUs that are free
+    now to work when the job's best type is busy, but are not used to beat every
+    single-type allocation (which needs a type with fewer GPUs than the job), because the
+    simulator's per-job lower bound, alone on its fastest type, assumes one type.
+    """
+    capacity = snapshot.cluster.capacity_by_type()
+    best = 0.0
+    for t in allowed_types(snapshot, job):
+        if capacity.get(t, 0) >= job.num_gpus:
+            best = max(
+                best,
+                job_rate(snapshot, job, t, consolidated=True),
+                job_rate(snapshot, job, t, consolidated=False),
+            )
+    return best
+
+
+def remaining_seconds(snapshot: Snapshot, job: JobView, remaining: float | None = None) -> float:
+    """Time to finish ``remaining`` iterations (default: the job's own) at its best speed."""
+    rate = best_rate(snapshot, job)
+    left = job.remaining_iterations if remaining is None else remaining
+    return left / rate if rate > 0 else float("inf")
+
+
+def allocation_on(
+    snapshot: Snapshot,
+    job: JobView,
+    slots: Sequence[GpuSlot],
+    *,
+    accumulation_steps: int = 1,
+    shared_with: int | None = None,
+) -> Allocation:
+    """One copy on ``slots``; the batch is split in proportion to speed across GPU types."""
+    cluster = snapshot.cluster
+    types = {cluster.gpu_type(slot) for slot in slots}
+    weights = (
+        speed_weights(snapshot.throughput, cluster, job.job_type, slots) if len(types) > 1 else None
+    )
+    return Allocation.on(
+        slots,
+        job.batch_size,
+        weights=weights,
+        accumulation_steps=accumulation_steps,
+        shared_with=shared_with,
+    )
+
+
+def allocation_rate(snapshot: Snapshot, job: JobView, alloc: Allocation) -> float:
+    """Iterations/s of ``job`` on ``alloc`` as the simulator and the plan diff see it."""
+    return allocation_throughput(snapshot.throughput, snapshot.cluster, job.job_type, alloc)
+
+
+def current_usable(snapshot: Snapshot, job: JobView) -> bool:
+    """Whether the GPUs the job holds now are all still usable and of allowed types."""
+    if job.current is None:
+        return False
+    cluster = snapshot.cluster
+    try:
+        for slot in job.current.slots:
+            gpu = cluster.gpu(slot)
+            if not (gpu.healthy and cluster.node(slot.node).schedulable and job.allows(gpu.type)):
+                return False
+    except KeyError:
+        return False
+    return True
+
+
+def pinned_jobs(snapshot: Snapshot) -> list[JobView]:
+    """Running jobs that must keep their GPUs: not preemptible, GPUs still usable."""
+    return [
+        job
+        for job in snapshot.jobs
+        if job.current is not None and not job.preemptible and current_usable(snapshot, job)
+    ]
+
+
+def type_counts(snapshot: Snapshot, slots: Sequence[GpuSlot]) -> dict[str, int]:
+    """GPU type -> how many of ``slots`` are of it."""
+    counts: dict[str, int] = {}
+    for slot in slots:
+        t = snapshot.cluster.gpu_type(slot)
+        counts[t] = counts.get(t, 0) + 1
+    return counts

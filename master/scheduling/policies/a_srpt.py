@@ -1,0 +1,317 @@
+"""A-SRPT: predicted remaining work, preemptive SRPT, communication-aware placement.
+
+Luo et al., "Prediction-Assisted Online Distributed Deep Learning Workload Scheduling in
+GPU Clusters" (arXiv 2501.05563).
+
+Prediction: most training jobs recur, so a random forest (scikit-learn) learns each
+job's total iterations from completed jobs with similar features: user, job type (model
+and batch size), batch size, GPU count and the submitted estimate. It predicts the
+logarithm of actual over submitted iterations, so that with no history, or a history
+in which submissions were exact, the prediction is the submitted estimate itself.
+It refits every ``refit_every`` new completions once ``min_history`` are known.
+
+Completions reach the predictor two ways: a caller that knows the exact count calls
+``observe_completion(job, iterations, now)`` (see
+:class:`master.scheduling.policy.CompletionObserver`); otherwise a job that was planned
+to run and is absent from the next snapshot is taken as completed with
+``min(submitted, iterations done + the round's predicted progress)`` iterations. Jobs that
+leave without having been planned to run (cancelled while waiting) teach nothing.
+
+Scheduling: the cluster is treated as one machine whose speed is its total GPU capacity;
+a job's processing time there is its predicted remaining GPU-time (GPUs x predicted
+remaining iterations / speed on its fastest allowed type), and the preemptive SRPT
+order on that machine, optimal for average JCT on one machine, is the priority on the
+real cluster. Jobs are placed in that order, each on the allowed type that gives it the
+highest speed once placed on as few servers as possible (a type whose free GPUs fit on
+one server is consolidated, which saves inter-server traffic); jobs later in the order
+are preempted when the GPUs run out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.ensemble import RandomForestRegressor
+
+from master.scheduling.placement import FreeGpus
+from master.scheduling.plan import Allocation, Plan
+from master.scheduling.policies._speeds import (
+    allocation_on,
+    allocation_rate,
+    allowed_types,
+    best_rate,
+    current_usable,
+    job_rate,
+    pinned_jobs,
+)
+from master.scheduling.views import JobView, Snapshot
+
+NAME = "a-srpt"
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One finished job as the predictor learns from it."""
+
+    user: str
+    job_type: str
+    batch_size: int
+    num_gpus: int
+    submitted: float
+    actual: float
+
+
+class IterationPredictor:
+    """Random-forest predictor of a job's total iterations from completed jobs."""
+
+    def __init__(
+        self,
+        *,
+        min_history: int = 8,
+        refit_every: int = 8,
+        trees: int = 30,
+        max_depth: int = 8,
+        seed: int = 0,
+    ) -> None:
+        if min_history < 1 or refit_every < 1 or trees < 1 or max_depth < 1:
+            raise ValueError("min_history, refit_every, trees and max_depth must be >= 1")
+        self._min_history = min_history
+        self._refit_every = refit_every
+        self._trees = trees
+        self._max_depth = max_depth
+        self._seed = seed
+        self._history: list[Completion] = []
+        self._codes: dict[str, dict[str, int]] = {"user": {}, "job_type": {}}
+        self._forest: RandomForestRegressor | None = None
+        self._fitted_on = 0
+        self._cache: dict[tuple[str, str, int, int, float], float] = {}
+
+    @property
+    def history(self) -> Sequence[Completion]:
+        return tuple(self._history)
+
+    @property
+    def trained(self) -> bool:
+        return self._forest is not None
+
+    def _code(self, kind: str, value: str) -> int:
+        table = self._codes[kind]
+        return table.setdefault(value, len(table))
+
+    def _row(
+        self, user: str, job_type: str, batch: int, gpus: int, submitted: float
+    ) -> list[float]:
+        return [
+            float(self._code("user", user)),
+            float(self._code("job_type", job_type)),
+            float(batch),
+            float(gpus),
+            math.log(max(submitted, 1.0)),
+        ]
+
+    def observe(self, completion: Completion) -> None:
+        """Add a completed job; refit when enough new ones have accumulated."""
+        if completion.actual <= 0 or completion.submitted <= 0:
+            return
+        self._history.append(completion)
+        new = len(self._history) - self._fitted_on
+        if len(self._history) >= self._min_history and (
+            self._forest is None or new >= self._refit_every
+        ):
+            self._fit()
+
+    def _fit(self) -> None:
+        rows = [
+            self._row(c.user, c.job_type, c.batch_size, c.num_gpus, c.submitted)
+            for c in self._history
+        ]
+        target = [math.log(c.actual / c.submitted) for c in self._history]
+        forest = RandomForestRegressor(
+            n_estimators=self._trees,
+            max_depth=self._max_depth,
+            min_samples_leaf=2,
+            random_state=self._seed,
+            n_jobs=1,
+        )
+        forest.fit(np.asarray(rows), np.asarray(target))
+        self._forest = forest
+        self._fitted_on = len(self._history)
+        self._cache.clear()
+
+    def predict_many(self, jobs: Sequence[JobView]) -> dict[int, float]:
+        """Predicted total iterations per job id (the submitted estimate when untrained)."""
+        out: dict[int, float] = {}
+        todo: list[tuple[int, tuple[str, str, int, int, float]]] = []
+        for job in jobs:
+            submitted = job.predicted_iterations or job.total_iterations
+            if self._forest is None:
+                out[job.id] = submitted
+                continue
+            key = (job.user, job.job_type, job.batch_size, job.num_gpus, submitted)
+            cached = self._cache.get(key)
+            if cached is None:
+                todo.append((job.id, key))
+            else:
+                out[job.id] = cached
+        if todo and self._forest is not None:
+            rows = np.asarray([self._row(*key) for _, key in todo])
+            ratios = self._forest.predict(rows)
+            for (job_id, key), ratio in zip(todo, ratios, strict=True):
+                value = key[4] * math.exp(float(ratio))
+                self._cache[key] = value
+                out[job_id] = value
+        return out
+
+    def predict(self, job: JobView) -> float:
+        return self.predict_many([job])[job.id]
+
+
+class ASrptPolicy:
+    name = NAME
+
+    def __init__(
+        self,
+        *,
+        min_history: int = 8,
+        refit_every: int = 8,
+        trees: int = 30,
+        max_depth: int = 8,
+        seed: int = 0,
+    ) -> None:
+        self.predictor = IterationPredictor(
+            min_history=min_history,
+            refit_every=refit_every,
+            trees=trees,
+            max_depth=max_depth,
+            seed=seed,
+        )
+        self._last_seen: dict[int, JobView] = {}
+        self._last_progress: dict[int, float] = {}
+        self._told: set[int] = set()
+
+    # ------------------------------------------------------------------ completions
+    def observe_completion(self, job: JobView, iterations: float, now: float) -> None:
+        """Learn from a job that completed after ``iterations`` (exact, from the caller)."""
+        del now
+        if job.id in self._told:
+            return
+        self._told.add(job.id)
+        self._last_seen.pop(job.id, None)
+        self._learn(job, iterations)
+
+    def _learn(self, job: JobView, iterations: float) -> None:
+        self.predictor.observe(
+            Completion(
+                user=job.user,
+                job_type=job.job_type,
+                batch_size=job.batch_size,
+                num_gpus=job.num_gpus,
+                submitted=job.predicted_iterations or job.total_iterations,
+                actual=iterations,
+            )
+        )
+
+    def _infer_completions(self, snapshot: Snapshot) -> None:
+        present = {job.id for job in snapshot.jobs}
+        for job_id, job in list(self._last_seen.items()):
+            if job_id in present:
+                continue
+            del self._last_seen[job_id]
+            progress = self._last_progress.pop(job_id, None)
+            if progress is None or job_id in self._told:
+                continue  # never planned to run: cancelled, not completed
+            submitted = job.predicted_iterations or job.total_iterations
+            self._learn(job, min(submitted, job.iterations_done + progress))
+        self._told &= present
+
+    # --------------------------------------------------------------------- planning
+    def remaining_work(self, snapshot: Snapshot, jobs: Sequence[JobView]) -> dict[int, float]:
+        """Predicted remaining GPU-seconds per job (its processing time on the one machine)."""
+        predicted = self.predictor.predict_many(jobs)
+        out: dict[int, float] = {}
+        for job in jobs:
+            total = predicted[job.id]
+            # A job already past its prediction is assumed close to its end.
+            left = max(total - job.iterations_done, 0.05 * total)
+            rate = best_rate(snapshot, job)
+            out[job.id] = job.num_gpus * left / rate if rate > 0 else math.inf
+        return out
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        del now
+        self._infer_completions(snapshot)
+        free = FreeGpus(snapshot.cluster)
+        allocations: dict[int, Allocation] = {}
+        reasons: dict[int, str] = {}
+        for job in pinned_jobs(snapshot):
+            assert job.current is not None
+            if free.take_slots(job.current.slots):
+                allocations[job.id] = job.current
+        rest = [j for j in snapshot.jobs if j.id not in allocations]
+        work = self.remaining_work(snapshot, rest)
+        order = sorted(rest, key=lambda j: (work[j.id], j.arrival_time, j.id))
+        for rank, job in enumerate(order):
+            alloc = self._place(snapshot, job, free)
+            if alloc is None:
+                reasons[job.id] = (
+                    f"waiting: position {rank + 1} by predicted remaining work "
+                    f"({work[job.id] / 3600:.2f} GPU-hours); no {job.num_gpus} free GPUs of "
+                    "one allowed type"
+                )
+                continue
+            allocations[job.id] = alloc
+        self._last_seen = {job.id: job for job in snapshot.jobs}
+        self._last_progress = {
+            job_id: allocation_rate(snapshot, snapshot.job(job_id), alloc) * snapshot.round_seconds
+            for job_id, alloc in allocations.items()
+        }
+        return Plan(allocations, reasons)
+
+    @staticmethod
+    def _place(snapshot: Snapshot, job: JobView, free: FreeGpus) -> Allocation | None:
+        current = job.current
+        n = job.num_gpus
+        best: tuple[float, int, str] | None = None
+        for t in allowed_types(snapshot, job):
+            if free.count(t) < n:
+                continue
+            consolidated = free.max_free_on_one_node(t) >= n
+            rate = job_rate(snapshot, job, t, consolidated=consolidated)
+            servers = 1 if consolidated else 2
+            if best is None or (rate, -servers) > (best[0], -best[1]):
+                best = (rate, servers, t)
+        if best is None:
+            return None
+        if (
+            current is not None
+            and current.num_copies == 1
+            and current.shared_with is None
+            and not current.folded
+            and current_usable(snapshot, job)
+            and all(snapshot.cluster.gpu_type(s) == best[2] for s in current.slots)
+            and free.take_slots(current.slots)
+        ):
+            return current
+        slots = free.take(n, best[2])
+        assert slots is not None
+        return allocation_on(snapshot, job, slots)
+
+
+def make(
+    *,
+    min_history: int = 8,
+    refit_every: int = 8,
+    trees: int = 30,
+    max_depth: int = 8,
+    seed: int = 0,
+) -> ASrptPolicy:
+    return ASrptPolicy(
+        min_history=min_history,
+        refit_every=refit_every,
+        trees=trees,
+        max_depth=max_depth,
+        seed=seed,
+    )

@@ -1,0 +1,180 @@
+"""HadarE: Hadar plus forking jobs into copies on otherwise idle servers.
+
+Sultana et al. (IPDPS 2024; arXiv 2503.10918), the enhanced scheduler. After the Hadar
+primal-dual pass (see :mod:`master.scheduling.policies.hadar`), GPUs that no job took are
+not left idle: every server with free GPUs hosts a *copy* of a job, a second (third, ...)
+instance of the job training on its own data shard; at the end of each round the job
+tracker averages the copies' parameters and all copies continue from the average. The
+job's progress is the sum of its copies' iterations times an efficiency below one
+(``copy_efficiency``; model averaging is not exactly synchronous training).
+
+Filling: servers are visited fastest type first; on each, repeatedly, the job whose
+utility grows most per GPU from a copy there gets one (a copy uses the job's full GPU
+count on that one server; a job has at most one copy per server, and only jobs whose
+first copy sits on one server are forked, since each copy must be one server's group).
+A job that Hadar left waiting may also start there as its first copy. The gain of a copy
+of speed ``r`` for a job already at combined speed ``S`` is
+``w * round_s / remaining * (e * (S + r) - S_now)`` where ``S_now`` is ``S`` for a job
+with one copy and ``e * S`` with several; a copy is only added when that gain is positive.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from master.scheduling.placement import FreeGpus
+from master.scheduling.plan import Allocation, GpuSlot, Plan
+from master.scheduling.policies._speeds import (
+    allowed_types,
+    job_rate,
+    pinned_jobs,
+)
+from master.scheduling.policies.hadar import Decision, PrimalDual
+from master.scheduling.rates import copy_throughput
+from master.scheduling.views import JobView, Snapshot
+
+NAME = "hadare"
+
+
+@dataclass(slots=True)
+class _Forked:
+    job: JobView
+    copies: list[tuple[GpuSlot, ...]] = field(default_factory=list)
+    rates: list[float] = field(default_factory=list)
+    version: int = 0
+
+    @property
+    def nodes(self) -> set[str]:
+        return {slot.node for copy in self.copies for slot in copy}
+
+
+class HadarEPolicy:
+    name = NAME
+
+    def __init__(
+        self, *, floor_fraction: float = 0.5, mixed: bool = True, copy_efficiency: float = 0.9
+    ) -> None:
+        if not 0 < copy_efficiency <= 1:
+            raise ValueError(f"copy_efficiency must be in (0, 1], got {copy_efficiency}")
+        self._pass = PrimalDual(floor_fraction=floor_fraction, mixed=mixed)
+        self.copy_efficiency = copy_efficiency
+        self.last_decisions: dict[int, Decision] = {}
+
+    def _combined(self, rates: list[float]) -> float:
+        if not rates:
+            return 0.0
+        total = sum(rates)
+        return total if len(rates) == 1 else total * self.copy_efficiency
+
+    def _gain(self, snapshot: Snapshot, entry: _Forked, rate: float) -> float:
+        """Utility gained per GPU by adding a copy of speed ``rate`` to ``entry``."""
+        before = self._combined(entry.rates)
+        after = self._combined([*entry.rates, rate])
+        return PrimalDual.scale(snapshot, entry.job) * (after - before) / entry.job.num_gpus
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        del now
+        cluster = snapshot.cluster
+        free = FreeGpus(cluster)
+        allocations: dict[int, Allocation] = {}
+        for job in pinned_jobs(snapshot):
+            assert job.current is not None
+            if free.take_slots(job.current.slots):
+                allocations[job.id] = job.current
+        pinned_ids = set(allocations)
+        rest = [job for job in snapshot.jobs if job.id not in pinned_ids]
+        placed, reasons, decisions, _ = self._pass.run(snapshot, free, rest)
+        self.last_decisions = decisions
+        forkable: dict[int, _Forked] = {}
+        for job in rest:
+            alloc = placed.get(job.id)
+            if alloc is None:
+                forkable[job.id] = _Forked(job)
+            elif len(alloc.nodes) == 1 and alloc.num_copies == 1:
+                rate = copy_throughput(
+                    snapshot.throughput,
+                    cluster,
+                    job.job_type,
+                    alloc.slots,
+                    alloc.batch_shares,
+                )
+                forkable[job.id] = _Forked(job, [alloc.slots], [rate])
+        self._fill(snapshot, free, forkable)
+        for job_id, entry in forkable.items():
+            if not entry.copies:
+                continue
+            if len(entry.copies) == 1:
+                if job_id in placed:
+                    allocations[job_id] = placed[job_id]
+                else:
+                    allocations[job_id] = Allocation.on(entry.copies[0], entry.job.batch_size)
+                    reasons.pop(job_id, None)
+            else:
+                allocations[job_id] = Allocation.copies_on(entry.copies, entry.job.batch_size)
+                reasons.pop(job_id, None)
+        for job_id, alloc in placed.items():
+            allocations.setdefault(job_id, alloc)
+        return Plan(allocations, reasons)
+
+    def _fill(self, snapshot: Snapshot, free: FreeGpus, forkable: dict[int, _Forked]) -> None:
+        """Give every server's idle GPUs to the copies that gain most (lazy heaps per type)."""
+        cluster = snapshot.cluster
+        model = snapshot.throughput
+        heaps: dict[str, list[tuple[float, int, int]]] = {}
+        for t in free.types():
+            heap: list[tuple[float, int, int]] = []
+            for job_id, entry in forkable.items():
+                if t not in allowed_types(snapshot, entry.job):
+                    continue
+                gain = self._gain(snapshot, entry, job_rate(snapshot, entry.job, t))
+                if gain > 0:
+                    heap.append((-gain, job_id, entry.version))
+            heapq.heapify(heap)
+            heaps[t] = heap
+        types = sorted(free.types(), key=lambda t: (-model.speed(t), t))
+        for t in types:
+            heap = heaps[t]
+            for node_name, _ in free.free_on_node(t).items():
+                node = cluster.node(node_name)
+                while True:
+                    idle = [g.slot for g in node.usable_gpus if free.is_free(g.slot)]
+                    if not idle or not heap:
+                        break
+                    aside: list[tuple[float, int, int]] = []
+                    chosen: _Forked | None = None
+                    while heap:
+                        neg_gain, job_id, version = heapq.heappop(heap)
+                        entry = forkable[job_id]
+                        if version != entry.version:
+                            continue  # stale: re-pushed with its new gain
+                        if entry.job.num_gpus > len(idle) or node_name in entry.nodes:
+                            aside.append((neg_gain, job_id, version))
+                            continue
+                        chosen = entry
+                        break
+                    for item in aside:
+                        heapq.heappush(heap, item)
+                    if chosen is None:
+                        break
+                    slots = tuple(idle[: chosen.job.num_gpus])
+                    if not free.take_slots(slots):  # pragma: no cover - idle slots are free
+                        raise AssertionError("idle GPUs were not free")
+                    rate = model.throughput(chosen.job.job_type, t, chosen.job.num_gpus)
+                    chosen.copies.append(slots)
+                    chosen.rates.append(rate)
+                    chosen.version += 1
+                    allowed = allowed_types(snapshot, chosen.job)
+                    for other, other_heap in heaps.items():
+                        if other in allowed:
+                            gain = self._gain(
+                                snapshot, chosen, job_rate(snapshot, chosen.job, other)
+                            )
+                            if gain > 0:
+                                heapq.heappush(other_heap, (-gain, chosen.job.id, chosen.version))
+
+
+def make(
+    *, floor_fraction: float = 0.5, mixed: bool = True, copy_efficiency: float = 0.9
+) -> HadarEPolicy:
+    return HadarEPolicy(floor_fraction=floor_fraction, mixed=mixed, copy_efficiency=copy_efficiency)

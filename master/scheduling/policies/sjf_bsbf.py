@@ -1,0 +1,266 @@
+"""SJF-BSBF: shortest job first with best-sharing-benefit-first GPU sharing.
+
+Luo et al., "Scheduling Deep Learning Jobs in Multi-Tenant GPU Clusters via Wise Resource
+Sharing" (arXiv 2407.13088).
+
+Non-preemptive: a running job keeps its GPUs until it completes. Waiting jobs go
+shortest first (remaining time on their fastest allowed type); each takes free GPUs of
+the fastest allowed type that has enough of them. When none has, the job may share the
+GPUs of a running job ``b`` (both shareable, same GPU count, all of ``b``'s GPUs of one
+type, not already shared). With remaining solo times ``e_a``, ``e_b`` on those GPUs and
+co-location slowdowns ``s_a``, ``s_b`` (isolated over co-located throughput, from the
+profile's pair figures or measurements), running the pair together until the shorter
+finishes and the other then alone gives an average JCT ``co``; running ``b`` then ``a``
+gives ``seq = e_b + e_a / 2``. The pair shares only when ``co < seq``, and among the
+candidates the one with the largest benefit ``seq - co`` wins. Without a co-location
+figure for a pair the policy does not share (no evidence it would pay).
+
+Memory: the sharing job runs a sub-batch ``B/k`` with ``k`` gradient-accumulation steps,
+the smallest ``k`` (power of two up to ``max_accumulation``) for which both jobs fit in
+the GPU's memory. A job's footprint at sub-batch ``B/k`` is modelled as
+``state + (need - state) / k`` with ``state = state_fraction * need`` (weights, gradients
+and optimizer state do not shrink with the batch; activations do). When a job's need or a
+GPU's memory is unknown (0), the profile's pair figure is the only evidence that the two
+fit, as in Gavel's tables where infeasible pairs are zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from master.scheduling.placement import FreeGpus
+from master.scheduling.plan import Allocation, Plan
+from master.scheduling.policies._speeds import (
+    allocation_on,
+    allocation_rate,
+    allowed_types,
+    current_usable,
+    job_rate,
+    remaining_seconds,
+)
+from master.scheduling.views import JobView, Snapshot
+
+NAME = "sjf-bsbf"
+
+GIB = 1 << 30
+
+#: Memory per GPU where the cluster does not report it (bytes).
+DEFAULT_GPU_MEMORY: Mapping[str, int] = MappingProxyType(
+    {
+        "k80": 12 * GIB,
+        "m60": 8 * GIB,
+        "p40": 24 * GIB,
+        "p100": 16 * GIB,
+        "t4": 16 * GIB,
+        "v100": 16 * GIB,
+        "rtx2080ti": 11 * GIB,
+        "rtx3090": 24 * GIB,
+        "a10": 24 * GIB,
+        "a40": 48 * GIB,
+        "a100-40gb": 40 * GIB,
+        "a100-80gb": 80 * GIB,
+        "l40s": 48 * GIB,
+        "h100": 80 * GIB,
+    }
+)
+
+
+def paired_jct(e_a: float, e_b: float, s_a: float, s_b: float) -> float:
+    """Average JCT (from now) of ``a`` and ``b`` sharing until the first finishes.
+
+    ``e_*`` are solo remaining times, ``s_*`` >= 1 the co-location slowdowns.
+    """
+    t_a, t_b = e_a * s_a, e_b * s_b
+    if t_a <= t_b:
+        # b has done t_a / s_b of its solo work when a finishes, then runs alone.
+        return (t_a + t_a + (e_b - t_a / s_b)) / 2.0
+    return (t_b + t_b + (e_a - t_b / s_a)) / 2.0
+
+
+def sequential_jct(e_a: float, e_b: float) -> float:
+    """Average JCT (from now) when ``b`` finishes first and ``a`` then runs alone."""
+    return (e_b + (e_b + e_a)) / 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sharing:
+    """A decision to co-locate ``job`` with ``partner`` (recorded for inspection)."""
+
+    job: int
+    partner: int
+    paired: float
+    sequential: float
+    accumulation_steps: int
+
+    @property
+    def benefit(self) -> float:
+        return self.sequential - self.paired
+
+
+class SjfBsbfPolicy:
+    name = NAME
+
+    def __init__(self, *, max_accumulation: int = 8, state_fraction: float = 0.35) -> None:
+        if max_accumulation < 1:
+            raise ValueError(f"max_accumulation must be >= 1, got {max_accumulation}")
+        if not 0 <= state_fraction <= 1:
+            raise ValueError(f"state_fraction must be in [0, 1], got {state_fraction}")
+        self._max_accumulation = max_accumulation
+        self._state_fraction = state_fraction
+        self.last_sharing: list[Sharing] = []
+
+    def footprint(self, job: JobView, accumulation_steps: int) -> int:
+        """Bytes per GPU at sub-batch ``B / accumulation_steps`` (0 when unknown)."""
+        need = job.memory_bytes_per_gpu
+        state = self._state_fraction * need
+        return int(state + (need - state) / accumulation_steps)
+
+    def gpu_memory(self, snapshot: Snapshot, alloc: Allocation) -> int:
+        """Smallest memory over the allocation's GPUs (0 when unknown)."""
+        sizes = []
+        for slot in alloc.slots:
+            gpu = snapshot.cluster.gpu(slot)
+            sizes.append(gpu.memory_bytes or DEFAULT_GPU_MEMORY.get(gpu.type, 0))
+        return min(sizes, default=0)
+
+    def accumulation_for(self, job: JobView, resident: JobView, memory: int) -> int | None:
+        """Smallest power-of-two ``k`` for which ``job`` at ``B/k`` fits beside ``resident``."""
+        if memory <= 0 or job.memory_bytes_per_gpu <= 0 or resident.memory_bytes_per_gpu <= 0:
+            return 1
+        resident_k = resident.current.accumulation_steps if resident.current else 1
+        taken = self.footprint(resident, resident_k)
+        k = 1
+        while k <= self._max_accumulation:
+            if k <= max(1, job.batch_size) and taken + self.footprint(job, k) <= memory:
+                return k
+            k *= 2
+        return None
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        del now
+        cluster = snapshot.cluster
+        jobs = {job.id: job for job in snapshot.jobs}
+        free = FreeGpus(cluster)
+        allocations: dict[int, Allocation] = {}
+        reasons: dict[int, str] = {}
+        self.last_sharing = []
+        # Non-preemptive: every running job keeps its GPUs; a pair whose partner left
+        # continues alone with its full batch.
+        for job in snapshot.jobs:
+            current = job.current
+            if current is None or not current_usable(snapshot, job):
+                continue
+            if current.shared_with is not None:
+                partner = jobs.get(current.shared_with)
+                if (
+                    partner is not None
+                    and partner.current is not None
+                    and partner.current.shared_with == job.id
+                ):
+                    allocations[job.id] = current
+                    continue
+                alone = allocation_on(snapshot, job, current.slots)
+                if free.take_slots(current.slots):
+                    allocations[job.id] = alone
+                continue
+            if free.take_slots(current.slots):
+                allocations[job.id] = current
+        for alloc in allocations.values():
+            # Shared GPUs were taken by one of the two partners only.
+            if alloc.shared_with is not None:
+                for slot in alloc.slots:
+                    if free.is_free(slot):
+                        free.take_slots([slot])
+        waiting = sorted(
+            (j for j in snapshot.jobs if j.id not in allocations),
+            key=lambda j: (remaining_seconds(snapshot, j), j.arrival_time, j.id),
+        )
+        for job in waiting:
+            types = [t for t in allowed_types(snapshot, job) if free.count(t) >= job.num_gpus]
+            if types:
+                fastest = max(types, key=lambda t: (job_rate(snapshot, job, t), t))
+                slots = free.take(job.num_gpus, fastest)
+                assert slots is not None
+                allocations[job.id] = allocation_on(snapshot, job, slots)
+                continue
+            sharing = self._best_partner(snapshot, job, jobs, allocations)
+            if sharing is None:
+                reasons[job.id] = (
+                    "waiting: no free GPUs, and sharing with no running job would lower the "
+                    "pair's average JCT (sjf-bsbf)"
+                )
+                continue
+            partner_alloc = allocations[sharing.partner]
+            partner = jobs[sharing.partner]
+            allocations[sharing.partner] = Allocation(
+                copies=partner_alloc.copies,
+                batch_shares=partner_alloc.batch_shares,
+                accumulation_steps=partner_alloc.accumulation_steps,
+                shared_with=job.id,
+            )
+            allocations[job.id] = allocation_on(
+                snapshot,
+                job,
+                partner_alloc.slots,
+                accumulation_steps=sharing.accumulation_steps,
+                shared_with=partner.id,
+            )
+            self.last_sharing.append(sharing)
+        return Plan(allocations, reasons)
+
+    def _best_partner(
+        self,
+        snapshot: Snapshot,
+        job: JobView,
+        jobs: Mapping[int, JobView],
+        allocations: Mapping[int, Allocation],
+    ) -> Sharing | None:
+        if not job.shareable:
+            return None
+        model = snapshot.throughput
+        cluster = snapshot.cluster
+        best: Sharing | None = None
+        for partner_id, alloc in allocations.items():
+            partner = jobs[partner_id]
+            if (
+                alloc.shared_with is not None
+                or alloc.folded
+                or alloc.num_copies != 1
+                or not partner.shareable
+                or alloc.num_gpus != job.num_gpus
+            ):
+                continue
+            types = {cluster.gpu_type(slot) for slot in alloc.slots}
+            if len(types) != 1:
+                continue
+            gpu_type = next(iter(types))
+            if not job.allows(gpu_type):
+                continue
+            pair = model.colocated(partner.job_type, job.job_type, gpu_type, job.num_gpus)
+            if pair is None:
+                continue
+            k = self.accumulation_for(job, partner, self.gpu_memory(snapshot, alloc))
+            if k is None:
+                continue
+            solo_a = job_rate(snapshot, job, gpu_type, consolidated=len(alloc.nodes) == 1)
+            solo_b = allocation_rate(snapshot, partner, alloc)
+            if solo_a <= 0 or solo_b <= 0:
+                continue
+            e_a = job.remaining_iterations / solo_a
+            e_b = partner.remaining_iterations / solo_b
+            s_b = max(1.0, solo_b / pair[0])
+            s_a = max(1.0, solo_a / pair[1])
+            paired = paired_jct(e_a, e_b, s_a, s_b)
+            sequential = sequential_jct(e_a, e_b)
+            if paired >= sequential:
+                continue
+            candidate = Sharing(job.id, partner_id, paired, sequential, k)
+            if best is None or candidate.benefit > best.benefit:
+                best = candidate
+        return best
+
+
+def make(*, max_accumulation: int = 8, state_fraction: float = 0.35) -> SjfBsbfPolicy:
+    return SjfBsbfPolicy(max_accumulation=max_accumulation, state_fraction=state_fraction)
