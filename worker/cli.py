@@ -28,6 +28,13 @@ def _settings_flags(parser: argparse.ArgumentParser, daemon: bool) -> None:
     add = parser.add_argument
     add("--config", type=Path, help="TOML settings file (also HADAR_WORKER_CONFIG)")
     add("--master", help="HOST:PORT of the master's worker-facing service")
+    add(
+        "--master-tls",
+        action="store_true",
+        default=None,
+        help="connect to the master over TLS (system roots)",
+    )
+    add("--master-ca-file", type=Path, help="CA bundle for a TLS master (implies TLS)")
     add("--node", help="unique node name (default: the hostname)")
     add("--fake-gpus", help="fake GPUs instead of NVML, e.g. 'v100:2,k80:4' or 'a6000:1@1.5'")
     add(
@@ -55,6 +62,8 @@ def _settings_flags(parser: argparse.ArgumentParser, daemon: bool) -> None:
 
 _SETTINGS_ARGS = {
     "master",
+    "master_tls",
+    "master_ca_file",
     "node",
     "fake_gpus",
     "fake_gpu_reference_speed",

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from worker.gpus import GpuError, validate_name_table
 
 ENV_PREFIX = "HADAR_WORKER_"
@@ -47,6 +49,10 @@ class WorkerSettings:
 
     # host:port of the master's Coordinator service.
     master: str = ""
+    # Talk to the master over TLS (the master serves TLS when it has a certificate): with the
+    # system's roots, or with the CA in `master_ca_file` (which implies TLS).
+    master_tls: bool = False
+    master_ca_file: Path | None = None
     # Where the Worker service listens; port 0 picks a free port.
     listen: str = "0.0.0.0:7070"
     # host:port the master should call; empty means this host's name and the bound port.
@@ -135,6 +141,8 @@ class WorkerSettings:
         for gpu_type, speed in self.fake_gpu_speeds.items():
             if not isinstance(speed, int | float) or not speed > 0:
                 raise SettingsError(f"fake_gpu_speeds.{gpu_type}: must be a positive number")
+        if self.master_ca_file is not None and not self.master_ca_file.is_file():
+            raise SettingsError(f"master_ca_file: {self.master_ca_file} is not a readable file")
         token = self.token
         if not token and self.token_file is not None:
             try:
@@ -145,8 +153,19 @@ class WorkerSettings:
                 raise SettingsError(f"token_file: {self.token_file} is empty")
         return replace(self, token=token)
 
+    def master_credentials(self) -> grpc.ChannelCredentials | None:
+        """TLS credentials for the master's channel, or None for plaintext."""
+        if self.master_ca_file is not None:
+            return grpc.ssl_channel_credentials(self.master_ca_file.read_bytes())
+        if self.master_tls:
+            return grpc.ssl_channel_credentials()
+        return None
 
-_PATH_FIELDS = {"state_dir", "checkpoint_dir", "jobs_dir", "token_file"}
+
+_PATH_FIELDS = {"state_dir", "checkpoint_dir", "jobs_dir", "token_file", "master_ca_file"}
+_BOOL_FIELDS = {"master_tls"}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
 _FLOAT_FIELDS = {
     "log_retention_days",
     "fake_gpu_reference_speed",
@@ -174,6 +193,13 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         return None
     if name in _PATH_FIELDS:
         return Path(str(value)) if str(value) else None
+    if name in _BOOL_FIELDS:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE | _FALSE:
+            return text in _TRUE
+        raise SettingsError(f"{source}: {name} must be true or false, got {value!r}")
     try:
         if name in _FLOAT_FIELDS:
             return float(value)

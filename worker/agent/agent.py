@@ -122,7 +122,7 @@ class WorkerAgent:
         self._gpu_provider = gpus
         self._gpus = gpus.discover()
         self._master = master or GrpcMasterClient(
-            settings.master, settings.token, settings.rpc_timeout_s
+            settings.master, settings.token, settings.rpc_timeout_s, settings.master_credentials()
         )
         self._clock = clock or SystemClock()
         self._rng = rng or random.Random()

@@ -52,9 +52,19 @@ class MasterClient(Protocol):
 class GrpcMasterClient:
     """Calls the master over gRPC with the cluster token; every failure is a MasterError."""
 
-    def __init__(self, address: str, token: str = "", timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        token: str = "",
+        timeout_s: float = 10.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self.address = address
-        self._channel = grpc.insecure_channel(address)
+        self._channel = (
+            grpc.secure_channel(address, credentials)
+            if credentials is not None
+            else grpc.insecure_channel(address)
+        )
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)  # type: ignore[no-untyped-call]
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout = timeout_s

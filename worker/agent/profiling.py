@@ -81,7 +81,9 @@ def report_profile(
     settings: WorkerSettings, entries: Sequence[coordinator_pb2.ProfileEntry]
 ) -> int:
     """Sends the entries to the master; returns how many it stored."""
-    client = GrpcMasterClient(settings.master, settings.token, settings.rpc_timeout_s)
+    client = GrpcMasterClient(
+        settings.master, settings.token, settings.rpc_timeout_s, settings.master_credentials()
+    )
     try:
         response = client.report_profile(
             coordinator_pb2.ReportProfileRequest(node=settings.node_name(), entries=entries)

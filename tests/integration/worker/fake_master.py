@@ -15,7 +15,13 @@ from protos.hadar.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 
 class FakeMaster(coordinator_pb2_grpc.CoordinatorServicer):
-    def __init__(self, port: int = 0, token: str = "", heartbeat_interval_s: float = 0.3) -> None:
+    def __init__(
+        self,
+        port: int = 0,
+        token: str = "",
+        heartbeat_interval_s: float = 0.3,
+        tls: tuple[bytes, bytes] | None = None,
+    ) -> None:
         self.token = token
         self.heartbeat_interval_s = heartbeat_interval_s
         self.lock = threading.Lock()
@@ -35,7 +41,11 @@ class FakeMaster(coordinator_pb2_grpc.CoordinatorServicer):
         self.reject_exit_jobs: set[int] = set()  # answer INVALID_ARGUMENT for these jobs
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(self, self.server)  # type: ignore[no-untyped-call]
-        self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")
+        if tls is not None:
+            credentials = grpc.ssl_server_credentials([tls])
+            self.port = self.server.add_secure_port(f"127.0.0.1:{port}", credentials)
+        else:
+            self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")
         if self.port == 0:
             raise OSError(f"cannot bind 127.0.0.1:{port}")
         self.address = f"127.0.0.1:{self.port}"

@@ -8,6 +8,7 @@ import os
 import pwd
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -528,6 +529,30 @@ def test_calls_without_the_cluster_token_are_refused(tmp_path: Path) -> None:
             timeout=5,
         )
         assert status.node == "test-node"
+    finally:
+        agent.stop(grace_s=1.0)
+        fake.stop()
+
+
+def test_registers_with_a_tls_master_trusting_its_ca(tmp_path: Path) -> None:
+    """With master_ca_file the agent talks TLS to the master and verifies its certificate."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out", str(cert),
+            "-days", "1", "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    fake = FakeMaster(tls=(key.read_bytes(), cert.read_bytes())).start()
+    agent = make_agent(fake.address, tmp_path / "state", master_ca_file=cert)
+    agent.start()
+    try:
+        eventually(lambda: fake.registration_count() >= 1)
+        assert agent.connected
     finally:
         agent.stop(grace_s=1.0)
         fake.stop()

@@ -111,3 +111,16 @@ def test_shipped_example_configs_load() -> None:
     settings = load_settings({}, environ=env)
     assert settings.fake_gpus == "v100:2,k80:4"
     assert settings.grace_s == 30
+
+
+def test_master_tls_flags(tmp_path: Path) -> None:
+    """master_tls parses as a boolean; a CA file must exist and implies TLS."""
+    env = {"HADAR_WORKER_MASTER_TLS": "yes"}
+    settings = load_settings({"master": "m:1"}, environ=env)
+    assert settings.master_tls
+    assert settings.master_credentials() is not None
+    assert load_settings({"master": "m:1"}, environ={}).master_credentials() is None
+    with pytest.raises(SettingsError, match="master_tls must be true or false"):
+        load_settings({"master": "m:1"}, environ={"HADAR_WORKER_MASTER_TLS": "maybe"})
+    with pytest.raises(SettingsError, match="master_ca_file"):
+        load_settings({"master": "m:1", "master_ca_file": tmp_path / "nope.pem"}, environ={})
