@@ -1,0 +1,182 @@
+"""``hctl local demo``: a mix of built-in workloads on a fresh local cluster, start to finish."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+
+from clients.cli.command import Context, ExitCode
+from clients.client import HadarClient
+from clients.localcluster import LocalCluster, parse_worker_groups
+from clients.types import Job, JobSpec, JobState, Program
+
+
+@dataclass(frozen=True, slots=True)
+class DemoJob:
+    name: str
+    workload: str
+    gpus: int
+    iterations: int
+    shareable: bool = False
+
+
+# Several models, 1 to 4 GPUs, and a shareable pair; sized so the whole demo takes a few
+# minutes on a 2-core machine without a GPU.
+DEMO_JOBS: tuple[DemoJob, ...] = (
+    DemoJob("resnet-2gpu", "resnet", 2, 120),
+    DemoJob("lstm-1gpu", "lstm", 1, 200),
+    DemoJob("transformer-4gpu", "transformer", 4, 60),
+    DemoJob("recsys-a", "recommendation", 1, 300, shareable=True),
+    DemoJob("recsys-b", "recommendation", 1, 300, shareable=True),
+    DemoJob("resnet-1gpu", "resnet", 1, 100),
+    DemoJob("lstm-2gpu", "lstm", 2, 150),
+    DemoJob("transformer-1gpu", "transformer", 1, 80),
+)
+
+
+@dataclass
+class Observed:
+    """What the demo saw of each job while it ran (the master keeps only the present)."""
+
+    gpu_types: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
+    nodes: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
+    shared: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))
+
+    def see(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            for task in job.tasks:
+                self.gpu_types[job.id].add(task.gpu_type)
+                self.nodes[job.id].add(task.node)
+                if task.shared_with_job_id:
+                    self.shared[job.id].add(task.shared_with_job_id)
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+def _queue_table(jobs: list[Job], started: float) -> Table:
+    table = Table(title=f"hctl queue — {_fmt_s(time.time() - started)} elapsed", expand=False)
+    for column in ("ID", "NAME", "STATE", "GPUS", "NODE/REASON", "PROGRESS"):
+        table.add_column(column)
+    for job in jobs:
+        where = ",".join(
+            f"{t.node}:{t.gpu_type}x{len(t.gpu_indices)}"
+            + (f" (shared with {t.shared_with_job_id})" if t.shared_with_job_id else "")
+            for t in job.tasks
+        )
+        bar_width = 20
+        filled = int(job.progress * bar_width)
+        progress = (
+            f"[{'#' * filled}{'.' * (bar_width - filled)}] "
+            f"{job.iterations_done}/{job.spec.iterations}"
+        )
+        table.add_row(
+            str(job.id),
+            job.spec.name,
+            job.state.value,
+            str(job.spec.num_gpus),
+            where or job.reason,
+            progress,
+        )
+    return table
+
+
+def _summary_table(jobs: list[Job], observed: Observed) -> Table:
+    table = Table(title="summary")
+    for column in ("ID", "NAME", "STATE", "JCT", "GPU TYPES", "NODES", "PREEMPT", "SHARED WITH"):
+        table.add_column(column)
+    for job in jobs:
+        jct = (
+            (job.finished_at - job.submitted_at).total_seconds()
+            if job.finished_at and job.submitted_at
+            else None
+        )
+        table.add_row(
+            str(job.id),
+            job.spec.name,
+            job.state.value,
+            _fmt_s(jct),
+            ",".join(sorted(observed.gpu_types[job.id])) or "-",
+            ",".join(sorted(observed.nodes[job.id])) or "-",
+            str(job.preemptions),
+            ",".join(str(j) for j in sorted(observed.shared[job.id])) or "-",
+        )
+    return table
+
+
+def _submit(client: HadarClient, scale: float) -> list[int]:
+    ids = []
+    for demo in DEMO_JOBS:
+        spec = JobSpec(
+            name=demo.name,
+            program=Program.builtin(demo.workload),
+            iterations=max(1, int(demo.iterations * scale)),
+            num_gpus=demo.gpus,
+            shareable=demo.shareable,
+        )
+        ids.append(client.submit_job(spec).id)
+    return ids
+
+
+def run_demo(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
+    groups = parse_worker_groups(args.workers)
+    ctx.err.print(f"starting a local cluster in {cluster.state_dir}: workers {args.workers}")
+    record = cluster.up(
+        groups, policy=args.policy, round_seconds=args.round_seconds, port=args.port
+    )
+    ctx.err.print(f"master at {record.master_address}; submitting {len(DEMO_JOBS)} jobs")
+    started = time.time()
+    observed = Observed()
+    try:
+        with cluster.client() as client:
+            ids = _submit(client, args.scale)
+
+            def poll() -> list[Job]:
+                jobs = sorted((client.get_job(i) for i in ids), key=lambda j: j.id)
+                observed.see(jobs)
+                return jobs
+
+            jobs = poll()
+            if ctx.out.is_terminal:
+                with Live(
+                    _queue_table(jobs, started), console=ctx.out, refresh_per_second=2
+                ) as live:
+                    while not all(j.state.terminal for j in jobs):
+                        time.sleep(1.0)
+                        jobs = poll()
+                        live.update(Group(_queue_table(jobs, started)))
+            else:
+                last = 0.0
+                while not all(j.state.terminal for j in jobs):
+                    time.sleep(1.0)
+                    jobs = poll()
+                    if time.time() - last >= 10:
+                        last = time.time()
+                        ctx.out.print(_queue_table(jobs, started))
+            ctx.out.print(_queue_table(jobs, started))
+            ctx.out.print(_summary_table(jobs, observed))
+            completed = sum(j.state == JobState.COMPLETED for j in jobs)
+            ctx.out.print(
+                f"{completed}/{len(jobs)} jobs completed in {_fmt_s(time.time() - started)} "
+                f"(policy {record.policy or 'default'}); logs in {cluster.state_dir}"
+            )
+            return ExitCode.OK if completed == len(jobs) else ExitCode.ERROR
+    finally:
+        if args.keep:
+            ctx.err.print(
+                f"cluster left running; stop it with `hctl local down "
+                f"--state-dir {cluster.state_dir}`"
+            )
+        else:
+            cluster.down()
+            ctx.err.print("local cluster stopped")

@@ -1,0 +1,188 @@
+"""``hctl local``: a real cluster on this machine (a master and fake-GPU workers).
+
+``up`` starts it and waits until every worker is registered, ``status`` shows its processes
+and GPUs, ``down`` stops everything it started (job processes included), and ``demo`` runs a
+mix of built-in workloads on a fresh cluster from start to finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from clients.cli.command import CliError, Command, Context, ExitCode
+from clients.localcluster import (
+    DEFAULT_WORKERS,
+    LocalCluster,
+    LocalClusterError,
+    parse_worker_groups,
+)
+
+DEFAULT_STATE_DIR = ".hadar-local"
+
+
+def _state_dir_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(os.environ.get("HADAR_LOCAL_STATE_DIR", DEFAULT_STATE_DIR)),
+        help="where the database, logs and checkpoints go (default: ./.hadar-local, or "
+        "$HADAR_LOCAL_STATE_DIR)",
+    )
+
+
+def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers",
+        default=DEFAULT_WORKERS,
+        help=f"one worker per ';'-separated group of fake GPUs (default: {DEFAULT_WORKERS!r})",
+    )
+    parser.add_argument("--policy", default="", help="scheduling policy (default: the master's)")
+    parser.add_argument(
+        "--round-seconds",
+        type=float,
+        default=10.0,
+        help="seconds between scheduling rounds (default 10: short for a local cluster)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="master port on 127.0.0.1 (default: a free one)"
+    )
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="local_command", metavar="COMMAND", required=True)
+    up = sub.add_parser(
+        "up",
+        help="start a master and fake-GPU workers",
+        description="Start a master (SQLite in the state dir) and one worker per group of "
+        "fake GPUs, wait until all are registered, and print how to use the cluster.",
+        epilog="example:\n  hctl local up --workers 'v100:2;p100:2;k80:4' --policy gavel",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _state_dir_argument(up)
+    _cluster_arguments(up)
+    down = sub.add_parser(
+        "down",
+        help="stop the local cluster and its jobs",
+        epilog="example:\n  hctl local down",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _state_dir_argument(down)
+    status = sub.add_parser(
+        "status",
+        help="show the local cluster's processes",
+        epilog="example:\n  hctl local status --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _state_dir_argument(status)
+    status.add_argument("--json", action="store_true", help="print JSON")
+    demo = sub.add_parser(
+        "demo",
+        help="run a mix of built-in workloads on a fresh local cluster",
+        description="Start a local cluster, submit a mix of built-in workloads (several "
+        "models, 1 to 4 GPUs, a shareable pair), show the queue until all complete, print a "
+        "summary and stop the cluster.",
+        epilog="example:\n  hctl local demo --policy gavel",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _state_dir_argument(demo)
+    _cluster_arguments(demo)
+    demo.add_argument(
+        "--scale", type=float, default=1.0, help="multiply every job's iterations by this"
+    )
+    demo.add_argument(
+        "--keep", action="store_true", help="leave the cluster running after the demo"
+    )
+
+
+def _run(args: argparse.Namespace, ctx: Context) -> int:
+    cluster = LocalCluster(args.state_dir)
+    try:
+        if args.local_command == "up":
+            return _up(cluster, args, ctx)
+        if args.local_command == "down":
+            count = cluster.down()
+            ctx.out.print(f"stopped the local cluster in {cluster.state_dir} ({count} processes)")
+            return ExitCode.OK
+        if args.local_command == "status":
+            return _status(cluster, args, ctx)
+        from clients.cli.demo import run_demo
+
+        return run_demo(cluster, args, ctx)
+    except LocalClusterError as exc:
+        raise CliError(str(exc), ExitCode.ERROR, "see the logs in the state dir") from exc
+
+
+def _up(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
+    groups = parse_worker_groups(args.workers)
+    ctx.err.print(f"starting a master and {len(groups)} workers in {cluster.state_dir} ...")
+    record = cluster.up(
+        groups, policy=args.policy, round_seconds=args.round_seconds, port=args.port
+    )
+    ctx.out.print(f"local cluster up: master at {record.master_address}")
+    for worker in record.workers:
+        ctx.out.print(f"  {worker.name}: fake GPUs {worker.gpus} (log {worker.log})")
+    ctx.out.print(
+        "\nuse it from this shell:\n"
+        f"  export HADAR_MASTER={record.master_address}\n"
+        "  hctl submit --workload resnet --gpus 2 --iterations 300\n"
+        "  hctl queue\n"
+        "stop it with:\n"
+        f"  hctl local down --state-dir {cluster.state_dir}"
+    )
+    return ExitCode.OK
+
+
+def _status(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
+    record = cluster.record()
+    if record is None:
+        raise CliError(
+            f"no local cluster in {cluster.state_dir}",
+            ExitCode.NOT_FOUND,
+            "start one with `hctl local up`",
+        )
+    procs = cluster.processes()
+    if args.json:
+        import json
+
+        ctx.out.print_json(
+            json.dumps(
+                {
+                    "state_dir": record.state_dir,
+                    "master": record.master_address,
+                    "policy": record.policy,
+                    "processes": [
+                        {
+                            "name": p.name,
+                            "pid": p.pid,
+                            "alive": alive,
+                            "address": p.address,
+                            "gpus": p.gpus,
+                            "log": p.log,
+                        }
+                        for p, alive in procs
+                    ],
+                }
+            )
+        )
+    else:
+        ctx.out.print(f"local cluster in {record.state_dir}, master at {record.master_address}")
+        for proc, alive in procs:
+            state = "running" if alive else "DEAD"
+            gpus = f" gpus {proc.gpus}" if proc.gpus else ""
+            ctx.out.print(f"  {proc.name:10} pid {proc.pid:<8} {state:8}{gpus}  log {proc.log}")
+    return ExitCode.OK if all(alive for _, alive in procs) else ExitCode.ERROR
+
+
+COMMANDS = [
+    Command(
+        "local",
+        "run a real cluster on this machine (up, down, status, demo)",
+        _configure,
+        _run,
+        epilog="examples:\n  hctl local up\n  hctl local status\n  hctl local down\n"
+        "  hctl local demo",
+        uses_master=False,
+    )
+]

@@ -1,0 +1,435 @@
+"""A whole Hadar cluster on one machine: one master and a worker per group of fake GPUs.
+
+Everything lives in one state directory: the master's SQLite database, one log file per
+process, each worker's state, the shared checkpoint directory, and ``cluster.json``, which
+records the processes so that ``hctl local status`` and ``hctl local down`` work from any
+later shell. The processes run in sessions of their own, so they outlive the command that
+started them.
+
+Every process of a local cluster, and every job process a worker starts, carries
+``HADAR_LOCAL_CLUSTER=<state dir>`` in its environment; ``down`` uses it to find stragglers
+(a job process whose worker was killed) so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from clients.client import HadarClient
+from clients.errors import HadarError
+from clients.types import NodeState
+
+MARKER_ENV = "HADAR_LOCAL_CLUSTER"
+CLUSTER_FILE = "cluster.json"
+DEFAULT_WORKERS = "v100:2;p100:2;k80:4"
+_GROUP = re.compile(r"[a-z0-9][a-z0-9._-]*:[1-9][0-9]*")
+
+
+class LocalClusterError(RuntimeError):
+    """The local cluster could not be started, found or stopped; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerGroup:
+    """One worker process and the fake GPUs it offers (``v100:2`` or ``v100:1,k80:2``)."""
+
+    node: str
+    gpus: str
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(int(part.split(":")[1]) for part in self.gpus.split(","))
+
+
+def parse_worker_groups(text: str) -> list[WorkerGroup]:
+    """Parse ``"v100:2;p100:2;k80:4"``: one worker per ``;``-separated group."""
+    groups: list[WorkerGroup] = []
+    for number, raw in enumerate((g.strip() for g in text.split(";")), start=1):
+        if not raw:
+            continue
+        parts = [p.strip().lower() for p in raw.split(",")]
+        for part in parts:
+            if not _GROUP.fullmatch(part):
+                raise LocalClusterError(
+                    f"--workers: bad group {raw!r}: expected TYPE:COUNT[,TYPE:COUNT...] "
+                    f"such as 'v100:2' (groups separated by ';')"
+                )
+        groups.append(WorkerGroup(node=f"local-{number}", gpus=",".join(parts)))
+    if not groups:
+        raise LocalClusterError("--workers: no worker group given, e.g. 'v100:2;k80:4'")
+    return groups
+
+
+@dataclass(slots=True)
+class ProcessRecord:
+    """A process of the local cluster, as recorded in ``cluster.json``."""
+
+    name: str
+    pid: int
+    log: str
+    address: str
+    gpus: str = ""
+
+
+@dataclass(slots=True)
+class ClusterRecord:
+    """What ``cluster.json`` holds."""
+
+    state_dir: str
+    master: ProcessRecord
+    workers: list[ProcessRecord] = field(default_factory=list)
+    policy: str = ""
+    round_seconds: float = 0.0
+    started_at: float = 0.0
+
+    @property
+    def master_address(self) -> str:
+        return self.master.address
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterRecord:
+        raw = json.loads(text)
+        return cls(
+            state_dir=raw["state_dir"],
+            master=ProcessRecord(**raw["master"]),
+            workers=[ProcessRecord(**w) for w in raw["workers"]],
+            policy=raw.get("policy", ""),
+            round_seconds=float(raw.get("round_seconds", 0.0)),
+            started_at=float(raw.get("started_at", 0.0)),
+        )
+
+
+def free_port() -> int:
+    """A port that was free a moment ago on the loopback interface."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still answers kill(0); it is dead for our purposes.
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.2
+) -> None:
+    """Poll ``condition`` until it holds; raise naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return
+        if time.monotonic() >= deadline:
+            raise LocalClusterError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class LocalCluster:
+    """Start, inspect and stop a local cluster rooted at ``state_dir``."""
+
+    def __init__(self, state_dir: Path | str) -> None:
+        self.state_dir = Path(state_dir).resolve()
+
+    # -- the record ---------------------------------------------------------------------
+
+    @property
+    def record_path(self) -> Path:
+        return self.state_dir / CLUSTER_FILE
+
+    def record(self) -> ClusterRecord | None:
+        try:
+            return ClusterRecord.from_json(self.record_path.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LocalClusterError(f"{self.record_path} is corrupt: {exc}") from exc
+
+    def _save(self, record: ClusterRecord) -> None:
+        tmp = self.record_path.with_suffix(".tmp")
+        tmp.write_text(record.to_json())
+        tmp.replace(self.record_path)
+
+    def client(self, timeout: float = 10.0) -> HadarClient:
+        record = self.record()
+        if record is None:
+            raise LocalClusterError(f"no local cluster in {self.state_dir}")
+        return HadarClient(address=record.master_address, timeout=timeout)
+
+    # -- starting -----------------------------------------------------------------------
+
+    def _environment(self, extra: Mapping[str, str]) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            # A shell that talks to another cluster must not steer this one.
+            if not k.startswith(("HADAR_MASTER", "HADAR_TOKEN", "HADAR_WORKER_"))
+        }
+        env[MARKER_ENV] = str(self.state_dir)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(extra)
+        return env
+
+    def _spawn(self, name: str, argv: Sequence[str], env: Mapping[str, str]) -> ProcessRecord:
+        log = self.state_dir / f"{name}.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                cwd=self.state_dir,
+                start_new_session=True,
+            )
+        return ProcessRecord(name=name, pid=proc.pid, log=str(log), address="")
+
+    def start_master(self, port: int, policy: str, round_seconds: float) -> ProcessRecord:
+        address = f"127.0.0.1:{port}"
+        argv = [
+            sys.executable,
+            "-m",
+            "master.cli",
+            "run",
+            "--listen",
+            address,
+            "--database",
+            f"sqlite:///{self.state_dir / 'hadar.db'}",
+            "--round-seconds",
+            str(round_seconds),
+        ]
+        if policy:
+            argv += ["--policy", policy]
+        env = self._environment(
+            {
+                # Loopback only, one person: trust the caller's user name (see docs/admin.md).
+                "HADAR_AUTH": "none",
+                "HADAR_METRICS_PORT": "-1",
+                "HADAR_CHECKPOINT_DIR": str(self.state_dir / "checkpoints"),
+                "HADAR_HEARTBEAT_INTERVAL_S": "1",
+                "HADAR_HEARTBEAT_TIMEOUT_S": "6",
+                "HADAR_GRACE_S": "10",
+            }
+        )
+        record = self._spawn("master", argv, env)
+        record.address = address
+        return record
+
+    def start_worker(self, group: WorkerGroup, master: str) -> ProcessRecord:
+        address = f"127.0.0.1:{free_port()}"
+        worker_dir = self.state_dir / group.node
+        argv = [
+            sys.executable,
+            "-m",
+            "worker.cli",
+            "run",
+            "--master",
+            master,
+            "--listen",
+            address,
+            "--advertise",
+            address,
+            "--node",
+            group.node,
+            "--fake-gpus",
+            group.gpus,
+            "--state-dir",
+            str(worker_dir),
+            "--checkpoint-dir",
+            str(self.state_dir / "checkpoints"),
+        ]
+        env = self._environment(
+            {
+                "HADAR_WORKER_PROGRESS_INTERVAL_S": "1",
+                "HADAR_WORKER_CHECKPOINT_INTERVAL_S": "5",
+                # Fake GPUs share this machine's cores: one thread per job process keeps
+                # several jobs from thrashing each other.
+                "OMP_NUM_THREADS": "1",
+            }
+        )
+        record = self._spawn(group.node, argv, env)
+        record.address = address
+        record.gpus = group.gpus
+        return record
+
+    def up(
+        self,
+        groups: Sequence[WorkerGroup],
+        policy: str,
+        round_seconds: float = 10.0,
+        port: int = 0,
+        timeout: float = 90.0,
+    ) -> ClusterRecord:
+        """Start a master and the workers, and wait until every node is registered and READY.
+
+        On failure everything started is stopped again and the error quotes the log of the
+        process that failed.
+        """
+        existing = self.record()
+        if existing is not None and self._alive(existing):
+            raise LocalClusterError(
+                f"a local cluster already runs from {self.state_dir} (master at "
+                f"{existing.master_address}); stop it with `hctl local down`"
+            )
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "checkpoints").mkdir(exist_ok=True)
+        master = self.start_master(port or free_port(), policy, round_seconds)
+        record = ClusterRecord(
+            state_dir=str(self.state_dir),
+            master=master,
+            policy=policy,
+            round_seconds=round_seconds,
+            started_at=time.time(),
+        )
+        self._save(record)
+        try:
+            self._wait_master(record, timeout)
+            for group in groups:
+                record.workers.append(self.start_worker(group, master.address))
+                self._save(record)
+            self._wait_nodes(record, [g.node for g in groups], timeout)
+        except BaseException:
+            self.down()
+            raise
+        return record
+
+    def restart_master(self, timeout: float = 60.0) -> ProcessRecord:
+        """Start the master again on the same address and database (after a crash)."""
+        record = self._require()
+        port = int(record.master.address.rsplit(":", 1)[1])
+        record.master = self.start_master(port, record.policy, record.round_seconds)
+        self._save(record)
+        self._wait_master(record, timeout)
+        return record.master
+
+    def _check_alive(self, proc: ProcessRecord) -> None:
+        if not pid_alive(proc.pid):
+            raise LocalClusterError(
+                f"{proc.name} exited during start-up; last lines of {proc.log}:\n"
+                f"{_tail(Path(proc.log))}"
+            )
+
+    def _wait_master(self, record: ClusterRecord, timeout: float) -> None:
+        def answers() -> bool:
+            self._check_alive(record.master)
+            try:
+                with self.client(timeout=2.0) as client:
+                    client.cluster_status()
+            except HadarError:
+                return False
+            return True
+
+        wait_until(answers, timeout, f"the master at {record.master_address} to answer")
+
+    def _wait_nodes(self, record: ClusterRecord, names: Sequence[str], timeout: float) -> None:
+        def registered() -> bool:
+            for worker in record.workers:
+                self._check_alive(worker)
+            try:
+                with self.client(timeout=2.0) as client:
+                    nodes = {n.name: n for n in client.list_nodes()}
+            except HadarError:
+                return False
+            return all(name in nodes and nodes[name].state == NodeState.READY for name in names)
+
+        wait_until(registered, timeout, f"workers {', '.join(names)} to register")
+
+    # -- inspecting and stopping --------------------------------------------------------
+
+    def _require(self) -> ClusterRecord:
+        record = self.record()
+        if record is None:
+            raise LocalClusterError(
+                f"no local cluster in {self.state_dir}; start one with `hctl local up`"
+            )
+        return record
+
+    def _alive(self, record: ClusterRecord) -> bool:
+        return any(pid_alive(p.pid) for p in [record.master, *record.workers])
+
+    def processes(self) -> list[tuple[ProcessRecord, bool]]:
+        record = self._require()
+        return [(p, pid_alive(p.pid)) for p in [record.master, *record.workers]]
+
+    def worker(self, name: str) -> ProcessRecord:
+        for proc in self._require().workers:
+            if proc.name == name:
+                return proc
+        raise LocalClusterError(f"no worker {name!r} in the local cluster")
+
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Send ``sig`` to one process of the cluster (``master`` or a worker's node name)."""
+        record = self._require()
+        proc = record.master if name == "master" else self.worker(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
+
+    def marked_processes(self) -> Iterator[int]:
+        """Pids of every process, job processes included, that belongs to this cluster."""
+        marker = f"{MARKER_ENV}={self.state_dir}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if marker in environ.split(b"\0"):
+                yield int(entry.name)
+
+    def down(self, timeout: float = 20.0) -> int:
+        """Stop the workers, the master and any job process left; return how many were stopped.
+
+        Workers and the master get SIGTERM first (a graceful shutdown), then everything of
+        the cluster still alive after ``timeout`` seconds gets SIGKILL.
+        """
+        record = self.record()
+        procs = [] if record is None else [*record.workers, record.master]
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(LocalClusterError):
+            wait_until(
+                lambda: not any(pid_alive(p.pid) for p in procs), timeout, "processes to exit"
+            )
+        stopped = 0
+        for pid in [*(p.pid for p in procs if pid_alive(p.pid)), *self.marked_processes()]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                stopped += 1
+        with contextlib.suppress(LocalClusterError):
+            wait_until(lambda: not any(True for _ in self.marked_processes()), 10.0, "exit")
+        if record is not None:
+            self.record_path.unlink(missing_ok=True)
+        return len(procs) + stopped
