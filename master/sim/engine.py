@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from master.scheduling.plan import Allocation, GpuSlot, Plan
-from master.scheduling.policy import Policy
-from master.scheduling.rates import allocation_throughput, copy_throughput
+from master.scheduling.policy import Policy, notify_completion
+from master.scheduling.rates import allocation_throughput
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, JobView, Snapshot
 from master.sim.trace import TraceJob
@@ -188,19 +188,51 @@ def best_rate(job: TraceJob, cluster: ClusterView, model: ThroughputModel) -> fl
     return best
 
 
+def _fastest_on(model: ThroughputModel, job: TraceJob, gpu_type: str, count: int) -> float:
+    """Upper bound on the job's speed using at most ``count`` GPUs of ``gpu_type``.
+
+    Covers every way an allocation can run a job of n workers: n GPUs of the type
+    (consolidated or spread), a mixed-type copy (no faster than n spread GPUs of its
+    fastest type), or the n workers folded onto m GPUs (m dividing n), which runs at
+    the speed of m GPUs divided by n/m.
+    """
+    n = job.num_gpus
+    best = 0.0
+    for consolidated in (True, False):
+        best = max(best, model.throughput(job.job_type, gpu_type, n, consolidated=consolidated))
+        for m in range(1, min(n, count) + 1):
+            if n % m == 0:
+                rate = model.throughput(job.job_type, gpu_type, m, consolidated=consolidated)
+                best = max(best, rate * m / n)
+    return best
+
+
+def bound_rate(job: TraceJob, cluster: ClusterView, model: ThroughputModel) -> float:
+    """The fastest the job could run alone on this cluster as one copy (see _fastest_on)."""
+    capacity = cluster.capacity_by_type()
+    return max(
+        (
+            _fastest_on(model, job, t, c)
+            for t, c in capacity.items()
+            if c > 0 and (not job.allowed_gpu_types or t in job.allowed_gpu_types)
+        ),
+        default=0.0,
+    )
+
+
 def copies_rate(
     job: TraceJob, cluster: ClusterView, model: ThroughputModel, efficiency: float
 ) -> float:
-    """Upper bound with one copy per node that can hold the job: every copy at best speed."""
+    """Upper bound with one copy per node, every copy at the best speed that node allows."""
     total = 0.0
     for node in cluster.nodes:
         per_type: dict[str, int] = {}
         for gpu in node.usable_gpus:
             per_type[gpu.type] = per_type.get(gpu.type, 0) + 1
         rates = [
-            model.throughput(job.job_type, t, job.num_gpus)
+            _fastest_on(model, job, t, k)
             for t, k in per_type.items()
-            if k >= job.num_gpus and (not job.allowed_gpu_types or t in job.allowed_gpu_types)
+            if not job.allowed_gpu_types or t in job.allowed_gpu_types
         ]
         if rates:
             total += max(rates)
@@ -210,7 +242,7 @@ def copies_rate(
 def _lower_bounds(
     spec: TraceJob, total: float, cluster: ClusterView, model: ThroughputModel, eff: float
 ) -> tuple[float, float]:
-    single = best_rate(spec, cluster, model)
+    single = bound_rate(spec, cluster, model)
     bound = total / single if single > 0 else math.inf
     copies = max(single, copies_rate(spec, cluster, model, eff))
     return bound, (total / copies if copies > 0 else math.inf)
@@ -277,6 +309,8 @@ class Simulator:
             batch_size=spec.batch_size,
             priority=spec.priority,
             allowed_gpu_types=spec.allowed_gpu_types,
+            preemptible=spec.preemptible,
+            shareable=spec.shareable,
             arrival_time=spec.arrival_s,
             attained_service=job.attained,
             gpu_seconds_by_type=job.gpu_seconds,
@@ -285,10 +319,17 @@ class Simulator:
             run_seconds=job.run_s,
         )
 
-    def _rate(self, job: _Job, alloc: Allocation, plan: Plan, by_id: dict[int, _Job]) -> float:
+    def _rates(
+        self, job: _Job, alloc: Allocation, plan: Plan, by_id: dict[int, _Job]
+    ) -> tuple[float, float, int | None]:
+        """(rate while sharing or alone, rate alone, sharing partner or None)."""
         spec = job.spec
         partner_id = alloc.shared_with
         partner_alloc = plan.get(partner_id) if partner_id is not None else None
+        alone = allocation_throughput(self.model, self.cluster, spec.job_type, alloc)
+        if alloc.num_copies > 1:
+            rate = alone * self.config.copy_efficiency
+            return rate, rate, None
         if (
             partner_id is not None
             and partner_alloc is not None
@@ -299,17 +340,35 @@ class Simulator:
             pair = self.model.colocated(
                 spec.job_type, partner.spec.job_type, gpu_type, alloc.num_gpus
             )
-            alone = allocation_throughput(self.model, self.cluster, spec.job_type, alloc)
-            if pair is not None:
-                return min(pair[0], alone)
-            return alone / 2.0
-        if alloc.num_copies > 1:
-            total = sum(
-                copy_throughput(self.model, self.cluster, spec.job_type, copy, shares)
-                for copy, shares in zip(alloc.copies, alloc.shares_per_copy(), strict=True)
-            )
-            return total * self.config.copy_efficiency
-        return allocation_throughput(self.model, self.cluster, spec.job_type, alloc)
+            shared = min(pair[0], alone) if pair is not None else alone / 2.0
+            return shared, alone, partner_id
+        return alone, alone, None
+
+    @staticmethod
+    def _advance(job: _Job, begin: float, pieces: list[tuple[float, float]]) -> tuple[float, float]:
+        """Progress ``job`` from ``begin`` through rate ``pieces`` (until, rate).
+
+        Returns (time the job stops holding its GPUs this round, iterations done). Sets
+        ``job.finish`` at the exact time the last iteration completes.
+        """
+        t = begin
+        progress = 0.0
+        round_end = pieces[-1][0]
+        for until, rate in pieces:
+            if until <= t:
+                continue
+            if rate > 0:
+                needed = (job.total - job.done - progress) / rate
+                if t + needed <= until:
+                    finish = t + needed
+                    progress = job.total - job.done
+                    job.done = job.total
+                    job.finish = finish
+                    return finish, progress
+                progress += rate * (until - t)
+            t = until
+        job.done = min(job.total, job.done + progress)
+        return round_end, progress
 
     # ------------------------------------------------------------------------ run
     def run(self) -> SimResult:
@@ -360,6 +419,22 @@ class Simulator:
             last_finish = now
             any_ran = False
             any_progress = False
+            # Work out every placed job's start and rates before anyone progresses, so a
+            # sharing partner's finish time is computed from the round's starting state.
+            placed: dict[int, tuple[float, float, float, int | None]] = {}
+            for job in active:
+                alloc = plan.get(job.spec.id)
+                if alloc is None:
+                    continue
+                restarted = job.current is None or job.current != alloc
+                shared_rate, alone_rate, partner = self._rates(job, alloc, plan, by_id)
+                begin = now + (cfg.overhead_s if restarted else 0.0)
+                placed[job.spec.id] = (begin, shared_rate, alone_rate, partner)
+            shared_end: dict[int, float] = {}
+            for job_id, (begin, shared_rate, _, partner) in placed.items():
+                if partner is not None and shared_rate > 0:
+                    remaining = by_id[job_id].total - by_id[job_id].done
+                    shared_end[job_id] = begin + remaining / shared_rate
             for job in active:
                 alloc = plan.get(job.spec.id)
                 old = job.current
@@ -377,20 +452,13 @@ class Simulator:
                 if alloc.num_copies > 1:
                     job.used_copies = True
                 any_ran = True
-                rate = self._rate(job, alloc, plan, by_id)
-                begin = now + (cfg.overhead_s if restarted else 0.0)
-                end = round_end
-                progress = 0.0
-                if rate > 0 and begin < round_end:
-                    needed = (job.total - job.done) / rate
-                    if begin + needed <= round_end:
-                        end = begin + needed
-                        progress = job.total - job.done
-                        job.done = job.total
-                        job.finish = end
-                    else:
-                        progress = rate * (round_end - begin)
-                        job.done = min(job.total, job.done + progress)
+                begin, shared_rate, alone_rate, partner = placed[job.spec.id]
+                # Piecewise rates: shared until the partner finishes, then alone.
+                pieces = [(round_end, shared_rate)]
+                if partner is not None:
+                    until = min(shared_end.get(partner, math.inf), round_end)
+                    pieces = [(until, shared_rate), (round_end, alone_rate)]
+                end, progress = self._advance(job, begin, pieces)
                 held = end - now
                 job.run_s += held
                 for slot in alloc.slots:
@@ -444,6 +512,8 @@ class Simulator:
                 finished += len(done_now)
                 for job in done_now:
                     job.current = None
+                    assert job.finish is not None
+                    notify_completion(self.policy, snapshot.job(job.spec.id), job.done, job.finish)
                 active = [job for job in active if job.finish is None]
             if any_progress:
                 idle_rounds = 0

@@ -6,14 +6,16 @@ GPUs), priority_weight, SLO, arrival_time (seconds).
 
 CSV (header required; column order free; extra columns ignored)::
 
-    job_id,arrival_s,job_type,num_gpus,iterations,duration_s,user,priority,batch_size,allowed_gpu_types
+    job_id,arrival_s,job_type,num_gpus,iterations,duration_s,user,priority,batch_size,
+    allowed_gpu_types,preemptible,shareable
 
 ``job_id``, ``arrival_s``, ``job_type`` and ``num_gpus`` are required, and one of
 ``iterations`` or ``duration_s`` per row (``duration_s`` is the run time alone on the
 fastest GPU type of the simulated cluster, converted to iterations with the throughput
 model). ``user`` defaults to empty, ``priority`` to 1, ``batch_size`` to the number in
 "(batch size N)" in the job type or 1, ``allowed_gpu_types`` (types separated by ``|``)
-to any type.
+to any type, ``preemptible`` to true and ``shareable`` to false (booleans: true/false,
+yes/no, 1/0).
 
 A malformed line raises :class:`TraceError` naming ``file:line`` and the problem.
 """
@@ -48,6 +50,8 @@ class TraceJob:
     priority: float = 1.0
     batch_size: int = 1
     allowed_gpu_types: frozenset[str] = frozenset()
+    preemptible: bool = True
+    shareable: bool = False
 
     def __post_init__(self) -> None:
         if (self.iterations is None) == (self.duration_s is None):
@@ -166,6 +170,8 @@ def _csv_job(row: dict[str, str | None], seen: set[int]) -> TraceJob:
     if bool(iterations) == bool(duration):
         raise ValueError("give exactly one of iterations and duration_s")
     allowed = frozenset(t.strip() for t in cell("allowed_gpu_types").split("|") if t.strip())
+    preemptible = _flag(cell("preemptible"), "preemptible", default=True)
+    shareable = _flag(cell("shareable"), "shareable", default=False)
     batch = cell("batch_size")
     return TraceJob(
         id=job_id,
@@ -178,7 +184,20 @@ def _csv_job(row: dict[str, str | None], seen: set[int]) -> TraceJob:
         priority=_finite(cell("priority"), "priority", positive=True) if cell("priority") else 1.0,
         batch_size=_count(batch, "batch_size") if batch else batch_size_of(job_type),
         allowed_gpu_types=allowed,
+        preemptible=preemptible,
+        shareable=shareable,
     )
+
+
+def _flag(value: str, what: str, *, default: bool) -> bool:
+    if not value:
+        return default
+    lowered = value.lower()
+    if lowered in ("true", "yes", "1"):
+        return True
+    if lowered in ("false", "no", "0"):
+        return False
+    raise ValueError(f"{what} must be true or false, got {value!r}")
 
 
 def read_trace(path: str | Path) -> list[TraceJob]:
@@ -202,6 +221,8 @@ def write_csv_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
         "priority",
         "batch_size",
         "allowed_gpu_types",
+        "preemptible",
+        "shareable",
     ]
     with Path(path).open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -219,6 +240,8 @@ def write_csv_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
                     repr(job.priority),
                     job.batch_size,
                     "|".join(sorted(job.allowed_gpu_types)),
+                    str(job.preemptible).lower(),
+                    str(job.shareable).lower(),
                 ]
             )
 

@@ -1,0 +1,208 @@
+"""Simulator mechanics: exact finish times, overhead, preemption and migration counts,
+sharing, copies, mixed-type batches, arrivals between rounds, invalid plans, stalls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from master.scheduling.plan import Allocation, GpuSlot, Plan
+from master.scheduling.throughput import ThroughputModel
+from master.scheduling.views import ClusterView, Snapshot
+from master.sim.engine import SimConfig, SimulationError, simulate
+from master.sim.metrics import summarize
+from master.sim.trace import TraceJob
+
+V = [GpuSlot("v100-000", i) for i in range(4)]
+K = [GpuSlot("k80-000", i) for i in range(4)]
+
+
+class ScriptedPolicy:
+    """A policy whose decisions are a function of (round number, snapshot)."""
+
+    name = "scripted"
+
+    def __init__(self, decide: Callable[[int, Snapshot], dict[int, Allocation]]) -> None:
+        self._decide = decide
+        self.calls: list[tuple[int, float, tuple[int, ...]]] = []
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        self.calls.append((snapshot.round_number, now, tuple(j.id for j in snapshot.jobs)))
+        return Plan(self._decide(snapshot.round_number, snapshot))
+
+
+def model() -> ThroughputModel:
+    return ThroughputModel(
+        {
+            ("a", "v100", 1, True): 10.0,
+            ("a", "k80", 1, True): 2.0,
+            ("a", "v100", 2, True): 16.0,
+            ("a", "k80", 2, True): 3.0,
+            ("a", "v100", 2, False): 16.0,
+            ("a", "k80", 2, False): 3.0,
+            ("b", "v100", 1, True): 5.0,
+        },
+        {("a", "b", "v100", 1): (6.0, 4.0)},
+    )
+
+
+def cluster() -> ClusterView:
+    return ClusterView.from_counts({"v100": 4, "k80": 4})
+
+
+def job(job_id: int, iters: float, arrival: float = 0.0, **kw: object) -> TraceJob:
+    fields: dict[str, object] = {"job_type": "a", "num_gpus": 1, "batch_size": 32}
+    fields.update(kw)
+    return TraceJob(id=job_id, arrival_s=arrival, iterations=iters, **fields)  # type: ignore[arg-type]
+
+
+def on(slots: list[GpuSlot], **kw: object) -> Allocation:
+    return Allocation.on(slots, 32, **kw)  # type: ignore[arg-type]
+
+
+def test_job_finishes_mid_round_at_the_exact_time() -> None:
+    """5,000 iterations at 10 it/s finish 500 s after arrival, not at a round end."""
+    policy = ScriptedPolicy(lambda r, s: {0: on([V[0]])} if s.jobs else {})
+    result = simulate(policy, [job(0, 5000.0, arrival=100.0)], cluster(), model())
+    assert result.jobs[0].finish_s == pytest.approx(600.0)
+    assert result.jobs[0].jct_s == pytest.approx(500.0)
+    assert len(policy.calls) == 2  # rounds at 100 s and 460 s
+
+
+def test_restart_overhead_is_charged_on_start_and_on_migration() -> None:
+    """With 30 s overhead, first start and a migration each cost 30 s of progress."""
+
+    def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
+        return {0: on([V[0]] if r == 0 else [V[1]])}
+
+    result = simulate(
+        ScriptedPolicy(decide), [job(0, 7200.0)], cluster(), model(), SimConfig(overhead_s=30.0)
+    )
+    # 330 s in round 0, then 30 s overhead in round 1 and 390 s more: 3300 + 3900 = 7200.
+    assert result.jobs[0].finish_s == pytest.approx(360.0 + 30.0 + 390.0)
+    assert result.jobs[0].migrations == 1
+
+
+def test_preemption_and_resume_are_counted() -> None:
+    """A job stopped for a round counts one preemption and resumes where it left off."""
+
+    def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
+        return {} if r == 1 else {0: on([V[0]])}
+
+    result = simulate(ScriptedPolicy(decide), [job(0, 5400.0)], cluster(), model())
+    done = result.jobs[0]
+    assert done.preemptions == 1 and done.migrations == 0
+    assert done.finish_s == pytest.approx(720.0 + 180.0)
+    assert summarize(result).preemptions == 1
+
+
+def test_arrivals_wait_for_the_next_round_and_idle_time_is_skipped() -> None:
+    """A job arriving mid-round starts at the next round; an idle cluster jumps to arrivals."""
+    policy = ScriptedPolicy(lambda r, s: {j.id: on([V[j.id]]) for j in s.jobs})
+    trace = [job(0, 36000.0), job(1, 100.0, arrival=50.0), job(2, 100.0, arrival=100_000.0)]
+    result = simulate(policy, trace, cluster(), model())
+    by_id = {j.id: j for j in result.jobs}
+    assert by_id[1].start_s == pytest.approx(360.0)
+    assert by_id[1].queue_s == pytest.approx(310.0)
+    assert by_id[2].start_s == pytest.approx(100_000.0)
+    assert by_id[2].jct_s == pytest.approx(10.0)
+
+
+def test_early_round_end_when_every_running_job_finished() -> None:
+    """When all running jobs finish before the round ends, waiting jobs start right away."""
+
+    def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
+        first = min(j.id for j in s.jobs)
+        return {first: on([V[0]])}
+
+    trace = [job(0, 1000.0), job(1, 1000.0)]
+    result = simulate(ScriptedPolicy(decide), trace, cluster(), model())
+    assert [j.finish_s for j in result.jobs] == pytest.approx([100.0, 200.0])
+    fixed = simulate(
+        ScriptedPolicy(decide), trace, cluster(), model(), SimConfig(early_round_end=False)
+    )
+    assert [j.finish_s for j in fixed.jobs] == pytest.approx([100.0, 460.0])
+
+
+def test_shared_gpus_progress_at_colocation_throughputs() -> None:
+    """Jobs a and b sharing one v100 progress at 6 and 4 it/s (the profile's pair figures)."""
+
+    def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
+        ids = {j.id for j in s.jobs}
+        if ids == {0, 1}:
+            return {
+                0: on([V[0]], shared_with=1, accumulation_steps=2),
+                1: on([V[0]], shared_with=0),
+            }
+        return {i: on([V[0]]) for i in ids}
+
+    trace = [job(0, 600.0, shareable=True), job(1, 2000.0, job_type="b", shareable=True)]
+    result = simulate(ScriptedPolicy(decide), trace, cluster(), model())
+    by_id = {j.id: j for j in result.jobs}
+    assert by_id[0].finish_s == pytest.approx(100.0)
+    # b: 400 iterations shared in 100 s, then 1600 alone at 5 it/s.
+    assert by_id[1].finish_s == pytest.approx(100.0 + 1600.0 / 5.0)
+    summary = summarize(result)
+    assert summary.utilization == pytest.approx(1.0 / 8.0)
+
+
+def test_sharing_without_both_sides_agreeing_is_rejected() -> None:
+    """A plan that puts two jobs on one GPU without mutual shared_with fails, naming the policy."""
+    policy = ScriptedPolicy(lambda r, s: {0: on([V[0]]), 1: on([V[0]])})
+    with pytest.raises(SimulationError, match=r"'scripted', round 0.*without sharing"):
+        simulate(policy, [job(0, 100.0), job(1, 100.0)], cluster(), model())
+
+
+def test_hadare_copies_add_progress_times_efficiency() -> None:
+    """Two 1-GPU copies on two nodes progress at (10 + 10) x 0.9 it/s."""
+    two_nodes = ClusterView.from_counts({"v100": 2}, gpus_per_server=1)
+    slots = [GpuSlot("v100-000", 0), GpuSlot("v100-001", 0)]
+    policy = ScriptedPolicy(lambda r, s: {0: Allocation.copies_on([[slots[0]], [slots[1]]], 32)})
+    result = simulate(policy, [job(0, 1800.0)], two_nodes, model(), SimConfig(copy_efficiency=0.9))
+    assert result.jobs[0].finish_s == pytest.approx(100.0)
+    assert result.jobs[0].used_copies
+    assert result.jobs[0].jct_s >= result.jobs[0].copies_bound_s
+
+
+def test_mixed_types_run_at_the_slowest_gpu_unless_the_batch_follows_speed() -> None:
+    """v100+k80 with an even batch split runs at the k80 pace (3 it/s for 2 GPUs)."""
+    policy = ScriptedPolicy(lambda r, s: {0: on([V[0], K[0]])})
+    result = simulate(policy, [job(0, 300.0, num_gpus=2)], cluster(), model())
+    assert result.jobs[0].finish_s == pytest.approx(100.0)
+    weighted = ScriptedPolicy(
+        lambda r, s: {0: Allocation.on([V[0], K[0]], 19000, weights=[16.0, 3.0])}
+    )
+    faster = simulate(weighted, [job(0, 300.0, num_gpus=2)], cluster(), model())
+    assert faster.jobs[0].finish_s == pytest.approx(300.0 / 9.5, rel=1e-3)
+
+
+def test_a_policy_that_never_runs_a_job_is_reported() -> None:
+    """With nothing running and no arrivals left, the simulator stops with the plan's reasons."""
+
+    class Idle:
+        name = "idle"
+
+        def plan(self, snapshot: Snapshot, now: float) -> Plan:
+            return Plan({}, {j.id: "waiting: never" for j in snapshot.jobs})
+
+    with pytest.raises(SimulationError, match=r"made no progress.*waiting: never"):
+        simulate(Idle(), [job(0, 10.0)], cluster(), model(), SimConfig(stall_rounds=3))
+
+
+def test_duration_traces_convert_at_the_fastest_type() -> None:
+    """duration_s is the time alone on the fastest allowed type: 100 s on v100 = 1000 it."""
+    spec = TraceJob(
+        id=0, arrival_s=0.0, job_type="a", num_gpus=1, iterations=None, duration_s=100.0
+    )
+    policy = ScriptedPolicy(lambda r, s: {0: on([V[0]])})
+    result = simulate(policy, [spec], cluster(), model())
+    assert result.jobs[0].iterations == pytest.approx(1000.0)
+    assert result.jobs[0].jct_s == pytest.approx(100.0)
+
+
+def test_bad_config_is_rejected() -> None:
+    with pytest.raises(ValueError, match="round length"):
+        SimConfig(round_s=0)
+    with pytest.raises(ValueError, match="overhead"):
+        SimConfig(overhead_s=-1)
