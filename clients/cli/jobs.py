@@ -294,16 +294,13 @@ def _run_queue(args: argparse.Namespace, ctx: Context) -> int:
         return ExitCode.OK
     if not args.watch:
         jobs = client.list_jobs(user=user, states=states)
-        _print_queue(ctx, jobs)
+        if not jobs:
+            selective = args.state or args.all
+            ctx.note("no jobs" if selective else "no active jobs (add --all for finished ones)")
+            return ExitCode.OK
+        ctx.show(queue_table(jobs, now_utc()))
         return ExitCode.OK
     return _watch_queue(ctx, args.interval, user, states)
-
-
-def _print_queue(ctx: Context, jobs: Sequence[Job]) -> None:
-    if not jobs:
-        ctx.note("no jobs (finished jobs are listed with --all)")
-        return
-    ctx.show(queue_table(jobs, now_utc()))
 
 
 def _watch_queue(ctx: Context, interval: float, user: str | None, states: list[JobState]) -> int:

@@ -211,9 +211,12 @@ def describe_failure(error: HadarError, ctx: Context) -> CliError:
             "check your identity with `hctl whoami`",
         )
     if isinstance(error, InvalidArgument):
-        field = f" (field {error.field})" if error.field else ""
+        details = error.details
+        if error.field and details.startswith(f"{error.field}:"):
+            details = details[len(error.field) + 1 :].strip()
+        what = error.field or "the request"
         return CliError(
-            f"the master rejected the request{field}: {error.details}",
+            f"the master rejected {what}: {details}",
             ExitCode.INVALID_ARGUMENT,
             f"see `hctl {ctx.command_name or 'COMMAND'} --help`",
         )
