@@ -22,7 +22,7 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 import structlog
@@ -89,6 +89,12 @@ def job_base_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith(ENV_PREFIX)}
 
 
+class JitterSource(Protocol):
+    """Where registration backoff draws its jitter (random.Random in production)."""
+
+    def uniform(self, a: float, b: float) -> float: ...
+
+
 @dataclass
 class _Connection:
     registered: bool = False
@@ -96,8 +102,8 @@ class _Connection:
     heartbeat_interval_s: float = 10.0
     last_error: str = ""
     registrations: int = 0
-    backoff_s: float = 0.0
-    pending_stops: list[tuple[int, int]] = field(default_factory=list)
+    # Delays waited between failed registrations since the last success.
+    backoffs: list[float] = field(default_factory=list)
 
 
 class WorkerAgent:
@@ -115,7 +121,7 @@ class WorkerAgent:
         clock: Clock | None = None,
         users: UserDirectory | None = None,
         workloads: Iterable[str] | None = None,
-        rng: random.Random | None = None,
+        rng: JitterSource | None = None,
     ) -> None:
         self.settings = settings
         self.node = settings.node_name()
@@ -125,7 +131,7 @@ class WorkerAgent:
             settings.master, settings.token, settings.rpc_timeout_s, settings.master_credentials()
         )
         self._clock = clock or SystemClock()
-        self._rng = rng or random.Random()
+        self._rng: JitterSource = rng or random.Random()
         self._state = StateStore(settings.state_dir)
         for warning in self._state.warnings:
             log.warning("state_file_corrupt", detail=warning)
@@ -271,6 +277,12 @@ class WorkerAgent:
         with self._conn_lock:
             return self._conn.registrations
 
+    @property
+    def backoffs(self) -> list[float]:
+        """Delays waited between the failed registrations since the last success."""
+        with self._conn_lock:
+            return list(self._conn.backoffs)
+
     def pending_exits(self) -> list[coordinator_pb2.TaskExitedRequest]:
         return self._state.pending_exits()
 
@@ -317,7 +329,7 @@ class WorkerAgent:
                     delay = min(backoff, self.settings.register_backoff_max_s)
                     delay *= self._rng.uniform(0.5, 1.5)
                     with self._conn_lock:
-                        self._conn.backoff_s = delay
+                        self._conn.backoffs.append(delay)
                     backoff = min(backoff * 2, self.settings.register_backoff_max_s)
                     self._threads_stop.wait(delay)
                     continue
@@ -370,6 +382,7 @@ class WorkerAgent:
             self._conn.registered = True
             self._conn.connected = True
             self._conn.registrations += 1
+            self._conn.backoffs.clear()
             if response.heartbeat_interval_s > 0:
                 self._conn.heartbeat_interval_s = response.heartbeat_interval_s
         for ref in response.stop:
@@ -548,17 +561,6 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-def wait_for(predicate: object, timeout_s: float, interval_s: float = 0.02) -> bool:
-    """Polls `predicate` until true or the deadline; for tests and the CLI."""
-    assert callable(predicate)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return bool(predicate())
-
-
 def settings_for_test(
     master: str, state_dir: Path, fake_gpus: str = "v100:2", **overrides: Any
 ) -> WorkerSettings:
@@ -586,5 +588,4 @@ __all__: Sequence[str] = [
     "available_workloads",
     "gpu_to_proto",
     "settings_for_test",
-    "wait_for",
 ]

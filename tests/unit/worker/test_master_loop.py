@@ -1,0 +1,111 @@
+"""The agent's master loop against an in-memory MasterClient: registration retries with
+exponential backoff and jitter, and the interval the master asks for."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+from protos.hadar.v1 import coordinator_pb2
+from worker.agent.agent import WorkerAgent, settings_for_test
+from worker.agent.master import MasterError
+from worker.agent.processes import FakeLauncher
+from worker.gpus import FakeGpuProvider
+
+
+class MemoryMaster:
+    """A MasterClient that refuses registration `failures` times, then accepts."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.lock = threading.Lock()
+        self.register_times: list[float] = []
+        self.heartbeats = 0
+
+    def register(
+        self, request: coordinator_pb2.RegisterWorkerRequest
+    ) -> coordinator_pb2.RegisterWorkerResponse:
+        with self.lock:
+            self.register_times.append(time.monotonic())
+            if self.failures > 0:
+                self.failures -= 1
+                raise MasterError("down", grpc.StatusCode.UNAVAILABLE)
+        return coordinator_pb2.RegisterWorkerResponse(heartbeat_interval_s=0.05)
+
+    def heartbeat(
+        self, request: coordinator_pb2.HeartbeatRequest
+    ) -> coordinator_pb2.HeartbeatResponse:
+        with self.lock:
+            self.heartbeats += 1
+        return coordinator_pb2.HeartbeatResponse(heartbeat_interval_s=0.05)
+
+    def report_progress(
+        self, request: coordinator_pb2.ReportProgressRequest
+    ) -> coordinator_pb2.ReportProgressResponse:
+        return coordinator_pb2.ReportProgressResponse()
+
+    def task_exited(
+        self, request: coordinator_pb2.TaskExitedRequest
+    ) -> coordinator_pb2.TaskExitedResponse:
+        return coordinator_pb2.TaskExitedResponse(accepted=True)
+
+    def report_profile(
+        self, request: coordinator_pb2.ReportProfileRequest
+    ) -> coordinator_pb2.ReportProfileResponse:
+        return coordinator_pb2.ReportProfileResponse()
+
+    def close(self) -> None:
+        pass
+
+
+class RecordingRandom:
+    """Jitter factors in order, recorded, instead of random ones."""
+
+    def __init__(self, factors: list[float]) -> None:
+        self.factors = factors
+        self.calls: list[tuple[float, float]] = []
+
+    def uniform(self, low: float, high: float) -> float:
+        self.calls.append((low, high))
+        return self.factors[len(self.calls) - 1]
+
+
+def test_registration_backs_off_exponentially_with_jitter(tmp_path: Path) -> None:
+    """Failed registrations are retried after 0.05, 0.1, 0.2, 0.4 s (doubling up to the cap),
+    each scaled by a jitter factor drawn from [0.5, 1.5); then the master's heartbeat
+    interval is used."""
+    master = MemoryMaster(failures=5)
+    jitter = RecordingRandom([1.0, 1.5, 0.5, 1.0, 1.0])
+    settings = settings_for_test(
+        "127.0.0.1:1",
+        tmp_path,
+        register_backoff_initial_s=0.05,
+        register_backoff_max_s=0.4,
+    )
+    agent = WorkerAgent(
+        settings,
+        FakeGpuProvider.from_spec("v100:1"),
+        master=master,
+        launcher=FakeLauncher(),
+        workloads=[],
+        rng=jitter,
+    )
+    agent.start()
+    try:
+        assert agent.wait_registered(10)
+        deadline = time.monotonic() + 10
+        while master.heartbeats < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert master.heartbeats >= 3, "heartbeats follow at the master's 0.05 s interval"
+    finally:
+        agent.stop()
+    assert jitter.calls == [(0.5, 1.5)] * 5
+    expected = [0.05 * 1.0, 0.1 * 1.5, 0.2 * 0.5, 0.4 * 1.0, 0.4 * 1.0]
+    gaps = [b - a for a, b in zip(master.register_times, master.register_times[1:], strict=False)]
+    assert len(gaps) == 5
+    for gap, delay in zip(gaps, expected, strict=True):
+        assert gap >= delay * 0.95, (gaps, expected)
+    assert agent.backoffs == [], "a successful registration resets the backoff"
