@@ -37,11 +37,15 @@ DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0, 36000.0)
 
 
 def relative_speedups(snapshot: Snapshot, job: JobView) -> dict[str, float]:
-    """Allowed type -> the job's speed there over its speed on its slowest type (1 GPU)."""
+    """Type -> the job's speed there over its speed on its slowest type (1 GPU).
+
+    Covers the allowed types of the cluster and every type the job has run on (a type
+    since removed from the cluster still weighs the service received there).
+    """
     model = snapshot.throughput
-    rates = {
-        t: model.throughput(job.job_type, t, 1) for t in snapshot.cluster.gpu_types if job.allows(t)
-    }
+    types = {t for t in snapshot.cluster.gpu_types if job.allows(t)}
+    types.update(job.gpu_seconds_by_type)
+    rates = {t: model.throughput(job.job_type, t, 1) for t in sorted(types)}
     slowest = min((r for r in rates.values() if r > 0), default=0.0)
     if slowest <= 0:
         return dict.fromkeys(rates, 1.0)
@@ -86,7 +90,15 @@ class HarePolicy:
             if free.take_slots(job.current.slots):
                 allocations[job.id] = job.current
         waiting = self.order(snapshot, [j for j in snapshot.jobs if j.id not in allocations])
-        speedups = {job.id: relative_speedups(snapshot, job) for job in waiting}
+        usable = set(cluster.gpu_types)
+        speedups = {
+            job.id: {
+                t: s
+                for t, s in relative_speedups(snapshot, job).items()
+                if t in usable and job.allows(t)
+            }
+            for job in waiting
+        }
         # Running totals over the jobs not yet placed, for the comparative advantage.
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}

@@ -1,0 +1,102 @@
+"""hadar: primal-dual pricing never places a job whose payoff is not positive."""
+
+from __future__ import annotations
+
+import random
+
+from master.scheduling.plan import Allocation, GpuSlot
+from master.scheduling.policies.hadar import HadarPolicy, Prices
+from master.scheduling.rates import allocation_throughput
+from tests.unit.policies.builders import job, snapshot
+
+
+def test_price_grows_exponentially_from_floor_to_ceiling() -> None:
+    """p(u) = L * (U/L)**u: L when idle, geometric in between, U at full use."""
+    prices = Prices({"v100": 4}, 1.0, 16.0)
+    assert prices.price("v100") == 1.0
+    assert abs(prices.price("v100", 2) - 4.0) < 1e-9
+    assert abs(prices.price("v100", 4) - 16.0) < 1e-9
+    assert abs(prices.cost("v100", 2) - (1.0 + 2.0)) < 1e-9
+
+
+def test_no_placed_job_has_a_negative_payoff_on_an_oversubscribed_cluster() -> None:
+    """Every placed job's utility exceeds the prices it paid; refused ones do not."""
+    rng = random.Random(3)
+    jobs = [
+        job(
+            i,
+            job_type=rng.choice(["vision", "speech", "text"]),
+            num_gpus=rng.choice([1, 1, 2, 4]),
+            total_iterations=rng.uniform(1e3, 1e7),
+            priority=rng.choice([1.0, 2.0]),
+        )
+        for i in range(60)
+    ]
+    snap = snapshot({"v100": 8, "p100": 8, "k80": 16}, jobs)
+    policy = HadarPolicy()
+    plan = policy.plan(snap, 0.0)
+    assert plan.violations(snap) == []
+    assert len(plan) > 0
+    for job_id in plan:
+        decision = policy.last_decisions[job_id]
+        assert decision.placed
+        assert decision.payoff > 0
+    refused = [d for d in policy.last_decisions.values() if not d.placed]
+    assert refused, "an oversubscribed cluster should price some jobs out"
+    assert all(d.payoff <= 0 for d in refused)
+    for job_id, decision in policy.last_decisions.items():
+        assert (job_id in plan) == decision.placed
+
+
+def test_low_utility_job_waits_even_with_free_gpus_when_priced_out() -> None:
+    """A long job does not get the last GPUs of a type if their price exceeds its utility."""
+    short = job(1, num_gpus=2, total_iterations=100.0)
+    long = job(2, num_gpus=2, total_iterations=1e9)
+    snap = snapshot({"v100": 4}, [short, long])
+    policy = HadarPolicy()
+    plan = policy.plan(snap, 0.0)
+    assert 1 in plan
+    assert 2 not in plan
+    assert policy.last_decisions[2].payoff <= 0
+    assert "price" in (plan.reason(2) or "")
+
+
+def test_a_lone_job_is_always_placed() -> None:
+    """The job with the highest per-GPU utility always has a positive payoff."""
+    lone = job(1, num_gpus=4, total_iterations=1e12, job_type="speech")
+    snap = snapshot({"k80": 4}, [lone], gpus_per_server=1)
+    plan = HadarPolicy().plan(snap, 0.0)
+    assert 1 in plan
+
+
+def test_tasks_of_one_job_may_span_gpu_types_with_speed_proportional_batches() -> None:
+    """Task-level heterogeneity: busy v100s push a job onto a v100+p100 mix, split by speed."""
+    blocker = job(
+        9,
+        num_gpus=2,
+        preemptible=False,
+        current=Allocation.on([GpuSlot("v100-000", 0), GpuSlot("v100-000", 1)], 64),
+    )
+    mixed = job(1, num_gpus=4, total_iterations=50_000.0, batch_size=1024)
+    snap = snapshot({"v100": 4, "p100": 4, "k80": 4}, [blocker, mixed])
+    plan = HadarPolicy().plan(snap, 0.0)
+    alloc = plan.get(1)
+    assert alloc is not None
+    types = [snap.cluster.gpu_type(s) for s in alloc.slots]
+    assert sorted(types) == ["p100", "p100", "v100", "v100"]
+    shares = dict(zip(alloc.slots, alloc.batch_shares, strict=True))
+    v100_share = next(shares[s] for s in alloc.slots if snap.cluster.gpu_type(s) == "v100")
+    p100_share = next(shares[s] for s in alloc.slots if snap.cluster.gpu_type(s) == "p100")
+    assert abs(v100_share / p100_share - 2.0) < 0.02
+    # The mix beats four p100s, the best single-type option left.
+    mix_rate = allocation_throughput(snap.throughput, snap.cluster, "vision", alloc)
+    assert mix_rate > snap.throughput.throughput("vision", "p100", 4)
+
+
+def test_running_job_keeps_its_gpus_when_its_choice_is_unchanged() -> None:
+    """No churn: a running job that would get the same type keeps the very same GPUs."""
+    current = Allocation.on([GpuSlot("v100-001", 2)], 64)
+    running = job(1, current=current)
+    snap = snapshot({"v100": 8}, [running])
+    plan = HadarPolicy().plan(snap, 0.0)
+    assert plan.get(1) == current
