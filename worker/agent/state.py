@@ -81,6 +81,8 @@ class StateStore:
         self._lock = threading.Lock()
         self.warnings: list[str] = []
         self._leases: dict[int, int] = {}
+        # How the newest lease of a job ended, once it has (an ExitKind value).
+        self._lease_exits: dict[int, int] = {}
         self._exits: dict[ExitKey, coordinator_pb2.TaskExitedRequest] = {}
         self._running: dict[tuple[int, int], RunningTaskRecord] = {}
         self._load()
@@ -96,7 +98,11 @@ class StateStore:
 
     def _load(self) -> None:
         leases = self._load_file("leases.json", {})
-        self._leases = {int(job): int(lease) for job, lease in leases.items()}
+        for job, entry in leases.items():
+            lease, kind = entry if isinstance(entry, list) else (entry, 0)
+            self._leases[int(job)] = int(lease)
+            if kind:
+                self._lease_exits[int(job)] = int(kind)
         for raw in self._load_file("exits.json", []):
             report = json_format.ParseDict(raw, coordinator_pb2.TaskExitedRequest())
             self._exits[exit_key(report)] = report
@@ -117,18 +123,43 @@ class StateStore:
         with self._lock:
             return self._leases.get(job_id)
 
+    def lease_exit(self, job_id: int, lease: int) -> int | None:
+        """How `lease` of the job ended on this node (an ExitKind value), if it has."""
+        with self._lock:
+            if self._leases.get(job_id) != lease:
+                return None
+            return self._lease_exits.get(job_id)
+
     def record_lease(self, job_id: int, lease: int) -> None:
         with self._lock:
             if self._leases.get(job_id, -1) >= lease:
                 return
             self._leases.pop(job_id, None)
             self._leases[job_id] = lease
+            self._lease_exits.pop(job_id, None)
             while len(self._leases) > self.MAX_LEASES:
-                del self._leases[next(iter(self._leases))]
-            write_atomically(
-                self._dir / "leases.json",
-                json.dumps({str(job): lease for job, lease in self._leases.items()}),
-            )
+                oldest = next(iter(self._leases))
+                del self._leases[oldest]
+                self._lease_exits.pop(oldest, None)
+            self._write_leases()
+
+    def record_lease_exit(self, job_id: int, lease: int, kind: int) -> None:
+        with self._lock:
+            if self._leases.get(job_id) != lease:
+                return
+            self._lease_exits[job_id] = kind
+            self._write_leases()
+
+    def _write_leases(self) -> None:
+        write_atomically(
+            self._dir / "leases.json",
+            json.dumps(
+                {
+                    str(job): [lease, self._lease_exits.get(job, 0)]
+                    for job, lease in self._leases.items()
+                }
+            ),
+        )
 
     # -- exit outbox
 

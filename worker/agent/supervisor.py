@@ -135,7 +135,7 @@ class AssignmentRefusedError(Exception):
     """An assignment cannot be applied on this node; the message says why."""
 
 
-def _kind_name(kind: common_pb2.ExitKind) -> str:
+def _kind_name(kind: int) -> str:
     return common_pb2.ExitKind.Name(kind)
 
 
@@ -159,8 +159,6 @@ class Supervisor:
         self._on_exit = on_exit
         self._lock = threading.RLock()
         self._tasks: dict[tuple[int, int], Task] = {}
-        # (job, lease) of tasks that have exited, so a resend is recognized.
-        self._finished: dict[tuple[int, int], common_pb2.ExitKind] = {}
 
     # -- GPUs
 
@@ -198,8 +196,9 @@ class Supervisor:
         key = (a.job_id, a.lease)
         if key in self._tasks:
             return APPLIED, "already running"
-        if key in self._finished:
-            return APPLIED, f"already ran and exited ({_kind_name(self._finished[key])})"
+        exited = self._state.lease_exit(a.job_id, a.lease)
+        if exited is not None:
+            return APPLIED, f"already ran and exited ({_kind_name(exited)})"
         try:
             run_as = self._check_start(a)
         except AssignmentRefusedError as exc:
@@ -223,9 +222,9 @@ class Supervisor:
     def _apply_extend(
         self, a: worker_pb2.TaskAssignment
     ) -> tuple[worker_pb2.AssignmentOutcome, str]:
-        key = (a.job_id, a.lease)
-        if key in self._finished:
-            return APPLIED, f"already exited ({_kind_name(self._finished[key])})"
+        exited = self._state.lease_exit(a.job_id, a.lease)
+        if exited is not None:
+            return APPLIED, f"already exited ({_kind_name(exited)})"
         current = self._current(a.job_id)
         if current is None or current.phase in (Phase.STOPPING, Phase.EXITED):
             return FAILED, f"no running task of job {a.job_id} to extend"
@@ -588,9 +587,7 @@ class Supervisor:
         # Durable before the task is forgotten: a crash now still reports the exit.
         self._state.add_exit(report)
         self._state.remove_running(task.job_id, task.lease)
-        self._finished[task.key] = report.kind
-        while len(self._finished) > 10_000:
-            del self._finished[next(iter(self._finished))]
+        self._state.record_lease_exit(task.job_id, task.lease, report.kind)
         self._on_exit()
 
     # -- progress and status

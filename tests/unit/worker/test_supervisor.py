@@ -319,3 +319,20 @@ def test_stop_assignment_respects_preemptibility(tmp_path: Path) -> None:
     assert rig.supervisor.stop(1) and rig.supervisor.stop(3)
     rig.supervisor.poll()
     assert set(rig.exits()) == {(1, 1), (2, 1), (3, 1)}
+
+
+def test_resent_start_of_an_exited_lease_is_a_no_op_after_a_restart(tmp_path: Path) -> None:
+    """The ledger remembers that a lease ran and exited: a START resent to a restarted
+    agent does not run the job a second time."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(1, 3))
+    rig.launcher.processes[0].exit(0)
+    rig.supervisor.poll()
+    rig.state = StateStore(tmp_path / "state")
+    again = rig.make()
+    result = again.apply(start(1, 3))
+    assert result.outcome == APPLIED
+    assert "already ran and exited (EXIT_KIND_COMPLETED)" in result.message
+    assert len(rig.launcher.processes) == 1
+    assert again.apply(start(1, 4)).outcome == APPLIED
+    assert len(rig.launcher.processes) == 2
