@@ -520,6 +520,7 @@ class WorkerAgent:
                 report.kind = common_pb2.EXIT_KIND_KILLED
                 report.message = "the worker agent restarted while the task ran"
             self._state.add_exit(report)
+            self._state.record_lease_exit(record.job_id, record.lease, report.kind)
             self._state.remove_running(record.job_id, record.lease)
             log.warning("orphan_task_stopped", job=record.job_id, lease=record.lease)
 

@@ -494,6 +494,9 @@ def test_restarted_agent_stops_tasks_its_predecessor_left(
         (report,) = master.exits_for(24)
         assert report.kind == common_pb2.EXIT_KIND_STOPPED, report.message
         assert report.iterations_done > 0
+        (resent,) = apply(stub_for(again), assignment(24, 1, iterations=100_000))
+        assert "already ran and exited" in resent.message
+        assert again.supervisor.running_keys() == []
         assert (
             not Path(f"/proc/{pid}/status").exists()
             or "zombie" in Path(f"/proc/{pid}/status").read_text()
