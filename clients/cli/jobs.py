@@ -567,11 +567,13 @@ def _run_logs(args: argparse.Namespace, ctx: Context) -> int:
             sys.stdout.write(data.decode(errors="replace"))
             sys.stdout.flush()
 
+    received = False
     try:
         with about_job(args.job, "read the logs of"):
             for chunk in ctx.client().stream_logs(
                 args.job, follow=args.follow, tail_lines=args.tail, rank=args.rank
             ):
+                received = received or bool(chunk.data)
                 if not args.label:
                     write(chunk.data)
                     continue
@@ -585,6 +587,8 @@ def _run_logs(args: argparse.Namespace, ctx: Context) -> int:
     for (node, rank), rest in pending.items():
         if rest:
             write(f"[{node} rank {rank}] ".encode() + rest + b"\n")
+    if not received:
+        ctx.note(f"no output from job {args.job} (a job that has not run yet has none)")
     return ExitCode.OK
 
 

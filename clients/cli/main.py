@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.metadata
 import importlib.util
 import sys
 import textwrap
@@ -67,6 +68,13 @@ class HctlArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"error: {message} — see `{self.prog} --help`\n")
         raise SystemExit(ExitCode.USAGE)
+
+
+def client_version() -> str:
+    try:
+        return importlib.metadata.version("hadar")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def load_commands() -> list[Command]:
@@ -134,6 +142,7 @@ def build_parser(
     parser = HctlArgumentParser(
         prog="hctl", description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter
     )
+    parser.add_argument("--version", action="version", version=f"hctl {client_version()}")
     add_global_options(parser, suppress_defaults=False)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for command in load_commands():

@@ -295,6 +295,10 @@ def test_logs_relay_the_workers_output(hctl: Hctl, cluster: Cluster):
     labelled = hctl("logs", str(job), "--label", "--tail", "2").out
     assert labelled == f"[{worker.node} rank 0] epoch 2\n[{worker.node} rank 0] epoch 3\n"
     assert hctl("logs", "9999").code == ExitCode.NOT_FOUND
+    waiting = submit(hctl, "--workload", "resnet", "--iterations", "10", "--gpus", "4")
+    silent = hctl("logs", str(waiting))
+    assert (silent.code, silent.out) == (0, "")
+    assert silent.err == f"no output from job {waiting} (a job that has not run yet has none)\n"
 
 
 def test_a_script_job_and_a_job_file(hctl: Hctl, tmp_path):

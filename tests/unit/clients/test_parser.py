@@ -181,3 +181,11 @@ def test_broken_config_is_a_usage_error(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("HADAR_CONFIG", str(config))
     assert main(["status"]) == ExitCode.USAGE
     assert "unknown key 'mastr'" in capsys.readouterr().err
+
+
+def test_version_names_the_installed_distribution(capsys):
+    """--version prints hctl and the package version, and exits 0."""
+    import importlib.metadata
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"hctl {importlib.metadata.version('hadar')}\n"
