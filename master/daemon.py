@@ -48,11 +48,12 @@ from master.workers import WorkerClients
 from protos.hadar.v1 import coordinator_pb2, coordinator_pb2_grpc, hadar_pb2, hadar_pb2_grpc
 from store import Database, UnitOfWork
 from store.migrate import upgrade
-from store.states import GpuHealth, NodeState
+from store.states import GpuHealth, JobState, NodeState
 
 log = structlog.get_logger(__name__)
 
 VERSION = "0.1.0"
+IDLE_CHECK_INTERVAL_S = 0.5
 SERVICES = (
     hadar_pb2.DESCRIPTOR.services_by_name["Hadar"].full_name,
     coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name,
@@ -117,6 +118,7 @@ class Master:
         self._early_lock = threading.Lock()
         self._rerun = False
         self._round_running = False
+        self._last_full_at = -1e9
         self._started_at = 0.0
         self.port = 0
         self.metrics_port: int | None = None
@@ -136,14 +138,6 @@ class Master:
             self._background,
             self.changes.notify,
         )
-        self.jobs = JobManager(
-            self.tx,
-            self.dispatcher,
-            settings,
-            self._base_model,
-            self.changes.notify,
-            self.request_round,
-        )
         self.registry = Registry(
             self.tx,
             self.dispatcher,
@@ -151,6 +145,15 @@ class Master:
             self.metrics,
             self.changes.notify,
             self.request_round,
+        )
+        self.jobs = JobManager(
+            self.tx,
+            self.dispatcher,
+            settings,
+            self._base_model,
+            self.changes.notify,
+            self.request_round,
+            nodes_version=lambda: self.registry.nodes_version,
         )
         self.rounds = RoundRunner(
             self.tx,
@@ -330,8 +333,12 @@ class Master:
         when = getattr(job, "next_run_time", None) if job is not None else None
         return when if isinstance(when, datetime) else None
 
-    def request_round(self) -> None:
-        """Ask for an early round when GPUs idle while jobs wait (coalesced, debounced)."""
+    def request_round(self, freed: bool = False) -> None:
+        """Ask for an early round when GPUs idle while jobs wait (coalesced, debounced).
+
+        `freed`: GPUs were just released (an exit, a cancellation, a new node), so the
+        previous "no idle GPU" answer no longer holds.
+        """
         if not self.settings.early_rounds or self._scheduler is None or self._stopping:
             return
         with self._early_lock:
@@ -342,7 +349,16 @@ class Master:
             current = self.next_round_at()
             if current is not None and current <= soon:
                 return
-        if not self.tx.read(_idle_gpus_and_waiting_jobs):
+            # The idle check reads every task: a burst of submissions into a full cluster
+            # checks once per interval, not once per submission.
+            now = time.monotonic()
+            if not freed and now - self._last_full_at < IDLE_CHECK_INTERVAL_S:
+                return
+        waiting, idle = self.tx.read(_waiting_jobs_and_idle_gpus)
+        if waiting and not idle:
+            with self._early_lock:
+                self._last_full_at = time.monotonic()
+        if not (waiting and idle):
             return
         try:
             self._scheduler.modify_job("round", next_run_time=soon)
@@ -362,7 +378,7 @@ class Master:
                 self._round_running = False
                 rerun = self._rerun
             if rerun:
-                self.request_round()
+                self.request_round(True)
 
     def _scheduled_node_check(self) -> None:
         try:
@@ -397,13 +413,11 @@ class Master:
         return self.tx.read(read)
 
 
-def _idle_gpus_and_waiting_jobs(uow: UnitOfWork) -> bool:
-    from store.states import JobState
-
+def _waiting_jobs_and_idle_gpus(uow: UnitOfWork) -> tuple[bool, bool]:
     if not uow.jobs.query(states=[JobState.PENDING, JobState.PREEMPTED], limit=1):
-        return False
+        return False, False
     busy = {(t.node, i) for t in uow.tasks.active() for i in t.gpu_indices}
-    return any(
+    return True, any(
         node.state is NodeState.READY
         and gpu.health is GpuHealth.HEALTHY
         and (node.name, gpu.index) not in busy

@@ -24,6 +24,8 @@ from store.states import ExitKind, JobState, NodeState, TaskState, is_terminal
 
 log = structlog.get_logger(__name__)
 
+FACTS_TTL_S = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class Caller:
@@ -65,15 +67,18 @@ class JobManager:
         settings: Settings,
         base_model: ThroughputModel,
         on_change: Callable[[], None],
-        on_capacity: Callable[[], None],
+        on_capacity: Callable[[bool], None],
+        nodes_version: Callable[[], int] = lambda: 0,
     ) -> None:
         self._tx = tx
+        self._nodes_version = nodes_version
+        self._facts_cache: tuple[int, float, ClusterFacts] | None = None
         self._dispatcher = dispatcher
         self._settings = settings
         self._base_model = base_model
         self._on_change = on_change
-        # Called when GPUs may be idle (a submission, an exit): the daemon may start an
-        # early round.
+        # Called when a job waits (False) or GPUs were freed (True): the daemon may start
+        # an early round.
         self._on_capacity = on_capacity
         self._accepting = True
         # Wall time of the last progress report per (job, task, lease), for service.
@@ -96,13 +101,27 @@ class JobManager:
                 gpus[gpu.type] = gpus.get(gpu.type, 0) + 1
         return ClusterFacts(gpus_by_type=gpus, workloads=frozenset(workloads))
 
+    def _facts(self) -> ClusterFacts:
+        """Cluster facts for validation, re-read only when nodes changed (registration,
+        loss, drain) or after a few seconds."""
+        version = self._nodes_version()
+        now = time.monotonic()
+        with self._report_lock:
+            cached = self._facts_cache
+        if cached is not None and cached[0] == version and now - cached[1] < FACTS_TTL_S:
+            return cached[2]
+        facts = self._tx.read(self.cluster_facts)
+        with self._report_lock:
+            self._facts_cache = (version, now, facts)
+        return facts
+
     def submit(
         self, caller: Caller, spec: common_pb2.JobSpec, idempotency_key: str = ""
     ) -> tuple[Job, bool]:
         if not self._accepting:
             raise FailedPreconditionError("the master is shutting down; submit again shortly")
         key = validate_idempotency_key(idempotency_key)
-        facts = self._tx.read(self.cluster_facts)
+        facts = self._facts()
         validated = validate_spec(spec, facts)
         job, created = self._tx.write(
             lambda uow: uow.jobs.add(NewJob(user=caller.user, spec=validated, idempotency_key=key)),
@@ -111,7 +130,7 @@ class JobManager:
         if created:
             log.info("job submitted", job_id=job.id, user=caller.user, name=validated.name)
             self._on_change()
-            self._on_capacity()
+            self._on_capacity(False)
         return job, created
 
     def get(self, job_id: int) -> tuple[Job, list[Task]]:
@@ -143,7 +162,7 @@ class JobManager:
         self._dispatcher.send_stops(orders)
         self._on_change()
         if orders:
-            self._on_capacity()
+            self._on_capacity(True)
         return job
 
     # -- workers ---------------------------------------------------------------------------
@@ -194,7 +213,7 @@ class JobManager:
         self._dispatcher.send_stops(orders)
         if finished:
             self._on_change()
-            self._on_capacity()
+            self._on_capacity(True)
         elif updates:
             self._on_change()
         return flags
@@ -314,7 +333,7 @@ class JobManager:
             self._dispatcher.send_stops(orders)
             self._dispatcher.dispatch_ready_soon()
             self._on_change()
-            self._on_capacity()
+            self._on_capacity(True)
         else:
             log.info("ignored an exit from a stale lease", job_id=report.job_id, lease=report.lease)
         return accepted

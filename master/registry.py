@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -54,7 +56,7 @@ class Registry:
         settings: Settings,
         metrics: MasterMetrics,
         on_change: Callable[[], None],
-        on_capacity: Callable[[], None],
+        on_capacity: Callable[[bool], None],
     ) -> None:
         self._tx = tx
         self._dispatcher = dispatcher
@@ -62,6 +64,15 @@ class Registry:
         self._metrics = metrics
         self._on_change = on_change
         self._on_capacity = on_capacity
+        self._write_every = settings.heartbeat_timeout_s / 4
+        self._last_written: dict[str, float] = {}
+        self._beats_lock = threading.Lock()
+        self.nodes_version = 0
+
+    def _nodes_changed(self, name: str) -> None:
+        with self._beats_lock:
+            self._last_written[name] = time.monotonic()
+            self.nodes_version += 1
 
     def register(self, reg: Registration) -> Reconciliation:
         """Upsert the node; keep the reported tasks the master still wants there, stop the
@@ -109,10 +120,11 @@ class Registry:
             return Reconciliation(tuple(keep), tuple(stop)), orders
 
         result, orders = self._tx.write(change)
+        self._nodes_changed(reg.node)
         self._dispatcher.send_stops(orders)
         self._dispatcher.dispatch_ready_soon()
         self._on_change()
-        self._on_capacity()
+        self._on_capacity(True)
         return result
 
     @staticmethod
@@ -144,13 +156,28 @@ class Registry:
         self, node: str, tasks: Sequence[ReportedTask], gpus: Sequence[Gpu]
     ) -> tuple[bool, list[ReportedTask]]:
         """(re-register?, tasks to stop). Heartbeats change no job, so they do not wait for
-        the job lock."""
+        the job lock.
+
+        The heartbeat time is written at most every quarter of the timeout (or when a GPU's
+        health changes): hundreds of workers would otherwise turn into hundreds of writes a
+        second. A node is therefore declared lost between 1 and 1.25 timeouts after its
+        last heartbeat.
+        """
         now = datetime.now(UTC)
+        wall = time.monotonic()
+        with self._beats_lock:
+            due = wall - self._last_written.get(node, -1e9) >= self._write_every
 
         def change(uow: UnitOfWork) -> tuple[bool, list[ReportedTask]]:
-            known = uow.nodes.heartbeat(node, now=now, gpus=gpus)
-            if known is None:
+            known = uow.nodes.find(node)
+            if known is None or known.state is NodeState.UNREACHABLE:
                 return True, []
+            health = {g.index: g.health for g in known.gpus}
+            changed = any(g.index in health and health[g.index] is not g.health for g in gpus)
+            if due or changed:
+                uow.nodes.heartbeat(node, now=now, gpus=gpus)
+                with self._beats_lock:
+                    self._last_written[node] = wall
             stop: list[ReportedTask] = []
             for item in tasks:
                 task = uow.tasks.find(item.job_id, item.task_index, item.lease)
@@ -188,12 +215,13 @@ class Registry:
 
         lost, orders = self._tx.write(change)
         for name in lost:
+            self._nodes_changed(name)
             self._metrics.lost_nodes.inc()
             log.warning("node lost", node=name, timeout_s=self._settings.heartbeat_timeout_s)
         self._dispatcher.send_stops(orders)
         if lost:
             self._on_change()
-            self._on_capacity()
+            self._on_capacity(True)
         return lost
 
     def drain(self, name: str, reason: str) -> Node:
@@ -208,6 +236,7 @@ class Registry:
             return uow.nodes.set_state(name, state, reason or "drained by an admin")
 
         node = self._tx.write(change)
+        self._nodes_changed(name)
         log.info("node drained", node=name, state=node.state.value, reason=reason)
         self._on_change()
         return node
@@ -224,9 +253,10 @@ class Registry:
             return uow.nodes.set_state(name, NodeState.READY, "")
 
         node = self._tx.write(change)
+        self._nodes_changed(name)
         log.info("node resumed", node=name)
         self._on_change()
-        self._on_capacity()
+        self._on_capacity(True)
         return node
 
     def nodes(self) -> tuple[list[Node], list[Task]]:

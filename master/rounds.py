@@ -139,7 +139,9 @@ class RoundRunner:
         inp = self._tx.read(
             lambda uow: read_round_input(uow, self._base_model, self._settings.round_seconds)
         )
+        read_s = time.monotonic() - started
         plan = self._plan(inp, now)
+        plan_s = time.monotonic() - started - read_s
         actions = diff(
             inp.current,
             plan,
@@ -149,6 +151,7 @@ class RoundRunner:
         number, outgoing, orders, changed = self._tx.write(
             lambda uow: self._persist(uow, inp, plan, actions, now)
         )
+        persist_s = time.monotonic() - started - read_s - plan_s
         self._on_change()
         self._dispatcher.send_stops(orders)
         failures = self._dispatcher.send(number, outgoing) if outgoing else 0
@@ -179,6 +182,10 @@ class RoundRunner:
             jobs=len(inp.jobs),
             dispatch_failures=failures,
             duration_s=round(duration, 4),
+            read_s=round(read_s, 4),
+            plan_s=round(plan_s, 4),
+            persist_s=round(persist_s, 4),
+            push_s=round(duration - read_s - plan_s - persist_s, 4),
         )
         return result
 
@@ -208,6 +215,12 @@ class RoundRunner:
         now: datetime,
     ) -> tuple[int, list[Outgoing], list[StopOrder], int]:
         changes = [a for a in actions if a.kind is not ActionKind.EXTEND]
+        # Read everything first: on SQLite the first write takes the database's write lock,
+        # which heartbeats and submissions then wait for until this transaction commits.
+        jobs_now = uow.jobs.get_many(list(inp.jobs))
+        active: defaultdict[int, list[Task]] = defaultdict(list)
+        for task in uow.tasks.active():
+            active[task.job_id].append(task)
         record = uow.rounds.add(
             policy=self._policy.name,
             started_at=now,
@@ -223,16 +236,19 @@ class RoundRunner:
         number = record.number
         outgoing: list[Outgoing] = []
         orders: list[StopOrder] = []
+        placements = sum(1 for a in changes if a.kind is not ActionKind.STOP)
+        next_lease = uow.next_lease(placements) if placements else 0
+        new_tasks: list[NewTask] = []
         for action in actions:
             # The job may have changed since the snapshot (finished, cancelled, failed):
             # decisions about it are dropped, the next round sees the new state.
-            job = uow.jobs.find(action.job_id)
+            job = jobs_now.get(action.job_id)
             if job is None or is_terminal(job.state):
                 continue
             snap_job = inp.jobs.get(action.job_id)
             if snap_job is not None and job.state is not snap_job.state:
                 continue
-            tasks = uow.tasks.active_for_job(job.id)
+            tasks = active.get(job.id, [])
             reason = action.reason
             if action.kind is ActionKind.EXTEND:
                 for task in tasks:
@@ -254,12 +270,16 @@ class RoundRunner:
                     round=number,
                     count_preemption=True,
                     at=now,
+                    flush=False,
                 )
                 continue
             assert action.allocation is not None
             if action.kind in (ActionKind.MIGRATE, ActionKind.RESIZE):
                 outgoing.extend(self._stop_tasks(uow, tasks, number))
-            self._place(uow, inp.snapshot, job.id, action.allocation, number)
+            new_tasks.extend(
+                self._place(inp.snapshot, job.id, action.allocation, number, next_lease)
+            )
+            next_lease += 1
             where = ", ".join(
                 f"{node}:{len(action.allocation.slots_on(node))}"
                 for node in action.allocation.nodes
@@ -272,6 +292,7 @@ class RoundRunner:
                     reason=f"placed on {where} in round {number}",
                     round=number,
                     at=now,
+                    flush=False,
                 )
             else:
                 uow.jobs.note(
@@ -282,16 +303,19 @@ class RoundRunner:
                     round=number,
                     at=now,
                     count_migration=action.kind is ActionKind.MIGRATE,
+                    flush=False,
                 )
+        uow.tasks.add_many(new_tasks)
         # Why each job that got nothing waits.
         for job_id, job in inp.jobs.items():
             if job_id in plan.allocations or job.state is JobState.RUNNING:
                 continue
             waiting = plan.reason(job_id) or "waiting: not chosen by the policy this round"
-            current = uow.jobs.find(job_id)
-            if current is not None and current.state is job.state:
-                uow.jobs.set_waiting_reason(job_id, waiting)
-        self._finish_drains(uow, inp)
+            current = jobs_now.get(job_id)
+            if current is not None and current.state is job.state and current.reason != waiting:
+                uow.jobs.set_waiting_reason(job_id, waiting, flush=False)
+        if any(n.state is NodeState.DRAINING for n in inp.nodes.values()):
+            self._finish_drains(uow, inp)
         return number, outgoing, orders, len(changes)
 
     def _stop_tasks(self, uow: UnitOfWork, tasks: list[Task], number: int) -> list[Outgoing]:
@@ -306,30 +330,31 @@ class RoundRunner:
             out.append(Outgoing(task.node, task.id, self._dispatcher.stop(task, number)))
         return out
 
+    @staticmethod
     def _place(
-        self, uow: UnitOfWork, snapshot: Snapshot, job_id: int, alloc: Allocation, number: int
-    ) -> None:
-        lease = uow.next_lease()
-        for index, (copy_index, node, gpu_type, indices, shares, rank) in enumerate(
-            split_tasks(alloc, snapshot)
-        ):
-            uow.tasks.add(
-                NewTask(
-                    job_id=job_id,
-                    task_index=index,
-                    node=node,
-                    lease=lease,
-                    gpu_indices=tuple(indices),
-                    gpu_type=gpu_type,
-                    rank_offset=rank,
-                    local_batch_sizes=tuple(shares),
-                    accumulation_steps=alloc.accumulation_steps,
-                    num_copies=alloc.num_copies,
-                    copy_index=copy_index,
-                    shared_with_job_id=alloc.shared_with or 0,
-                    round=number,
-                )
+        snapshot: Snapshot, job_id: int, alloc: Allocation, number: int, lease: int
+    ) -> list[NewTask]:
+        """The tasks of one placement, all under one fresh fencing token."""
+        return [
+            NewTask(
+                job_id=job_id,
+                task_index=index,
+                node=node,
+                lease=lease,
+                gpu_indices=tuple(indices),
+                gpu_type=gpu_type,
+                rank_offset=rank,
+                local_batch_sizes=tuple(shares),
+                accumulation_steps=alloc.accumulation_steps,
+                num_copies=alloc.num_copies,
+                copy_index=copy_index,
+                shared_with_job_id=alloc.shared_with or 0,
+                round=number,
             )
+            for index, (copy_index, node, gpu_type, indices, shares, rank) in enumerate(
+                split_tasks(alloc, snapshot)
+            )
+        ]
 
     @staticmethod
     def _finish_drains(uow: UnitOfWork, inp: RoundInput) -> None:

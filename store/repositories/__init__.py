@@ -37,6 +37,7 @@ class UnitOfWork:
         self.tokens = TokenRepository(session)
         self.counters = CounterRepository(session)
 
-    def next_lease(self) -> int:
-        """A new fencing token; strictly greater than every token handed out before."""
-        return self.counters.next(LEASE)
+    def next_lease(self, count: int = 1) -> int:
+        """A new fencing token (the first of `count` consecutive ones); strictly greater than
+        every token handed out before."""
+        return self.counters.next(LEASE, count)

@@ -147,11 +147,14 @@ class JobRepository:
         count_retry: bool = False,
         count_preemption: bool = False,
         count_migration: bool = False,
+        flush: bool = True,
     ) -> Job:
         """The one way a job changes state: validates it, stores the event, returns the job.
 
         Raises InvalidTransitionError for a move the job life does not allow, and
-        ConflictError when `expected_version` is given and the job changed since.
+        ConflictError when `expected_version` is given and the job changed since (at once,
+        or at commit with `flush=False`, which batches many changes into one flush; the
+        returned version is then the one before the write).
         """
         row = self._row(job_id, expected_version)
         from_state = JobState(row.state)
@@ -173,7 +176,8 @@ class JobRepository:
         if count_migration:
             row.migrations += 1
         self._add_event(row.id, when, from_state, to_state, kind, reason, round)
-        self._flush(job_id)
+        if flush:
+            self._flush(job_id)
         return convert.job(row)
 
     def note(
@@ -186,6 +190,7 @@ class JobRepository:
         at: datetime | None = None,
         set_reason: bool = True,
         count_migration: bool = False,
+        flush: bool = True,
     ) -> Job:
         """Record an event that does not change the state (extended, waiting, migrated)."""
         row = self._row(job_id)
@@ -195,15 +200,17 @@ class JobRepository:
         if count_migration:
             row.migrations += 1
         self._add_event(row.id, at or utcnow(), state, state, kind, reason, round)
-        self._flush(job_id)
+        if flush:
+            self._flush(job_id)
         return convert.job(row)
 
-    def set_waiting_reason(self, job_id: int, reason: str) -> Job:
+    def set_waiting_reason(self, job_id: int, reason: str, *, flush: bool = True) -> Job:
         """Update why a job waits without an event (rounds refresh it every time)."""
         row = self._row(job_id)
         if row.reason != reason:
             row.reason = reason
-            self._flush(job_id)
+            if flush:
+                self._flush(job_id)
         return convert.job(row)
 
     def record_progress(

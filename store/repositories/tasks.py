@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from store.domain import NewTask, Task
@@ -19,15 +20,36 @@ _FINISHED = [s.value for s in FINISHED_TASK_STATES]
 class TaskRepository:
     def __init__(self, session: Session) -> None:
         self._session = session
+        # Rows read in this unit of work stay referenced (the identity map holds them
+        # weakly), so changing a task read moments ago costs no second SELECT.
+        self._seen: dict[int, TaskRow] = {}
+
+    def _keep(self, row: TaskRow) -> TaskRow:
+        self._seen[row.id] = row
+        return row
 
     def _row(self, task_id: int) -> TaskRow:
         row = self._session.get(TaskRow, task_id)
         if row is None:
             raise NotFoundError("task", task_id)
-        return row
+        return self._keep(row)
+
+    def _many(self, query: Select[TaskRow]) -> list[Task]:
+        return [convert.task(self._keep(row)) for row in self._session.scalars(query)]
 
     def add(self, new: NewTask, *, now: datetime | None = None) -> Task:
-        row = TaskRow(
+        row = self._new_row(new, now)
+        self._session.add(row)
+        self._session.flush()
+        return convert.task(row)
+
+    def add_many(self, new: Sequence[NewTask], *, now: datetime | None = None) -> None:
+        """Insert many tasks in one statement batch (no ids returned)."""
+        self._session.add_all([self._new_row(n, now) for n in new])
+
+    @staticmethod
+    def _new_row(new: NewTask, now: datetime | None) -> TaskRow:
+        return TaskRow(
             job_id=new.job_id,
             task_index=new.task_index,
             node_name=new.node,
@@ -45,9 +67,6 @@ class TaskRepository:
             iteration_budget=new.iteration_budget,
             created_at=now or utcnow(),
         )
-        self._session.add(row)
-        self._session.flush()
-        return convert.task(row)
 
     def get(self, task_id: int) -> Task:
         return convert.task(self._row(task_id))
@@ -57,7 +76,7 @@ class TaskRepository:
             TaskRow.job_id == job_id, TaskRow.task_index == task_index, TaskRow.lease == lease
         )
         row = self._session.scalars(query).one_or_none()
-        return convert.task(row) if row is not None else None
+        return convert.task(self._keep(row)) if row is not None else None
 
     def active(self) -> list[Task]:
         """Tasks that hold GPUs now, ordered by job and index."""
@@ -66,7 +85,7 @@ class TaskRepository:
             .where(TaskRow.state.not_in(_FINISHED))
             .order_by(TaskRow.job_id, TaskRow.task_index)
         )
-        return [convert.task(row) for row in self._session.scalars(query)]
+        return self._many(query)
 
     def active_for_job(self, job_id: int) -> list[Task]:
         query = (
@@ -74,7 +93,7 @@ class TaskRepository:
             .where(TaskRow.job_id == job_id, TaskRow.state.not_in(_FINISHED))
             .order_by(TaskRow.task_index)
         )
-        return [convert.task(row) for row in self._session.scalars(query)]
+        return self._many(query)
 
     def active_on_node(self, node: str) -> list[Task]:
         query = (
@@ -82,12 +101,12 @@ class TaskRepository:
             .where(TaskRow.node_name == node, TaskRow.state.not_in(_FINISHED))
             .order_by(TaskRow.job_id, TaskRow.task_index)
         )
-        return [convert.task(row) for row in self._session.scalars(query)]
+        return self._many(query)
 
     def for_job(self, job_id: int) -> list[Task]:
         """Every task the job ever had, oldest lease first."""
         query = select(TaskRow).where(TaskRow.job_id == job_id).order_by(TaskRow.id)
-        return [convert.task(row) for row in self._session.scalars(query)]
+        return self._many(query)
 
     def latest_lease(self, job_id: int) -> int:
         value = self._session.execute(
@@ -115,7 +134,8 @@ class TaskRepository:
             row.exit_kind = exit_kind.value
         if exit_code is not None:
             row.exit_code = exit_code
-        self._session.flush()
+        # No flush: the session flushes before its next query and at commit, so a round
+        # that changes hundreds of tasks sends them in one batch.
         return convert.task(row)
 
     def extend(self, task_id: int, *, round: int, iteration_budget: int) -> Task:
@@ -123,5 +143,4 @@ class TaskRepository:
         row = self._row(task_id)
         row.round = round
         row.iteration_budget = iteration_budget
-        self._session.flush()
         return convert.task(row)
