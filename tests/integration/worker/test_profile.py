@@ -43,3 +43,10 @@ def test_profile_reports_each_fake_gpu_type(capsys: pytest.CaptureFixture[str]) 
         assert ratio == pytest.approx(0.25)
     finally:
         master.stop()
+
+
+def test_profile_dry_run_rejects_unknown_workloads(capsys: pytest.CaptureFixture[str]) -> None:
+    """`profile` names an unknown workload instead of measuring anything."""
+    code = main(["profile", "--fake-gpus", "v100:1", "--workloads", "nope", "--dry-run"])
+    assert code == 2
+    assert "unknown workload 'nope'" in capsys.readouterr().err

@@ -26,10 +26,3 @@ def test_bad_fake_spec_and_missing_master_exit_2(capsys: pytest.CaptureFixture[s
     assert "bad fake GPU entry 'v100:x'" in capsys.readouterr().err
     assert main(["run", "--fake-gpus", "v100:1", "--state-dir", "/tmp/unused"]) == 2
     assert "master: required" in capsys.readouterr().err
-
-
-def test_profile_dry_run_rejects_unknown_workloads(capsys: pytest.CaptureFixture[str]) -> None:
-    """`profile` names an unknown workload instead of measuring anything."""
-    code = main(["profile", "--fake-gpus", "v100:1", "--workloads", "nope", "--dry-run"])
-    assert code == 2
-    assert "unknown workload 'nope'" in capsys.readouterr().err
