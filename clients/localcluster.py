@@ -92,6 +92,7 @@ class ClusterRecord:
     policy: str = ""
     round_seconds: float = 0.0
     started_at: float = 0.0
+    master_settings: dict[str, str] = field(default_factory=dict)
 
     @property
     def master_address(self) -> str:
@@ -110,6 +111,7 @@ class ClusterRecord:
             policy=raw.get("policy", ""),
             round_seconds=float(raw.get("round_seconds", 0.0)),
             started_at=float(raw.get("started_at", 0.0)),
+            master_settings=dict(raw.get("master_settings", {})),
         )
 
 
@@ -146,6 +148,22 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise LocalClusterError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name in parentheses may hold spaces; the ppid follows the last ')'.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == pid:
+            out.append(int(entry.name))
+    return out
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -215,7 +233,13 @@ class LocalCluster:
             )
         return ProcessRecord(name=name, pid=proc.pid, log=str(log), address="")
 
-    def start_master(self, port: int, policy: str, round_seconds: float) -> ProcessRecord:
+    def start_master(
+        self,
+        port: int,
+        policy: str,
+        round_seconds: float,
+        settings: Mapping[str, str] | None = None,
+    ) -> ProcessRecord:
         address = f"127.0.0.1:{port}"
         argv = [
             sys.executable,
@@ -240,6 +264,7 @@ class LocalCluster:
                 "HADAR_HEARTBEAT_INTERVAL_S": "1",
                 "HADAR_HEARTBEAT_TIMEOUT_S": "6",
                 "HADAR_GRACE_S": "10",
+                **(settings or {}),
             }
         )
         record = self._spawn("master", argv, env)
@@ -290,11 +315,13 @@ class LocalCluster:
         round_seconds: float = 10.0,
         port: int = 0,
         timeout: float = 90.0,
+        master_settings: Mapping[str, str] | None = None,
     ) -> ClusterRecord:
         """Start a master and the workers, and wait until every node is registered and READY.
 
         On failure everything started is stopped again and the error quotes the log of the
-        process that failed.
+        process that failed. ``master_settings`` are extra HADAR_* variables for the master
+        (its settings from the environment), e.g. ``{"HADAR_MAX_RETRIES": "1"}``.
         """
         existing = self.record()
         if existing is not None and self._alive(existing):
@@ -304,13 +331,14 @@ class LocalCluster:
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "checkpoints").mkdir(exist_ok=True)
-        master = self.start_master(port or free_port(), policy, round_seconds)
+        master = self.start_master(port or free_port(), policy, round_seconds, master_settings)
         record = ClusterRecord(
             state_dir=str(self.state_dir),
             master=master,
             policy=policy,
             round_seconds=round_seconds,
             started_at=time.time(),
+            master_settings=dict(master_settings or {}),
         )
         self._save(record)
         try:
@@ -328,7 +356,9 @@ class LocalCluster:
         """Start the master again on the same address and database (after a crash)."""
         record = self._require()
         port = int(record.master.address.rsplit(":", 1)[1])
-        record.master = self.start_master(port, record.policy, record.round_seconds)
+        record.master = self.start_master(
+            port, record.policy, record.round_seconds, record.master_settings
+        )
         self._save(record)
         self._wait_master(record, timeout)
         return record.master
@@ -395,18 +425,42 @@ class LocalCluster:
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, sig)
 
-    def marked_processes(self) -> Iterator[int]:
-        """Pids of every process, job processes included, that belongs to this cluster."""
-        marker = f"{MARKER_ENV}={self.state_dir}".encode()
+    def crash(self, name: str) -> None:
+        """SIGKILL a worker and every process it started, as if its machine died."""
+        victims = [self.worker(name).pid]
+        for pid in victims:  # grows while we walk it: descendants of descendants
+            victims.extend(_children(pid))
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def job_processes(self) -> dict[int, set[int]]:
+        """Job id -> the leases its live processes run under (more than one: running twice)."""
+        leases: dict[int, set[int]] = {}
+        for _pid, environ in self._marked():
+            job = environ.get(b"HADAR_JOB_ID")
+            lease = environ.get(b"HADAR_LEASE")
+            if job is not None and lease is not None:
+                leases.setdefault(int(job), set()).add(int(lease))
+        return leases
+
+    def _marked(self) -> Iterator[tuple[int, dict[bytes, bytes]]]:
+        marker = str(self.state_dir).encode()
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
-                environ = (entry / "environ").read_bytes()
+                raw = (entry / "environ").read_bytes()
             except OSError:
                 continue
-            if marker in environ.split(b"\0"):
-                yield int(entry.name)
+            environ = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+            if environ.get(MARKER_ENV.encode()) == marker:
+                yield int(entry.name), environ
+
+    def marked_processes(self) -> Iterator[int]:
+        """Pids of every process, job processes included, that belongs to this cluster."""
+        for pid, _ in self._marked():
+            yield pid
 
     def down(self, timeout: float = 20.0) -> int:
         """Stop the workers, the master and any job process left; return how many were stopped.

@@ -1,0 +1,179 @@
+"""A real cluster on one machine: master and worker processes, real PyTorch training on CPU.
+
+Each test starts its own local cluster (`hctl local up` underneath) with short rounds.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+
+from clients.types import JobSpec, JobState, Program
+from tests.e2e.conftest import Cluster, TwiceWatcher, wait_for
+
+pytestmark = pytest.mark.e2e
+
+DONE = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+
+
+def test_every_builtin_workload_completes_with_exactly_its_iterations(
+    start_cluster: Callable[..., Cluster],
+) -> None:
+    """One job per built-in workload runs to COMPLETED with iterations_done == iterations."""
+    cluster = start_cluster("v100:2;k80:2")
+    workloads = sorted(w.name for w in cluster.client.list_workloads())
+    assert {"resnet", "lstm", "transformer", "recommendation"} <= set(workloads)
+    jobs = {name: cluster.submit(name, iterations=25) for name in workloads}
+    for name, job_id in jobs.items():
+        job = cluster.wait_state(job_id, DONE, timeout=240)
+        assert job.state == JobState.COMPLETED, f"{name}: {job.state} {job.reason}"
+        assert job.iterations_done == 25, name
+
+
+def test_a_killed_workers_job_resumes_elsewhere_from_its_checkpoint(
+    start_cluster: Callable[..., Cluster],
+) -> None:
+    """SIGKILL a worker (and its job processes, as if its machine died): the job is
+    preempted, placed on the other worker, resumes from its last checkpoint (losing at most
+    one checkpoint interval) and completes with exactly its iterations."""
+    cluster = start_cluster("v100:1;v100:1")
+    job_id = cluster.submit("recommendation", iterations=400)
+    before = {}
+
+    def checkpointed() -> bool:
+        job = cluster.job(job_id)
+        before["job"] = job
+        return job.state == JobState.RUNNING and job.checkpoint_iterations > 0
+
+    wait_for(checkpointed, 180, "a first checkpoint")
+    victim = before["job"].tasks[0].node
+    saved = before["job"].checkpoint_iterations
+    cluster.local.crash(victim)
+
+    lowest_after_move: list[int] = []
+
+    def moved() -> bool:
+        job = cluster.job(job_id)
+        if job.tasks and job.tasks[0].node != victim and job.state == JobState.RUNNING:
+            lowest_after_move.append(job.iterations_done)
+            return True
+        return job.state in DONE
+
+    wait_for(moved, 120, "the job to move to the surviving worker")
+    job = cluster.wait_state(job_id, DONE, timeout=240)
+    assert job.state == JobState.COMPLETED, job.reason
+    assert job.iterations_done == 400
+    assert not lowest_after_move or lowest_after_move[0] >= saved
+    events = cluster.client.describe_job(job_id).events
+    assert any(victim in e.reason and e.to_state == JobState.PREEMPTED for e in events), [
+        (e.kind, e.reason) for e in events
+    ]
+
+
+def test_a_master_killed_and_restarted_loses_and_duplicates_nothing(
+    start_cluster: Callable[..., Cluster],
+) -> None:
+    """SIGKILL the master while jobs run and start it again on the same database: every job
+    completes, and no job ever runs under two leases at once."""
+    cluster = start_cluster("v100:2;k80:2")
+    with TwiceWatcher(cluster.local) as watcher:
+        ids = [
+            cluster.submit("recommendation", iterations=150),
+            cluster.submit("lstm", iterations=60),
+            cluster.submit("resnet", iterations=40),
+        ]
+        wait_for(
+            lambda: all(cluster.job(i).state == JobState.RUNNING for i in ids),
+            120,
+            "all jobs to run",
+        )
+        cluster.local.kill("master", signal.SIGKILL)
+        time.sleep(1.0)  # let the workers notice the master is gone
+        cluster.local.restart_master()
+        cluster.reconnect()
+        for job_id in ids:
+            job = cluster.wait_state(job_id, DONE, timeout=240)
+            assert job.state == JobState.COMPLETED, job.reason
+            assert job.iterations_done == job.spec.iterations
+    assert watcher.samples > 10
+    assert watcher.violations == []
+    assert len(cluster.client.list_jobs()) == 3
+
+
+def test_a_partitioned_worker_is_fenced_and_its_stale_task_stopped_on_return(
+    start_cluster: Callable[..., Cluster],
+) -> None:
+    """Freeze a worker agent (its job keeps running, its heartbeats stop): the master fences
+    the job and places it on the other worker; when the agent comes back its stale task is
+    stopped, and the job completes with exactly its iterations."""
+    cluster = start_cluster("v100:1;v100:1")
+    job_id = cluster.submit("recommendation", iterations=500)
+    job = cluster.wait_state(job_id, {JobState.RUNNING}, timeout=120)
+    wait_for(lambda: job_id in cluster.local.job_processes(), 60, "the job's processes")
+    victim = job.tasks[0].node
+    old_lease = job.tasks[0].lease
+    agent = cluster.local.worker(victim)
+    cluster.local.kill(victim, signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: any(
+                t.node != victim and t.lease > old_lease for t in cluster.job(job_id).tasks
+            ),
+            90,
+            "the job to be placed on the other worker",
+        )
+    finally:
+        cluster.local.kill(victim, signal.SIGCONT)
+    assert agent.pid
+    wait_for(
+        lambda: old_lease not in cluster.local.job_processes().get(job_id, set()),
+        60,
+        "the stale task to be stopped",
+    )
+    with TwiceWatcher(cluster.local) as watcher:
+        job = cluster.wait_state(job_id, DONE, timeout=240)
+    assert job.state == JobState.COMPLETED, job.reason
+    assert job.iterations_done == 500
+    assert watcher.violations == []
+
+
+def test_cancel_ends_a_running_jobs_processes_within_ten_seconds(
+    start_cluster: Callable[..., Cluster],
+) -> None:
+    """`hctl cancel` on a running job: CANCELLED, and its processes are gone within 10 s."""
+    cluster = start_cluster("v100:1")
+    job_id = cluster.submit("lstm", iterations=100_000)
+    cluster.wait_state(job_id, {JobState.RUNNING}, timeout=120)
+    wait_for(lambda: job_id in cluster.local.job_processes(), 60, "the job's processes")
+    started = time.monotonic()
+    result = cluster.hctl("cancel", str(job_id))
+    assert result.returncode == 0, result.stderr
+    wait_for(lambda: job_id not in cluster.local.job_processes(), 10, "the processes to end")
+    assert time.monotonic() - started <= 10
+    assert cluster.job(job_id).state == JobState.CANCELLED
+
+
+def test_a_failing_command_is_retried_then_failed_with_its_exit_code(
+    start_cluster: Callable[..., Cluster],
+) -> None:
+    """An opaque command exiting 3 is retried once (max_retries=1), then FAILED; `hctl show`
+    names exit code 3."""
+    cluster = start_cluster("v100:1", settings={"HADAR_MAX_RETRIES": "1"})
+    spec = JobSpec(
+        name="fails",
+        program=Program.command(["python3", "-c", "import sys; print('boom'); sys.exit(3)"]),
+        iterations=1,
+    )
+    job_id = cluster.submit_spec(spec)
+    job = cluster.wait_state(job_id, DONE, timeout=120)
+    assert job.state == JobState.FAILED, job.reason
+    assert job.retries == 1
+    assert job.exit_code == 3
+    shown = cluster.hctl("show", str(job_id))
+    assert shown.returncode == 0, shown.stderr
+    assert "exit code 3" in shown.stdout, shown.stdout
+    events = cluster.client.describe_job(job_id).events
+    assert sum(e.kind == "retried" for e in events) == 1, [(e.kind, e.reason) for e in events]
