@@ -117,8 +117,11 @@ class Step:
     def _backward(self, micro: MicroBatch, loss: torch.Tensor) -> None:
         run = self.run
         self._last_backward_at = run._clock()
-        torch.autograd.backward(loss * (micro.size * run._loss_scale))
-        weighted = loss.detach() * (micro.size / run.local_batch_size)
+        scale = micro.size * run._loss_scale
+        # A single process on the whole batch scales by exactly 1: skip the multiply.
+        torch.autograd.backward(loss if scale == 1.0 else loss * scale)
+        share = micro.size / run.local_batch_size
+        weighted = loss.detach() if share == 1.0 else loss.detach() * share
         self._loss_sum = weighted if self._loss_sum is None else self._loss_sum + weighted
 
 
@@ -147,6 +150,19 @@ class TrainingRun:
         self._stop_requested = False
         self.exit_reason: ExitReason | None = None
 
+        # Installed first: a stop that arrives while resuming or meeting peers is honoured
+        # after the first iteration instead of killing the process without a checkpoint.
+        self._previous_handlers = self._install_signal_handlers()
+        try:
+            self._setup(model, sleep)
+        except BaseException:
+            self._restore_signal_handlers(self._previous_handlers)
+            if hasattr(self, "context"):
+                self.context.shutdown()
+            raise
+
+    def _setup(self, model: nn.Module, sleep: Callable[[float], None]) -> None:
+        settings = self.settings
         if settings.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True)
@@ -253,11 +269,11 @@ class TrainingRun:
 
     # The loop.
     def steps(self) -> Iterator[Step]:
-        previous = self._install_signal_handlers()
         try:
             yield from self._loop()
         finally:
-            self._restore_signal_handlers(previous)
+            self._restore_signal_handlers(self._previous_handlers)
+            self._previous_handlers = {}
             self._progress.close()
             self.context.shutdown()
 
@@ -353,15 +369,17 @@ class TrainingRun:
             reason = "stopped"
         self.exit_reason = reason
         now = self._clock()
-        if self.iterations_done != self.checkpoint_iterations or self._store is None:
+        if self._store is not None and self.iterations_done != self.checkpoint_iterations:
             self._checkpoint(now)
         self._report("exit", now, exit_reason=reason)
         log.info("lease ended (%s) at %d iterations", reason, self.iterations_done)
 
     # Checkpoints.
     def _checkpoint(self, now: float) -> None:
+        if self._store is None:
+            return
         states = self.context.all_gather_world(rng.capture_rng())
-        if self._store is not None and self.context.rank == 0:
+        if self.context.rank == 0:
             state = {
                 "format": CHECKPOINT_FORMAT,
                 "job_id": self.settings.job_id,
@@ -379,8 +397,7 @@ class TrainingRun:
             }
             self._store.save(self.iterations_done, state)
         self.context.barrier()
-        if self._store is not None:
-            self.checkpoint_iterations = self.iterations_done
+        self.checkpoint_iterations = self.iterations_done
         self._last_checkpoint_at = self._clock()
         self._report("checkpoint", now)
 

@@ -140,8 +140,10 @@ def test_corrupt_newest_checkpoint_falls_back_and_still_matches(tmp_path: Path) 
 def test_missing_checkpoint_for_a_job_with_progress_is_an_error(tmp_path: Path) -> None:
     """The master says work was done but no checkpoint exists: refuse instead of restarting."""
     env = _env(tmp_path, "j", **{contract.ITERATIONS_DONE: "40"})
+    handler = signal.getsignal(signal.SIGTERM)
     with pytest.raises(CheckpointError, match="40 iterations done but no readable checkpoint"):
         train_managed("recommendation", env)
+    assert signal.getsignal(signal.SIGTERM) is handler
 
 
 class _Clock:
