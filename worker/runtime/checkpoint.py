@@ -1,6 +1,7 @@
 """Atomic, self-verifying checkpoint files for one job.
 
-Layout: ``<root>/job-<id>/ckpt-<iterations>.pt``; the two newest are kept. Each file is a
+Layout: ``<root>/job-<id>/ckpt-<iterations>.pt`` (``<root>`` may already be ``.../job-<id>``);
+the two newest are kept. Each file is a
 ``torch.save`` payload followed by a trailer (magic + SHA-256 of the payload), written to a
 temporary name, fsynced, renamed into place and the directory fsynced, so a reader sees either
 a complete file or none. A file whose trailer is missing or whose digest does not match (torn
@@ -56,7 +57,10 @@ class _HashingWriter(io.RawIOBase):
 
 
 def job_directory(root: Path, job_id: str) -> Path:
-    return root / f"job-{job_id}"
+    """``root/job-<id>``, or ``root`` itself when it is already that job's directory (an agent
+    may hand out a per-job directory or the cluster's root; both give the same layout)."""
+    name = f"job-{job_id}"
+    return root if root.name == name else root / name
 
 
 class CheckpointStore:

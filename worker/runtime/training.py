@@ -469,7 +469,10 @@ class TrainingRun:
             )
         self.rank_span: Span = rank_spans(sizes)[context.copy_rank]
         self.local_batch_size = self.rank_span.size
-        self.micro_spans = micro_spans(self.rank_span, settings.accumulation_steps)
+        try:
+            self.micro_spans = micro_spans(self.rank_span, settings.accumulation_steps)
+        except ValueError as error:
+            raise ContractError(f"HADAR_ACCUMULATION_STEPS: {error}") from None
         # Sum over ranks of (micro size * scale * mean loss) must be the global-batch mean;
         # DDP divides the summed gradient by its world size, so pre-multiply by it.
         world = context.copy_size if self.ddp is not None else 1

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from worker.runtime import contract
 from worker.runtime.rng import derive_seed
+from worker.runtime.settings import RuntimeSettings
 from worker.runtime.training import TrainingRun
 from worker.workloads.registry import Workload, get_workload
 from worker.workloads.synthetic import synthetic_batch
@@ -32,17 +32,13 @@ def train_managed(
 ) -> TrainingRun:
     """Trains workload ``name`` under the runtime helper, configured by ``env``."""
     workload = get_workload(name)
-    env = os.environ if env is None else env
-    seed = int(env.get(contract.SEED, "0") or 0)
-    model, optimizer = build(workload, seed)
-    run = TrainingRun.from_env(
-        model,
-        optimizer,
+    settings = RuntimeSettings.from_env(
+        os.environ if env is None else env,
         default_batch_size=workload.default_batch_size,
         default_iterations=default_iterations,
-        env=env,
-        handle_signals=handle_signals,
     )
+    model, optimizer = build(workload, settings.seed)
+    run = TrainingRun(model, optimizer, settings, handle_signals=handle_signals)
     for step in run.steps():
         for micro in step.micro_batches():
             batch = synthetic_batch(

@@ -89,3 +89,10 @@ def test_payloads_load_without_running_code(tmp_path: Path) -> None:
 
 def test_missing_directory_means_no_checkpoint(tmp_path: Path) -> None:
     assert CheckpointStore(tmp_path / "absent").load_latest() is None
+
+
+def test_a_per_job_directory_is_not_nested_again(tmp_path: Path) -> None:
+    """The checkpoint root may be the cluster's or already the job's own directory."""
+    assert job_directory(tmp_path, "7") == tmp_path / "job-7"
+    assert job_directory(tmp_path / "job-7", "7") == tmp_path / "job-7"
+    assert job_directory(tmp_path / "job-17", "7") == tmp_path / "job-17" / "job-7"

@@ -15,7 +15,7 @@ from tests.unit.runtime.conftest import assert_identical, final_parameters
 from worker.runtime import contract
 from worker.runtime.checkpoint import CheckpointError, CheckpointStore, job_directory
 from worker.runtime.progress import read_progress
-from worker.runtime.settings import RuntimeSettings
+from worker.runtime.settings import ContractError, RuntimeSettings
 from worker.runtime.training import TrainingRun
 from worker.workloads.runner import train_managed
 
@@ -197,3 +197,32 @@ def test_periodic_checkpoints_pacing_and_progress_rate(tmp_path: Path) -> None:
     assert progress == [0, 3, 6, 10]
     assert records[1].iterations_per_s == pytest.approx(0.25)
     assert records[-1].event == "exit"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({contract.LOCAL_BATCH_SIZE: "3"}, r"local batch sizes \[3\] do not split"),
+        ({contract.ACCUMULATION_STEPS: "5"}, "5 accumulation steps need at least"),
+    ],
+)
+def test_a_batch_layout_that_cannot_work_is_refused(
+    tmp_path: Path, extra: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ContractError, match=message):
+        train_managed("recommendation", _env(tmp_path, "j", **extra))
+
+
+def test_each_step_must_run_its_micro_batches_to_the_end(tmp_path: Path) -> None:
+    """Skipping the rest of an iteration would silently change the update: refused."""
+    model = nn.Linear(2, 1)
+    run = TrainingRun.from_env(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        env=_env(tmp_path, "j", **{contract.ACCUMULATION_STEPS: "2"}),
+    )
+    with pytest.raises(RuntimeError, match="iterated to the end"):
+        for step in run.steps():
+            for micro in step.micro_batches():
+                micro.backward(run.model(torch.ones(micro.size, 2)).mean())
+                break
