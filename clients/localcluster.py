@@ -298,6 +298,10 @@ class LocalCluster:
             {
                 "HADAR_WORKER_PROGRESS_INTERVAL_S": "1",
                 "HADAR_WORKER_CHECKPOINT_INTERVAL_S": "5",
+                # Reconnect quickly after a master restart: well within the 6 s timeout.
+                "HADAR_WORKER_REGISTER_BACKOFF_MAX_S": "1",
+                # v100 runs at this machine's full speed; slower types are paced.
+                "HADAR_WORKER_FAKE_GPU_REFERENCE_SPEED": "1",
                 # Fake GPUs share this machine's cores: one thread per job process keeps
                 # several jobs from thrashing each other.
                 "OMP_NUM_THREADS": "1",

@@ -86,7 +86,7 @@ class WorkerSettings:
     checkpoint_interval_s: float = 0.0
     # Registration retry: exponential backoff from `initial` to `max`, with jitter.
     register_backoff_initial_s: float = 0.5
-    register_backoff_max_s: float = 30.0
+    register_backoff_max_s: float = 10.0
     # Timeout of each call to the master.
     rpc_timeout_s: float = 10.0
     # Python that runs built-in workloads (`python -m worker.workloads NAME`).

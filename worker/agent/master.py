@@ -49,6 +49,15 @@ class MasterClient(Protocol):
     def close(self) -> None: ...
 
 
+# gRPC's default reconnect backoff grows to two minutes; a restarted master must see its
+# workers again well within its heartbeat timeout, or it declares their nodes lost.
+RECONNECT_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+
 class GrpcMasterClient:
     """Calls the master over gRPC with the cluster token; every failure is a MasterError."""
 
@@ -61,9 +70,9 @@ class GrpcMasterClient:
     ) -> None:
         self.address = address
         self._channel = (
-            grpc.secure_channel(address, credentials)
+            grpc.secure_channel(address, credentials, options=RECONNECT_OPTIONS)
             if credentials is not None
-            else grpc.insecure_channel(address)
+            else grpc.insecure_channel(address, options=RECONNECT_OPTIONS)
         )
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)  # type: ignore[no-untyped-call]
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
