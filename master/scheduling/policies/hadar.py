@@ -27,7 +27,7 @@ payoff. The schedule is recomputed every round (preemptive) rather than fixed at
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan
@@ -38,12 +38,17 @@ from master.scheduling.policies._speeds import (
     current_usable,
     job_rate,
     pinned_jobs,
+    remaining_seconds,
     single_type_bound,
     type_counts,
 )
 from master.scheduling.views import JobView, Snapshot
 
 NAME = "hadar"
+
+#: ``round``: ``U`` is the highest per-GPU utility of any job this round (the paper's
+#: bound); ``remaining``: of any job not yet considered, which tightens as the pass goes.
+CEILINGS = ("round", "remaining")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,20 +66,33 @@ class Decision:
 
 
 class Prices:
-    """Per-type GPU prices ``low * (high/low) ** (claimed/capacity)`` for one round."""
+    """Per-type GPU prices ``L_t * (U_t/L_t) ** (claimed_t/capacity_t)`` for one round.
 
-    __slots__ = ("_capacity", "_claimed", "_free", "_log_ratio", "low")
+    ``low`` and ``high`` are either one figure for every type or one per type.
+    """
+
+    __slots__ = ("_capacity", "_claimed", "_free", "_log_ratio", "_low")
 
     def __init__(
-        self, capacity: dict[str, int], low: float, high: float, *, free: bool = False
+        self,
+        capacity: dict[str, int],
+        low: float | dict[str, float],
+        high: float | dict[str, float],
+        *,
+        free: bool = False,
     ) -> None:
-        if low <= 0:
-            raise ValueError(f"the price floor must be > 0, got {low}")
+        lows = low if isinstance(low, dict) else dict.fromkeys(capacity, low)
+        highs = high if isinstance(high, dict) else dict.fromkeys(capacity, high)
+        if any(v <= 0 for v in lows.values()):
+            raise ValueError(f"price floors must be > 0, got {lows}")
         self._capacity = capacity
         self._claimed = dict.fromkeys(capacity, 0)
         self._free = free
-        self.low = low
-        self._log_ratio = math.log(max(high, low) / low)
+        self._low = {t: lows.get(t, 1.0) for t in capacity}
+        self._log_ratio = {
+            t: math.log(max(highs.get(t, self._low[t]), self._low[t]) / self._low[t])
+            for t in capacity
+        }
 
     def price(self, gpu_type: str, extra: int = 0) -> float:
         """Price of the next GPU of ``gpu_type`` after ``extra`` more are claimed."""
@@ -84,10 +102,15 @@ class Prices:
         if self._free:
             return 0.0
         u = min(1.0, (self._claimed[gpu_type] + extra) / cap)
-        return self.low * math.exp(self._log_ratio * u)
+        return self._low[gpu_type] * math.exp(self._log_ratio[gpu_type] * u)
 
     def cost(self, gpu_type: str, k: int, already: int = 0) -> float:
         return sum(self.price(gpu_type, already + i) for i in range(k))
+
+    def lower_ceiling(self, gpu_type: str, high: float) -> None:
+        """Lower ``U_t`` to ``high`` (not below ``L_t``): no job to come is worth more."""
+        low = self._low[gpu_type]
+        self._log_ratio[gpu_type] = min(self._log_ratio[gpu_type], math.log(max(high, low) / low))
 
     def claim(self, gpu_type: str, k: int) -> None:
         self._claimed[gpu_type] = self._claimed.get(gpu_type, 0) + k
@@ -103,22 +126,76 @@ class _Option:
     utility: float
     cost: float
     consolidated: bool
+    #: HadarE: number of one-server copies per GPU type (empty for one ordinary copy).
+    copies: dict[str, int] = field(default_factory=dict)
 
 
 class PrimalDual:
     """The per-round primal-dual pass, shared by ``hadar`` and ``hadare``."""
 
-    def __init__(self, *, floor_fraction: float = 0.5, mixed: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        floor_fraction: float = 0.5,
+        mixed: bool = True,
+        completion_exponent: float = 1.0,
+        ceiling: str = "round",
+        horizon_s: float | None = None,
+        copy_efficiency: float | None = None,
+        max_copies: int = 16,
+        exchange: bool = True,
+        per_type_bounds: bool = True,
+    ) -> None:
+        self.exchange = exchange
+        self.per_type_bounds = per_type_bounds
+        if copy_efficiency is not None and not 0 < copy_efficiency <= 1:
+            raise ValueError(f"copy_efficiency must be in (0, 1], got {copy_efficiency}")
+        if max_copies < 2:
+            raise ValueError(f"max_copies must be >= 2, got {max_copies}")
+        self.copy_efficiency = copy_efficiency
+        self.max_copies = max_copies
+        if horizon_s is not None and horizon_s < 0:
+            raise ValueError(f"horizon_s must be >= 0, got {horizon_s}")
+        self.horizon_s = horizon_s
+        if ceiling not in CEILINGS:
+            raise ValueError(f"ceiling must be one of {', '.join(CEILINGS)}, got {ceiling!r}")
+        self.ceiling = ceiling
         if not 0 < floor_fraction <= 1:
             raise ValueError(f"floor_fraction must be in (0, 1], got {floor_fraction}")
+        if not 1.0 <= completion_exponent <= 3.0:
+            raise ValueError(f"completion_exponent must be in [1, 3], got {completion_exponent}")
         self.floor_fraction = floor_fraction
         self.mixed = mixed
+        self.completion_exponent = completion_exponent
+        self.now = 0.0
+        self._scales: dict[int, float] = {}
 
-    @staticmethod
-    def scale(snapshot: Snapshot, job: JobView) -> float:
-        """Utility per iteration/s of speed: ``w * round_s / remaining``."""
+    def scale(self, snapshot: Snapshot, job: JobView) -> float:
+        """Utility per iteration/s of speed this round.
+
+        The job's utility is ``-w * T**p`` for completion time ``T`` (non-increasing, as
+        the paper requires); a round of progress at speed ``r`` completes the fraction
+        ``r * round_s / remaining`` of its remaining work, worth
+        ``w * T_est**(p-1) * r * round_s / remaining`` by the exchange argument behind
+        Smith's rule, with ``T_est`` the job's age plus its remaining time at best speed.
+        ``p = 1`` is pure average JCT (Smith's ratio); ``p > 1`` weighs jobs that have
+        been in the system long more, which bounds the tail.
+        """
+        cached = self._scales.get(job.id)
+        if cached is not None:
+            return cached
         remaining = max(job.remaining_iterations, 1e-9)
-        return job.priority * snapshot.round_seconds / remaining
+        value = job.priority * snapshot.round_seconds / remaining
+        if self.completion_exponent != 1.0:
+            age = max(0.0, self.now - job.arrival_time)
+            ahead = (
+                min(remaining_seconds(snapshot, job), 1e12)
+                if self.horizon_s is None
+                else self.horizon_s
+            )
+            value *= max(age + ahead, 1.0) ** (self.completion_exponent - 1.0)
+        self._scales[job.id] = value
+        return value
 
     def run(
         self, snapshot: Snapshot, free: FreeGpus, jobs: list[JobView]
@@ -129,26 +206,56 @@ class PrimalDual:
         the pass, so the job with the highest per-GPU utility always has a positive
         payoff on its best option: a lone job never waits.
         """
+        self._scales = {}
         capacity = snapshot.cluster.capacity_by_type()
         unpriced = Prices(capacity, 1.0, 1.0, free=True)
+        # Per-GPU utility of each job on each type alone (its zero-price options).
+        per_type: dict[int, dict[str, float]] = {}
         values: dict[int, float] = {}
         for job in jobs:
+            per_type[job.id] = self._type_values(snapshot, job, free)
             option = self.best_option(snapshot, job, free, unpriced)
             values[job.id] = option.utility / job.num_gpus if option is not None else 0.0
-        positive = [v for v in values.values() if v > 0]
-        low = (min(positive) if positive else 1.0) * self.floor_fraction
-        high = max(positive) if positive else low
-        prices = Prices(capacity, low, high)
+        lows: dict[str, float] = {}
+        highs: dict[str, float] = {}
+        ranked: dict[str, list[tuple[float, int]]] = {}
+        for t in capacity:
+            column = [(v[t], job_id) for job_id, v in per_type.items() if v.get(t, 0.0) > 0]
+            if column:
+                lows[t] = min(c[0] for c in column) * self.floor_fraction
+                highs[t] = max(c[0] for c in column)
+                ranked[t] = sorted(column, reverse=True)
+        if not self.per_type_bounds:
+            positive = [v for v in values.values() if v > 0]
+            floor = (min(positive) if positive else 1.0) * self.floor_fraction
+            top = max(positive) if positive else floor
+            lows, highs = dict.fromkeys(capacity, floor), dict.fromkeys(capacity, top)
+        prices = Prices(capacity, lows, highs)
         for t, cap in capacity.items():
             prices.claim(t, cap - free.count(t))
         allocations: dict[int, Allocation] = {}
         reasons: dict[int, str] = {}
         decisions: dict[int, Decision] = {}
         order = sorted(jobs, key=lambda j: (-values[j.id], j.arrival_time, j.id))
+        considered: set[int] = set()
+        heads = dict.fromkeys(ranked, 0)
         for job in order:
+            considered.add(job.id)
             if values[job.id] <= 0:
                 reasons[job.id] = "waiting: not enough free GPUs of allowed types"
                 continue
+            if self.ceiling == "remaining" and not self.per_type_bounds:
+                for t in capacity:
+                    prices.lower_ceiling(t, values[job.id])
+            elif self.ceiling == "remaining":
+                for t, column in ranked.items():
+                    # U_t: the highest utility on t of a job not yet placed or refused.
+                    while heads[t] < len(column) and column[heads[t]][1] in considered:
+                        if column[heads[t]][1] == job.id:
+                            break
+                        heads[t] += 1
+                    if heads[t] < len(column):
+                        prices.lower_ceiling(t, column[heads[t]][0])
             option = self.best_option(snapshot, job, free, prices)
             if option is None:
                 reasons[job.id] = "waiting: not enough free GPUs of allowed types"
@@ -163,14 +270,101 @@ class PrimalDual:
                     f"{option.cost:.3g} of the GPUs it would use (hadar)"
                 )
                 continue
-            slots = self.take(snapshot, job, option, free)
             for t, k in option.counts.items():
                 prices.claim(t, k)
+            if option.copies:
+                groups = self.take_copies(snapshot, job, option, free)
+                allocations[job.id] = Allocation.copies_on(groups, job.batch_size)
+                continue
+            slots = self.take(snapshot, job, option, free)
             if job.current is not None and job.current.copies == (slots,):
                 allocations[job.id] = job.current
             else:
                 allocations[job.id] = allocation_on(snapshot, job, slots)
+        if self.exchange:
+            by_id = {job.id: job for job in jobs}
+            self._exchange(snapshot, allocations, decisions, by_id)
         return allocations, reasons, decisions, prices
+
+    def _exchange(
+        self,
+        snapshot: Snapshot,
+        allocations: dict[int, Allocation],
+        decisions: dict[int, Decision],
+        jobs: dict[int, JobView],
+    ) -> None:
+        """Let placed jobs trade GPU sets of the same size when the trade raises utility.
+
+        The pass is greedy in job order, so an early job may hold fast GPUs that a later
+        job gains more from. Two jobs on equal-size single-copy sets of different types
+        swap when the sum of their utilities grows and each still pays less than its new
+        set's utility to it (prices paid follow the set, so no payoff turns negative).
+        Per pair of type mixes, the jobs that gain least from their own mix trade with
+        those that gain most from it, while the trade pays.
+        """
+        cluster = snapshot.cluster
+        groups: dict[tuple[int, tuple[tuple[str, int], ...]], list[int]] = {}
+        for job_id, alloc in allocations.items():
+            if alloc.num_copies != 1 or alloc.shared_with is not None or alloc.folded:
+                continue
+            counts: dict[str, int] = {}
+            for slot in alloc.slots:
+                t = cluster.gpu_type(slot)
+                counts[t] = counts.get(t, 0) + 1
+            groups.setdefault((alloc.num_gpus, tuple(sorted(counts.items()))), []).append(job_id)
+
+        def utility(job_id: int, alloc: Allocation) -> float:
+            job = jobs[job_id]
+            return self.scale(snapshot, job) * allocation_rate(snapshot, job, alloc)
+
+        keys = sorted(groups)
+        for i, key_a in enumerate(keys):
+            for key_b in keys[i + 1 :]:
+                if key_a[0] != key_b[0]:
+                    continue
+                on_a, on_b = groups[key_a], groups[key_b]
+                if not on_a or not on_b:
+                    continue
+                rep_a = allocations[on_a[0]]
+                rep_b = allocations[on_b[0]]
+
+                def advantage(
+                    job_id: int, rep_a: Allocation = rep_a, rep_b: Allocation = rep_b
+                ) -> float:
+                    return utility(job_id, rep_a) - utility(job_id, rep_b)
+
+                on_a.sort(key=advantage)
+                on_b.sort(key=advantage, reverse=True)
+                for k in range(min(len(on_a), len(on_b))):
+                    j, m = on_a[k], on_b[k]
+                    alloc_j, alloc_m = allocations[j], allocations[m]
+                    if not all(jobs[j].allows(cluster.gpu_type(s)) for s in alloc_m.slots):
+                        break
+                    if not all(jobs[m].allows(cluster.gpu_type(s)) for s in alloc_j.slots):
+                        break
+                    new_j = allocation_on(snapshot, jobs[j], alloc_m.slots)
+                    new_m = allocation_on(snapshot, jobs[m], alloc_j.slots)
+                    u_j, u_m = utility(j, new_j), utility(m, new_m)
+                    gain = u_j + u_m - utility(j, alloc_j) - utility(m, alloc_m)
+                    cost_j, cost_m = decisions[m].cost, decisions[j].cost
+                    if gain <= 1e-12 * (u_j + u_m) or u_j <= cost_j or u_m <= cost_m:
+                        break
+                    allocations[j], allocations[m] = new_j, new_m
+                    counts_j, counts_m = decisions[j].counts, decisions[m].counts
+                    decisions[j] = Decision(counts_m, u_j, cost_j, True)
+                    decisions[m] = Decision(counts_j, u_m, cost_m, True)
+                    on_a[k], on_b[k] = m, j
+
+    def _type_values(self, snapshot: Snapshot, job: JobView, free: FreeGpus) -> dict[str, float]:
+        """Per-GPU utility of ``job`` on each allowed type with room, alone on that type."""
+        scale = self.scale(snapshot, job)
+        n = job.num_gpus
+        out: dict[str, float] = {}
+        for t in allowed_types(snapshot, job):
+            if free.count(t) >= n:
+                consolidated = free.max_free_on_one_node(t) >= n
+                out[t] = scale * job_rate(snapshot, job, t, consolidated=consolidated) / n
+        return out
 
     def best_option(
         self, snapshot: Snapshot, job: JobView, free: FreeGpus, prices: Prices
@@ -197,7 +391,67 @@ class PrimalDual:
                 best is None or mixed.utility - mixed.cost > best.utility - best.cost
             ):
                 best = mixed
+        if self.copy_efficiency is not None:
+            forked = self._copies_option(snapshot, job, types, free, prices, scale)
+            if forked is not None and (
+                best is None or forked.utility - forked.cost > best.utility - best.cost
+            ):
+                best = forked
         return best
+
+    def _copies_option(
+        self,
+        snapshot: Snapshot,
+        job: JobView,
+        types: list[str],
+        free: FreeGpus,
+        prices: Prices,
+        scale: float,
+    ) -> _Option | None:
+        """HadarE: two or more copies, each on its own server, at rising prices.
+
+        A copy needs the job's GPU count on one server; all copies together progress at
+        ``e * (sum of their speeds)``. Copies are added greedily, best marginal payoff
+        first, while the marginal payoff stays positive (at most ``max_copies``).
+        """
+        assert self.copy_efficiency is not None
+        e = self.copy_efficiency
+        n = job.num_gpus
+        room = {}
+        for t in types:
+            servers = sum(1 for k in free.free_on_node(t).values() if k >= n)
+            if servers:
+                room[t] = servers
+        if sum(room.values()) < 2:
+            return None
+        rate = {t: job_rate(snapshot, job, t) for t in room}
+        copies = dict.fromkeys(room, 0)
+        total_rate = utility = cost = 0.0
+        count = 0
+        while count < self.max_copies:
+            pick: tuple[float, str, float, float] | None = None
+            for t, servers in room.items():
+                if copies[t] >= servers:
+                    continue
+                price = prices.cost(t, n, copies[t] * n)
+                after = e * (total_rate + rate[t]) if count >= 1 else rate[t]
+                gain = scale * after - utility
+                if pick is None or gain - price > pick[0]:
+                    pick = (gain - price, t, gain, price)
+            if pick is None or (count >= 1 and pick[0] <= 0):
+                break
+            _, t, gain, price = pick
+            copies[t] += 1
+            count += 1
+            total_rate += rate[t]
+            utility += gain
+            cost += price
+        if count < 2:
+            return None
+        used = {t: k for t, k in copies.items() if k > 0}
+        return _Option(
+            {t: k * n for t, k in used.items()}, utility, cost, consolidated=True, copies=used
+        )
 
     def _mixed_option(
         self,
@@ -250,6 +504,30 @@ class PrimalDual:
             return None
         return type_counts(snapshot, current.slots)
 
+    @staticmethod
+    def take_copies(
+        snapshot: Snapshot, job: JobView, option: _Option, free: FreeGpus
+    ) -> list[tuple[GpuSlot, ...]]:
+        """One group of ``num_gpus`` GPUs per copy, each on its own server (tightest first)."""
+        n = job.num_gpus
+        groups: list[tuple[GpuSlot, ...]] = []
+        for t, k in sorted(
+            option.copies.items(), key=lambda e: (-snapshot.throughput.speed(e[0]), e[0])
+        ):
+            nodes = sorted(
+                ((c, name) for name, c in free.free_on_node(t).items() if c >= n),
+            )
+            for _, name in nodes[:k]:
+                idle = [
+                    g.slot
+                    for g in snapshot.cluster.node(name).usable_gpus
+                    if g.type == t and free.is_free(g.slot)
+                ][:n]
+                if not free.take_slots(idle):  # pragma: no cover - counted as free above
+                    raise AssertionError(f"free GPUs of {name} changed while taking them")
+                groups.append(tuple(idle))
+        return groups
+
     def take(
         self, snapshot: Snapshot, job: JobView, option: _Option, free: FreeGpus
     ) -> tuple[GpuSlot, ...]:
@@ -273,12 +551,30 @@ class PrimalDual:
 class HadarPolicy:
     name = NAME
 
-    def __init__(self, *, floor_fraction: float = 0.5, mixed: bool = True) -> None:
-        self._pass = PrimalDual(floor_fraction=floor_fraction, mixed=mixed)
+    def __init__(
+        self,
+        *,
+        floor_fraction: float = 0.5,
+        mixed: bool = True,
+        completion_exponent: float = 2.0,
+        ceiling: str = "remaining",
+        horizon_s: float | None = None,
+        exchange: bool = True,
+        per_type_bounds: bool = True,
+    ) -> None:
+        self._pass = PrimalDual(
+            floor_fraction=floor_fraction,
+            mixed=mixed,
+            completion_exponent=completion_exponent,
+            ceiling=ceiling,
+            horizon_s=horizon_s,
+            exchange=exchange,
+            per_type_bounds=per_type_bounds,
+        )
         self.last_decisions: dict[int, Decision] = {}
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
-        del now
+        self._pass.now = now
         free = FreeGpus(snapshot.cluster)
         allocations: dict[int, Allocation] = {}
         pinned = pinned_jobs(snapshot)
@@ -294,5 +590,22 @@ class HadarPolicy:
         return Plan(allocations, reasons)
 
 
-def make(*, floor_fraction: float = 0.5, mixed: bool = True) -> HadarPolicy:
-    return HadarPolicy(floor_fraction=floor_fraction, mixed=mixed)
+def make(
+    *,
+    floor_fraction: float = 0.5,
+    mixed: bool = True,
+    completion_exponent: float = 2.0,
+    ceiling: str = "remaining",
+    horizon_s: float | None = None,
+    exchange: bool = True,
+    per_type_bounds: bool = True,
+) -> HadarPolicy:
+    return HadarPolicy(
+        floor_fraction=floor_fraction,
+        mixed=mixed,
+        completion_exponent=completion_exponent,
+        ceiling=ceiling,
+        horizon_s=horizon_s,
+        exchange=exchange,
+        per_type_bounds=per_type_bounds,
+    )

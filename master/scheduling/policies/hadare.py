@@ -53,11 +53,32 @@ class HadarEPolicy:
     name = NAME
 
     def __init__(
-        self, *, floor_fraction: float = 0.5, mixed: bool = True, copy_efficiency: float = 0.9
+        self,
+        *,
+        floor_fraction: float = 0.5,
+        mixed: bool = True,
+        copy_efficiency: float = 0.9,
+        completion_exponent: float = 2.0,
+        ceiling: str = "remaining",
+        horizon_s: float | None = None,
+        exchange: bool = True,
+        per_type_bounds: bool = False,
+        fork_in_pass: bool = False,
+        max_copies: int = 16,
     ) -> None:
         if not 0 < copy_efficiency <= 1:
             raise ValueError(f"copy_efficiency must be in (0, 1], got {copy_efficiency}")
-        self._pass = PrimalDual(floor_fraction=floor_fraction, mixed=mixed)
+        self._pass = PrimalDual(
+            floor_fraction=floor_fraction,
+            mixed=mixed,
+            completion_exponent=completion_exponent,
+            ceiling=ceiling,
+            horizon_s=horizon_s,
+            exchange=exchange,
+            per_type_bounds=per_type_bounds,
+            copy_efficiency=copy_efficiency if fork_in_pass else None,
+            max_copies=max_copies,
+        )
         self.copy_efficiency = copy_efficiency
         self.last_decisions: dict[int, Decision] = {}
 
@@ -71,10 +92,10 @@ class HadarEPolicy:
         """Utility gained per GPU by adding a copy of speed ``rate`` to ``entry``."""
         before = self._combined(entry.rates)
         after = self._combined([*entry.rates, rate])
-        return PrimalDual.scale(snapshot, entry.job) * (after - before) / entry.job.num_gpus
+        return self._pass.scale(snapshot, entry.job) * (after - before) / entry.job.num_gpus
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
-        del now
+        self._pass.now = now
         cluster = snapshot.cluster
         free = FreeGpus(cluster)
         allocations: dict[int, Allocation] = {}
@@ -91,20 +112,22 @@ class HadarEPolicy:
             alloc = placed.get(job.id)
             if alloc is None:
                 forkable[job.id] = _Forked(job)
-            elif len(alloc.nodes) == 1 and alloc.num_copies == 1:
-                rate = copy_throughput(
-                    snapshot.throughput,
-                    cluster,
-                    job.job_type,
-                    alloc.slots,
-                    alloc.batch_shares,
+            elif all(len({s.node for s in copy}) == 1 for copy in alloc.copies):
+                forkable[job.id] = _Forked(
+                    job,
+                    list(alloc.copies),
+                    [
+                        copy_throughput(snapshot.throughput, cluster, job.job_type, copy, shares)
+                        for copy, shares in zip(alloc.copies, alloc.shares_per_copy(), strict=True)
+                    ],
                 )
-                forkable[job.id] = _Forked(job, [alloc.slots], [rate])
         self._fill(snapshot, free, forkable)
         for job_id, entry in forkable.items():
             if not entry.copies:
                 continue
-            if len(entry.copies) == 1:
+            if job_id in placed and len(entry.copies) == placed[job_id].num_copies:
+                allocations[job_id] = placed[job_id]
+            elif len(entry.copies) == 1:
                 if job_id in placed:
                     allocations[job_id] = placed[job_id]
                 else:
@@ -175,6 +198,27 @@ class HadarEPolicy:
 
 
 def make(
-    *, floor_fraction: float = 0.5, mixed: bool = True, copy_efficiency: float = 0.9
+    *,
+    floor_fraction: float = 0.5,
+    mixed: bool = True,
+    copy_efficiency: float = 0.9,
+    completion_exponent: float = 2.0,
+    ceiling: str = "remaining",
+    horizon_s: float | None = None,
+    exchange: bool = True,
+    per_type_bounds: bool = False,
+    fork_in_pass: bool = False,
+    max_copies: int = 16,
 ) -> HadarEPolicy:
-    return HadarEPolicy(floor_fraction=floor_fraction, mixed=mixed, copy_efficiency=copy_efficiency)
+    return HadarEPolicy(
+        floor_fraction=floor_fraction,
+        mixed=mixed,
+        copy_efficiency=copy_efficiency,
+        completion_exponent=completion_exponent,
+        ceiling=ceiling,
+        horizon_s=horizon_s,
+        exchange=exchange,
+        per_type_bounds=per_type_bounds,
+        fork_in_pass=fork_in_pass,
+        max_copies=max_copies,
+    )
