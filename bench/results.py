@@ -1,0 +1,309 @@
+"""Every policy on every Gavel trace and a generated Poisson trace; writes docs/results.md.
+
+    .venv/bin/python bench/results.py [--gavel-data DIR] [--jobs N] [--workers K]
+                                      [--skip-poisson] [--out docs]
+
+Traces (360 s rounds, no restart overhead, as Gavel's reference figures):
+
+- each ``*.trace`` under ``<gavel-data>/traces`` on the cluster in :data:`CLUSTERS`
+  (``max_min_fairness.trace`` on v100:8,p100:16,k80:24, ``artifact_evaluation.trace``
+  on v100:2,k80:4, the small test traces on small clusters that can hold their jobs);
+- a generated trace of ``--jobs`` (default 1,000) jobs with Poisson arrivals, one every
+  :data:`POISSON_INTERARRIVAL_S` seconds on average, on v100:36,p100:36,k80:36
+  (``master.sim.generate``: Gavel's job mix and duration distribution).
+
+Every job is marked shareable (a lab's managed jobs are), which only ``sjf-bsbf`` uses.
+The report lists, per trace, average / median / p99 JCT, makespan, utilization and
+planning time per policy, and compares the best research policy with ``gavel``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from master.scheduling.policy import available_policies, make_policy  # noqa: E402
+from master.scheduling.throughput import ThroughputModel  # noqa: E402
+from master.sim.cluster_spec import build_cluster  # noqa: E402
+from master.sim.engine import SimConfig, SimResult, simulate  # noqa: E402
+from master.sim.generate import generate_trace  # noqa: E402
+from master.sim.metrics import Summary, percentile, summarize  # noqa: E402
+from master.sim.trace import TraceJob, read_trace  # noqa: E402
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "gavel"
+
+#: Cluster (v100:p100:k80) per Gavel trace; unknown traces get DEFAULT_CLUSTER.
+CLUSTERS: dict[str, str] = {
+    "max_min_fairness.trace": "v100:8,p100:16,k80:24",
+    "artifact_evaluation.trace": "v100:2,k80:4",
+    "debug.trace": "v100:2,p100:2,k80:2",
+    "highmem_test.trace": "v100:2,p100:2,k80:2",
+    "medium_test.trace": "v100:4,p100:4,k80:4",
+    "small_test.trace": "v100:4,p100:4,k80:4",
+}
+DEFAULT_CLUSTER = "v100:4,p100:4,k80:4"
+POISSON_CLUSTER = "v100:36,p100:36,k80:36"
+#: One arrival every 40 minutes on average: about three quarters of the cluster's capacity.
+POISSON_INTERARRIVAL_S = 2400.0
+POISSON_NAME = "poisson-1000"
+ROUND_S = 360.0
+BASELINES = ("fifo", "srtf", "las", "gavel")
+#: The traces the targets are stated on.
+TARGETS = ("max_min_fairness.trace", POISSON_NAME)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    cluster: str
+    trace: tuple[TraceJob, ...]
+
+
+def shareable(jobs: Sequence[TraceJob]) -> tuple[TraceJob, ...]:
+    return tuple(dataclasses.replace(job, shareable=True) for job in jobs)
+
+
+def poisson_trace(model: ThroughputModel, num_jobs: int, seed: int = 0) -> tuple[TraceJob, ...]:
+    return shareable(
+        generate_trace(num_jobs, model, mean_interarrival_s=POISSON_INTERARRIVAL_S, seed=seed)
+    )
+
+
+def cases(data: Path, model: ThroughputModel, num_jobs: int, poisson: bool) -> list[Case]:
+    out = [
+        Case(path.name, CLUSTERS.get(path.name, DEFAULT_CLUSTER), shareable(read_trace(path)))
+        for path in sorted((data / "traces").glob("*.trace"))
+    ]
+    if poisson:
+        name = POISSON_NAME if num_jobs == 1000 else f"poisson-{num_jobs}"
+        out.append(Case(name, POISSON_CLUSTER, poisson_trace(model, num_jobs)))
+    return out
+
+
+def _run(args: tuple[str, Case, str]) -> tuple[str, str, dict[str, Any], float]:
+    policy, case, throughputs = args
+    model = ThroughputModel.from_gavel_json(throughputs)
+    started = time.perf_counter()
+    result = simulate(
+        make_policy(policy),
+        case.trace,
+        build_cluster(case.cluster),
+        model,
+        SimConfig(round_s=ROUND_S),
+    )
+    wall = time.perf_counter() - started
+    return case.name, policy, _figures(result), wall
+
+
+def _figures(result: SimResult) -> dict[str, Any]:
+    summary: Summary = summarize(result)
+    jcts = sorted(job.jct_s for job in result.jobs)
+    figures = dataclasses.asdict(summary)
+    figures["jcts_s"] = jcts
+    figures["p90_jct_s"] = percentile(jcts, 90)
+    figures["copies_jobs"] = sum(1 for job in result.jobs if job.used_copies)
+    return figures
+
+
+def run_all(
+    data: Path, num_jobs: int, workers: int, poisson: bool
+) -> dict[str, dict[str, dict[str, Any]]]:
+    throughputs = str(data / "simulation_throughputs.json")
+    model = ThroughputModel.from_gavel_json(throughputs)
+    work = [
+        (policy, case, throughputs)
+        for case in cases(data, model, num_jobs, poisson)
+        for policy in available_policies()
+    ]
+    # Longest first so the pool does not end on one long run.
+    work.sort(key=lambda w: -len(w[1].trace))
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    clusters = {w[1].name: w[1].cluster for w in work}
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for name, policy, figures, wall in pool.map(_run, work):
+            figures["cluster"] = clusters[name]
+            figures["wall_s"] = wall
+            results.setdefault(name, {})[policy] = figures
+            print(
+                f"{name:28s} {policy:9s} avg JCT {figures['avg_jct_s'] / 3600:7.2f} h  "
+                f"p99 {figures['p99_jct_s'] / 3600:7.2f} h  "
+                f"makespan {figures['makespan_s'] / 3600:7.2f} h  ({wall:.1f} s)",
+                flush=True,
+            )
+    return results
+
+
+# ---------------------------------------------------------------------------- report
+def _h(seconds: float) -> str:
+    return f"{seconds / 3600:.2f}"
+
+
+def best_research(per_policy: dict[str, dict[str, Any]]) -> str:
+    """The research policy with the lowest average JCT among those whose p99 is not
+    worse than gavel's (any research policy if none qualifies)."""
+    research = [p for p in per_policy if p not in BASELINES]
+    gavel_p99 = per_policy["gavel"]["p99_jct_s"] if "gavel" in per_policy else float("inf")
+    ok = [p for p in research if per_policy[p]["p99_jct_s"] <= gavel_p99 * (1 + 1e-9)]
+    pool = ok or research
+    return min(pool, key=lambda p: per_policy[p]["avg_jct_s"])
+
+
+def write_plots(results: dict[str, dict[str, dict[str, Any]]], img: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    img.mkdir(parents=True, exist_ok=True)
+    names: list[str] = []
+    for trace, per_policy in results.items():
+        stem = trace.replace(".trace", "").replace("_", "-")
+        policies = sorted(per_policy, key=lambda p: per_policy[p]["avg_jct_s"])
+        fig, ax = plt.subplots(figsize=(8, 3.6))
+        avg = [per_policy[p]["avg_jct_s"] / 3600 for p in policies]
+        p99 = [per_policy[p]["p99_jct_s"] / 3600 for p in policies]
+        x = range(len(policies))
+        ax.bar([i - 0.2 for i in x], avg, width=0.4, label="average JCT")
+        ax.bar([i + 0.2 for i in x], p99, width=0.4, label="p99 JCT")
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(policies, rotation=30, ha="right")
+        ax.set_ylabel("hours")
+        ax.set_title(f"{trace} on {per_policy[policies[0]]['cluster']}")
+        ax.legend()
+        fig.tight_layout()
+        name = f"results-{stem}-jct.png"
+        fig.savefig(img / name, dpi=110)
+        plt.close(fig)
+        names.append(name)
+        if trace in TARGETS:
+            fig, ax = plt.subplots(figsize=(7, 4))
+            for p in policies:
+                jcts = [j / 3600 for j in per_policy[p]["jcts_s"]]
+                ys = [(i + 1) / len(jcts) for i in range(len(jcts))]
+                ax.step(jcts, ys, where="post", label=p)
+            ax.set_xscale("log")
+            ax.set_xlabel("JCT (hours, log scale)")
+            ax.set_ylabel("fraction of jobs")
+            ax.set_title(f"JCT distribution, {trace}")
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            name = f"results-{stem}-cdf.png"
+            fig.savefig(img / name, dpi=110)
+            plt.close(fig)
+            names.append(name)
+    return names
+
+
+def write_markdown(
+    results: dict[str, dict[str, dict[str, Any]]], out: Path, plots: list[str], command: str
+) -> None:
+    lines = [
+        "# Results: every policy on every trace",
+        "",
+        "Generated by `" + command + "`; do not edit by hand.",
+        "",
+        f"Rounds of {ROUND_S:.0f} s, no restart overhead (as Gavel's reference figures), "
+        "HadarE copy efficiency 0.9 (the simulator's default). Times in hours. "
+        "Utilization is GPU-time held over cluster GPU-time from first arrival to last "
+        "finish. `plan ms` is the policy's planning time per round (mean / max). "
+        "All jobs are marked shareable; only `sjf-bsbf` shares GPUs.",
+        "",
+        f"The generated trace `{POISSON_NAME}`: 1,000 jobs from `master.sim.generate` "
+        f"(Gavel's job mix, seed 0), Poisson arrivals every {POISSON_INTERARRIVAL_S:.0f} s "
+        f"on average, on {POISSON_CLUSTER}.",
+        "",
+        "## Targets",
+        "",
+        "The best research policy (lowest average JCT among those whose p99 JCT is not "
+        "worse than `gavel`'s) against `gavel`:",
+        "",
+        "| trace | best | avg JCT | gavel avg JCT | speed-up | p99 JCT | gavel p99 JCT | "
+        "target (1.5x, p99 not worse) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for trace in TARGETS:
+        per_policy = results.get(trace)
+        if not per_policy or "gavel" not in per_policy:
+            continue
+        best = best_research(per_policy)
+        b, g = per_policy[best], per_policy["gavel"]
+        ratio = g["avg_jct_s"] / b["avg_jct_s"]
+        met = ratio >= 1.5 and b["p99_jct_s"] <= g["p99_jct_s"] * (1 + 1e-9)
+        verdict = "met" if met else f"not met ({ratio:.2f}x of the 1.5x)"
+        lines.append(
+            f"| {trace} | `{best}` | {_h(b['avg_jct_s'])} | {_h(g['avg_jct_s'])} | "
+            f"{ratio:.2f}x | {_h(b['p99_jct_s'])} | {_h(g['p99_jct_s'])} | {verdict} |"
+        )
+    lines.append("")
+    for trace, per_policy in results.items():
+        cluster = next(iter(per_policy.values()))["cluster"]
+        n_jobs = next(iter(per_policy.values()))["jobs"]
+        gavel_avg = per_policy.get("gavel", {}).get("avg_jct_s")
+        lines += [
+            f"## {trace} ({n_jobs} jobs, {cluster})",
+            "",
+            "| policy | avg JCT | median | p99 | makespan | vs gavel avg | util. | "
+            "jobs forked | plan ms |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for policy in sorted(per_policy, key=lambda p: per_policy[p]["avg_jct_s"]):
+            f = per_policy[policy]
+            versus = f"{gavel_avg / f['avg_jct_s']:.2f}x" if gavel_avg else "-"
+            lines.append(
+                f"| `{policy}` | {_h(f['avg_jct_s'])} | {_h(f['median_jct_s'])} | "
+                f"{_h(f['p99_jct_s'])} | {_h(f['makespan_s'])} | {versus} | "
+                f"{f['utilization']:.0%} | {f['copies_jobs']} | "
+                f"{f['plan_ms_mean']:.1f} / {f['plan_ms_max']:.0f} |"
+            )
+        stem = trace.replace(".trace", "").replace("_", "-")
+        lines.append("")
+        for name in plots:
+            if name.startswith(f"results-{stem}-"):
+                lines.append(f"![{trace}](img/{name})")
+        lines.append("")
+    (out / "results.md").write_text("\n".join(lines))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gavel-data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs in the Poisson trace")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--skip-poisson", action="store_true")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs")
+    parser.add_argument("--json", type=Path, default=None, help="also write raw figures here")
+    args = parser.parse_args(argv)
+    results = run_all(args.gavel_data, args.jobs, args.workers, not args.skip_poisson)
+    ordered = dict(sorted(results.items(), key=lambda kv: (kv[0] not in TARGETS, kv[0])))
+    args.out.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(ordered, args.out / "img")
+    command = ".venv/bin/python bench/results.py" + (
+        f" --jobs {args.jobs}" if args.jobs != 1000 else ""
+    )
+    write_markdown(ordered, args.out, plots, command)
+    if args.json is not None:
+        args.json.write_text(json.dumps(ordered, indent=1))
+    for trace in TARGETS:
+        per_policy = ordered.get(trace)
+        if per_policy and "gavel" in per_policy:
+            best = best_research(per_policy)
+            ratio = per_policy["gavel"]["avg_jct_s"] / per_policy[best]["avg_jct_s"]
+            print(f"{trace}: best research policy {best}, {ratio:.2f}x gavel's average JCT")
+    print(f"wrote {args.out / 'results.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
