@@ -40,23 +40,29 @@ def _start_pair(
 
 
 def test_preempted_two_process_job_resumes_and_matches(tmp_path: Path) -> None:
-    """SIGTERM to one rank only: both ranks agree to stop after the same iteration, checkpoint
-    once and exit 0; the resumed pair ends bit-identical to an uninterrupted pair."""
+    """Ranks computing 5 and 3 of 8 samples (the first in 2 micro-batches). SIGTERM to one rank
+    only: both agree to stop after the same iteration, checkpoint once and exit 0; the resumed
+    pair ends bit-identical to an uninterrupted pair, and that pair ends where one process
+    computing the whole global batch ends (uneven shares weigh their gradients right)."""
     common: dict[str, object] = {
         contract.JOB_ID: "21",
         contract.TOTAL_ITERATIONS: TOTAL,
-        contract.GLOBAL_BATCH_SIZE: 6,
+        contract.GLOBAL_BATCH_SIZE: 8,
         contract.SEED: 4,
         contract.FAKE_GPU_SPEED: 0.3,
     }
+    shares = {contract.LOCAL_BATCH_SIZE: [5, 3], contract.ACCUMULATION_STEPS: [2, 1]}
     processes: list[JobProcess] = []
     try:
         straight = _start_pair(
-            "lstm", {**common, contract.CHECKPOINT_DIR: tmp_path / "straight"}, tmp_path / "s"
+            "resnet",
+            {**common, contract.CHECKPOINT_DIR: tmp_path / "straight"},
+            tmp_path / "s",
+            shares,
         )
         processes += straight
         leased = {**common, contract.CHECKPOINT_DIR: tmp_path / "ckpt"}
-        first = _start_pair("lstm", leased, tmp_path / "a")
+        first = _start_pair("resnet", leased, tmp_path / "a", shares)
         processes += first
         first[0].wait_for(lambda r: r.iterations_done >= 3)
         first[1].terminate()
@@ -66,45 +72,49 @@ def test_preempted_two_process_job_resumes_and_matches(tmp_path: Path) -> None:
         }
         assert 3 <= exits[0].iterations_done < TOTAL
         assert exits[0].checkpoint_iterations == exits[0].iterations_done
-        second = _start_pair("lstm", leased, tmp_path / "b")
+        second = _start_pair("resnet", leased, tmp_path / "b", shares)
         processes += second
         assert {process.finish().exit_reason for process in second} == {"completed"}
         assert {process.finish().iterations_done for process in straight} == {TOTAL}
     finally:
         stop_all(processes)
-    assert_identical(final_model(tmp_path / "straight", "21"), final_model(tmp_path / "ckpt", "21"))
+    shared = final_model(tmp_path / "straight", "21")
+    assert_identical(shared, final_model(tmp_path / "ckpt", "21"))
+    single = train_managed(
+        "resnet",
+        {name: str(value) for name, value in common.items() if name != contract.FAKE_GPU_SPEED},
+        handle_signals=False,
+    )
+    for key, value in single.model.state_dict().items():
+        torch.testing.assert_close(shared[key], value, rtol=1e-5, atol=1e-6)
 
 
-def test_uneven_rank_shares_give_the_global_batch_update(tmp_path: Path) -> None:
-    """Ranks computing 5 and 3 of 8 samples (the first in 2 micro-batches), with the helper's
-    all-reduce and with a DDP-wrapped model, update as one process on the whole batch does."""
+def test_a_ddp_script_with_uneven_shares_gives_the_global_batch_update(tmp_path: Path) -> None:
+    """The same layout with the model wrapped in DDP (the runtime lets DDP all-reduce only in
+    the last micro-batch and pre-scales by its world size) updates as one process does."""
     common: dict[str, object] = {
         contract.TOTAL_ITERATIONS: 2,
         contract.GLOBAL_BATCH_SIZE: 8,
         contract.SEED: 9,
+        contract.JOB_ID: "ddp",
+        contract.CHECKPOINT_DIR: tmp_path,
     }
-    processes: list[JobProcess] = []
+    processes = _start_pair(
+        HERE / "ddp_script.py",
+        common,
+        tmp_path / "ddp",
+        {contract.LOCAL_BATCH_SIZE: [5, 3], contract.ACCUMULATION_STEPS: [2, 1]},
+    )
     try:
-        programs: list[tuple[str, str | Path]] = [
-            ("own", "resnet"),
-            ("ddp", HERE / "ddp_script.py"),
-        ]
-        for label, program in programs:
-            processes += _start_pair(
-                program,
-                {**common, contract.JOB_ID: label, contract.CHECKPOINT_DIR: tmp_path},
-                tmp_path / label,
-                {contract.LOCAL_BATCH_SIZE: [5, 3], contract.ACCUMULATION_STEPS: [2, 1]},
-            )
         for process in processes:
             assert process.finish().exit_reason == "completed"
     finally:
         stop_all(processes)
     single = train_managed(
-        "resnet", {name: str(value) for name, value in common.items()}, handle_signals=False
+        "resnet",
+        {name: str(value) for name, value in common.items() if name != contract.CHECKPOINT_DIR},
+        handle_signals=False,
     )
-    expected = single.model.state_dict()
-    for label in ("own", "ddp"):
-        shared = final_model(tmp_path, label)
-        for key, value in expected.items():
-            torch.testing.assert_close(shared[key], value, rtol=1e-5, atol=1e-6)
+    shared = final_model(tmp_path, "ddp")
+    for key, value in single.model.state_dict().items():
+        torch.testing.assert_close(shared[key], value, rtol=1e-5, atol=1e-6)
