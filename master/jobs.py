@@ -253,14 +253,45 @@ class JobManager:
         except ValueError:
             log.warning("ignored a bad throughput", job_id=job.id, value=update.iterations_per_s)
 
+    def _late_completion(
+        self, uow: UnitOfWork, task: Task, report: TaskExit, now: datetime
+    ) -> bool:
+        """A completion reported for a task the master had written off (its worker
+        re-registered without it while the exit report was still on its way, e.g. across a
+        master restart). If the job was not placed again since, the job is done."""
+        if report.kind is not ExitKind.COMPLETED or task.state is not TaskState.LOST:
+            return False
+        job = uow.jobs.get(task.job_id)
+        if is_terminal(job.state) or uow.tasks.latest_lease(job.id) != task.lease:
+            return False
+        uow.tasks.set_state(
+            task.id, TaskState.EXITED, now=now, exit_kind=report.kind, exit_code=report.exit_code
+        )
+        uow.jobs.record_progress(
+            job.id,
+            iterations_done=report.iterations_done,
+            checkpoint_iterations=report.iterations_done,
+        )
+        uow.jobs.transition(
+            job.id,
+            JobState.COMPLETED,
+            kind="completed",
+            reason=f"completed on {report.node} (reported after its worker re-registered)",
+            at=now,
+        )
+        log.info("job completed (late report)", job_id=job.id, node=report.node)
+        return True
+
     def task_exited(self, report: TaskExit) -> bool:
         """Record a task's exit; False when its lease is stale (the report is ignored)."""
         now = datetime.now(UTC)
 
         def change(uow: UnitOfWork) -> tuple[bool, list[StopOrder]]:
             task = uow.tasks.find(report.job_id, report.task_index, report.lease)
-            if task is None or task.node != report.node or not task.active:
+            if task is None or task.node != report.node:
                 return False, []
+            if not task.active:
+                return self._late_completion(uow, task, report, now), []
             was_stopping = task.state is TaskState.STOPPING
             uow.tasks.set_state(
                 task.id,

@@ -210,3 +210,37 @@ def test_failed_task_is_retried_then_fails(cluster: Cluster) -> None:
     failed = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job
     assert failed.state == common_pb2.JOB_STATE_FAILED
     assert failed.exit_code == 4 and "exit code 4" in failed.reason
+
+
+def test_completion_reported_after_a_master_restart_is_kept(cluster: Cluster) -> None:
+    """An opaque command that finished while the master was down: its worker re-registers
+    without the task (the job looks lost), then delivers the pending exit report; the job
+    is COMPLETED, not run a second time."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(
+        hadar_pb2.SubmitJobRequest(
+            spec=common_pb2.JobSpec(
+                name="batch",
+                num_gpus=1,
+                iterations=1,
+                command=common_pb2.CommandProgram(argv=["./run.sh"]),
+            )
+        )
+    ).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    master.stop(grace=0.5)
+    finished = dict(worker.tasks)
+    worker.tasks.clear()  # the command ended while the master was away
+
+    restarted = cluster.master()
+    worker.connect(restarted.address)
+    worker.register()
+    api2 = cluster.api(restarted)
+    assert job_state(api2, job.id) == common_pb2.JOB_STATE_PREEMPTED
+    worker.tasks.update(finished)
+    assert worker.exit(job.id, common_pb2.EXIT_KIND_COMPLETED, 0).accepted
+    assert job_state(api2, job.id) == common_pb2.JOB_STATE_COMPLETED
+    assert restarted.run_round().started == ()
