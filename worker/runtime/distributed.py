@@ -17,8 +17,9 @@ import torch.distributed as dist
 
 from worker.runtime.settings import ContractError, RuntimeSettings
 
-# Long enough for a slow peer's checkpoint; short enough that a dead peer ends the job.
-_TIMEOUT = timedelta(minutes=10)
+# Long enough for a HadarE copy to wait at the end-of-lease average for a slower copy; a peer
+# that dies closes its connections (the others fail at once) and the agent reaps the task.
+_TIMEOUT = timedelta(hours=1)
 
 
 @dataclass

@@ -85,6 +85,7 @@ class Step:
         self._started = False
         self.finished = False
         self.began = run._clock()
+        self._backward_calls = 0
         self._last_yield_at = self.began
         self._last_backward_at = self.began
         self._loss_sum: torch.Tensor | None = None
@@ -109,6 +110,8 @@ class Step:
                 ddp.require_backward_grad_sync = index == len(spans) - 1
             self._last_yield_at = run._clock()
             yield MicroBatch(index, span.start, span.stop, self.iteration, self.stream, self)
+            if self._backward_calls != index + 1:
+                raise RuntimeError("call micro.backward(loss) exactly once per micro-batch")
         if ddp is not None:
             ddp.require_backward_grad_sync = True
         run._finish_step(self)
@@ -116,6 +119,7 @@ class Step:
 
     def _backward(self, micro: MicroBatch, loss: torch.Tensor) -> None:
         run = self.run
+        self._backward_calls += 1
         self._last_backward_at = run._clock()
         scale = micro.size * run._loss_scale
         # A single process on the whole batch scales by exactly 1: skip the multiply.
@@ -148,6 +152,7 @@ class TrainingRun:
         self._clock = clock
         self._handle_signals = handle_signals
         self._stop_requested = False
+        self._looped = False
         self.exit_reason: ExitReason | None = None
 
         # Installed first: a stop that arrives while resuming or meeting peers is honoured
@@ -269,6 +274,9 @@ class TrainingRun:
 
     # The loop.
     def steps(self) -> Iterator[Step]:
+        if self._looped:
+            raise RuntimeError("steps() runs once per TrainingRun (one lease per process)")
+        self._looped = True
         try:
             yield from self._loop()
         finally:

@@ -226,3 +226,17 @@ def test_each_step_must_run_its_micro_batches_to_the_end(tmp_path: Path) -> None
             for micro in step.micro_batches():
                 micro.backward(run.model(torch.ones(micro.size, 2)).mean())
                 break
+
+
+def test_each_micro_batch_needs_exactly_one_backward(tmp_path: Path) -> None:
+    """A micro-batch without backward would drop its share of the gradient: refused."""
+    model = nn.Linear(2, 1)
+    run = TrainingRun.from_env(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), env=_env(tmp_path, "j")
+    )
+    with pytest.raises(RuntimeError, match="exactly once per micro-batch"):
+        for step in run.steps():
+            for _micro in step.micro_batches():
+                pass
+    with pytest.raises(RuntimeError, match="runs once per TrainingRun"):
+        next(iter(run.steps()))
