@@ -415,6 +415,8 @@ class PrimalDual:
         first, while the marginal payoff stays positive (at most ``max_copies``).
         """
         assert self.copy_efficiency is not None
+        if not job.preemptible:
+            return None  # copies need the runtime helper: managed (preemptible) jobs only
         e = self.copy_efficiency
         n = job.num_gpus
         room = {}

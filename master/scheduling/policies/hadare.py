@@ -109,6 +109,8 @@ class HadarEPolicy:
         self.last_decisions = decisions
         forkable: dict[int, _Forked] = {}
         for job in rest:
+            if not job.preemptible:
+                continue  # copies need the runtime helper: managed (preemptible) jobs only
             alloc = placed.get(job.id)
             if alloc is None:
                 forkable[job.id] = _Forked(job)

@@ -146,7 +146,9 @@ class HarePolicy:
         ):
             return current
         fold = 1
-        while fold <= self._max_fold and job.num_gpus % fold == 0:
+        # Folding needs the runtime's gradient accumulation: managed (preemptible) jobs.
+        max_fold = self._max_fold if job.preemptible else 1
+        while fold <= max_fold and job.num_gpus % fold == 0:
             n = job.num_gpus // fold
             for t in prefs:
                 slots: tuple[GpuSlot, ...] | None = free.take(n, t)

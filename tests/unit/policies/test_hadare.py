@@ -58,3 +58,10 @@ def test_combined_progress_is_the_sum_of_copies_times_efficiency() -> None:
         result = simulate(HadarEPolicy(), trace, snap.cluster, throughput, config)
         assert result.jobs[0].used_copies
         assert result.jobs[0].finish_s == pytest.approx(360.0 * rounds, rel=1e-6)
+
+
+def test_jobs_that_cannot_be_preempted_are_never_forked() -> None:
+    """Opaque commands run as placed: no copies for a non-preemptible job."""
+    snap = snapshot({"v100": 4, "p100": 4, "k80": 4}, [job(1, num_gpus=2, preemptible=False)])
+    alloc = HadarEPolicy().plan(snap, 0.0).get(1)
+    assert alloc is not None and alloc.num_copies == 1
