@@ -145,7 +145,9 @@ class PrimalDual:
         max_copies: int = 16,
         exchange: bool = True,
         per_type_bounds: bool = True,
+        capped: bool = True,
     ) -> None:
+        self.capped = capped
         self.exchange = exchange
         self.per_type_bounds = per_type_bounds
         if copy_efficiency is not None and not 0 < copy_efficiency <= 1:
@@ -196,6 +198,21 @@ class PrimalDual:
             value *= max(age + ahead, 1.0) ** (self.completion_exponent - 1.0)
         self._scales[job.id] = value
         return value
+
+    def utility(self, snapshot: Snapshot, job: JobView, rate: float) -> float:
+        """Utility of running ``job`` at ``rate`` for this round.
+
+        Linear in the fraction ``x = rate * round_s / remaining`` of its remaining work the
+        round completes, up to the whole of it; beyond that, speed only makes the job end
+        earlier within the round, saving ``(1 - 1/x)`` of a round: ``2 - 1/x``. Concave,
+        so a job about to finish is not given GPUs (or copies) it can barely use.
+        """
+        if not self.capped:
+            return self.scale(snapshot, job) * rate
+        remaining = max(job.remaining_iterations, 1e-9)
+        x = rate * snapshot.round_seconds / remaining
+        weight = self.scale(snapshot, job) * remaining / snapshot.round_seconds
+        return weight * (x if x <= 1.0 else 2.0 - 1.0 / x)
 
     def run(
         self, snapshot: Snapshot, free: FreeGpus, jobs: list[JobView]
@@ -315,7 +332,7 @@ class PrimalDual:
 
         def utility(job_id: int, alloc: Allocation) -> float:
             job = jobs[job_id]
-            return self.scale(snapshot, job) * allocation_rate(snapshot, job, alloc)
+            return self.utility(snapshot, job, allocation_rate(snapshot, job, alloc))
 
         keys = sorted(groups)
         for i, key_a in enumerate(keys):
@@ -357,13 +374,13 @@ class PrimalDual:
 
     def _type_values(self, snapshot: Snapshot, job: JobView, free: FreeGpus) -> dict[str, float]:
         """Per-GPU utility of ``job`` on each allowed type with room, alone on that type."""
-        scale = self.scale(snapshot, job)
         n = job.num_gpus
         out: dict[str, float] = {}
         for t in allowed_types(snapshot, job):
             if free.count(t) >= n:
                 consolidated = free.max_free_on_one_node(t) >= n
-                out[t] = scale * job_rate(snapshot, job, t, consolidated=consolidated) / n
+                rate = job_rate(snapshot, job, t, consolidated=consolidated)
+                out[t] = self.utility(snapshot, job, rate) / n
         return out
 
     def best_option(
@@ -382,7 +399,9 @@ class PrimalDual:
             rate = job_rate(snapshot, job, t, consolidated=consolidated)
             if kept == {t: n} and job.current is not None:
                 rate = allocation_rate(snapshot, job, job.current)
-            option = _Option({t: n}, scale * rate, prices.cost(t, n), consolidated)
+            option = _Option(
+                {t: n}, self.utility(snapshot, job, rate), prices.cost(t, n), consolidated
+            )
             if best is None or option.utility - option.cost > best.utility - best.cost:
                 best = option
         if self.mixed and n > 1 and len(types) > 1 and sum(free.count(t) for t in types) >= n:
@@ -437,7 +456,7 @@ class PrimalDual:
                     continue
                 price = prices.cost(t, n, copies[t] * n)
                 after = e * (total_rate + rate[t]) if count >= 1 else rate[t]
-                gain = scale * after - utility
+                gain = self.utility(snapshot, job, after) - utility
                 if pick is None or gain - price > pick[0]:
                     pick = (gain - price, t, gain, price)
             if pick is None or (count >= 1 and pick[0] <= 0):
@@ -493,7 +512,7 @@ class PrimalDual:
             return None
         if utility / scale > single_type_bound(snapshot, job) * (1 + 1e-9):
             return None
-        return _Option(used, utility, cost, consolidated=False)
+        return _Option(used, self.utility(snapshot, job, utility / scale), cost, False)
 
     @staticmethod
     def _kept_counts(snapshot: Snapshot, job: JobView, free: FreeGpus) -> dict[str, int] | None:

@@ -92,7 +92,10 @@ class HadarEPolicy:
         """Utility gained per GPU by adding a copy of speed ``rate`` to ``entry``."""
         before = self._combined(entry.rates)
         after = self._combined([*entry.rates, rate])
-        return self._pass.scale(snapshot, entry.job) * (after - before) / entry.job.num_gpus
+        gained = self._pass.utility(snapshot, entry.job, after)
+        if before > 0:
+            gained -= self._pass.utility(snapshot, entry.job, before)
+        return gained / entry.job.num_gpus
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
         self._pass.now = now
