@@ -16,7 +16,7 @@ from tests.integration.runtime.processes import (
     stop_all,
     torchrun_env,
 )
-from tests.unit.runtime.conftest import assert_identical
+from tests.unit.runtime.checks import assert_identical
 from worker.runtime import contract
 from worker.workloads.runner import train_managed
 

@@ -10,7 +10,7 @@ from tests.integration.runtime.processes import (
     start,
     stop_all,
 )
-from tests.unit.runtime.conftest import assert_identical
+from tests.unit.runtime.checks import assert_identical
 from worker.runtime import contract
 from worker.runtime.contract import ProgressRecord
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.unit.runtime.conftest import assert_identical, final_parameters
+from tests.unit.runtime.checks import assert_identical, final_parameters
 from worker.runtime import contract
 from worker.runtime.checkpoint import CheckpointError, CheckpointStore, job_directory
 from worker.runtime.progress import read_progress

@@ -1,3 +1,5 @@
+"""Comparing trained parameters across runs."""
+
 from __future__ import annotations
 
 from pathlib import Path
