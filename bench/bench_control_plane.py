@@ -13,6 +13,7 @@ the master's CPU time and peak RSS.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import statistics
@@ -41,6 +42,7 @@ from protos.hadar.v1 import (
 )
 from store import Database
 from store.models import RoundRow
+from store.testing import fresh_postgres_schema
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_TOKEN = "bench-cluster-token"
@@ -132,13 +134,26 @@ def main() -> int:
     parser.add_argument("--submit-rate", type=float, default=100.0, help="submissions per second")
     parser.add_argument("--round-seconds", type=float, default=10.0)
     parser.add_argument("--policy", default="fifo")
-    parser.add_argument("--database", default="", help="default: a temporary SQLite file")
+    parser.add_argument(
+        "--database",
+        default="",
+        help="default: a temporary SQLite file; a PostgreSQL URL gets a throwaway schema",
+    )
     parser.add_argument("--client-threads", type=int, default=32)
     parser.add_argument("--log-level", default="warning", help="the master's log level")
     args = parser.parse_args()
 
+    with contextlib.ExitStack() as stack:
+        database = args.database
+        if database.startswith("postgres"):
+            # A throwaway schema: the benchmark never touches the database's own tables.
+            database = stack.enter_context(fresh_postgres_schema(database))
+        return run(args, database)
+
+
+def run(args: argparse.Namespace, database: str) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="hadar-bench-"))
-    database = args.database or f"sqlite:///{workdir / 'hadar.db'}"
+    database = database or f"sqlite:///{workdir / 'hadar.db'}"
     port = free_port()
     env = dict(os.environ, STATE_DIRECTORY=str(workdir))
     python = sys.executable

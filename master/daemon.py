@@ -117,7 +117,9 @@ class Master:
         self._stopping = False
         self._early_lock = threading.Lock()
         self._rerun = False
+        self._rerun_freed = False
         self._round_running = False
+        self._stalled = False
         self._last_full_at = -1e9
         self._started_at = 0.0
         self.port = 0
@@ -317,7 +319,12 @@ class Master:
 
     def run_round(self) -> RoundResult:
         """One scheduling round now; returns when it is stored and pushed."""
-        return self.rounds.run()
+        result = self.rounds.run()
+        with self._early_lock:
+            # Jobs wait and the round could place none of them: more submissions will not
+            # change that, only freed GPUs will (see request_round).
+            self._stalled = result.waiting > 0 and not result.started
+        return result
 
     def check_nodes(self, *, force: bool = False) -> list[str]:
         """Declare nodes silent for longer than the heartbeat timeout lost. Right after a
@@ -342,8 +349,13 @@ class Master:
         if not self.settings.early_rounds or self._scheduler is None or self._stopping:
             return
         with self._early_lock:
+            if freed:
+                self._stalled = False
+            elif self._stalled:
+                return
             if self._round_running:
                 self._rerun = True
+                self._rerun_freed = self._rerun_freed or freed
                 return
             soon = datetime.now(UTC) + timedelta(seconds=self.settings.early_round_delay_s)
             current = self.next_round_at()
@@ -368,7 +380,7 @@ class Master:
     def _scheduled_round(self) -> None:
         with self._early_lock:
             self._round_running = True
-            self._rerun = False
+            self._rerun = self._rerun_freed = False
         try:
             self.run_round()
         except Exception:
@@ -376,9 +388,10 @@ class Master:
         finally:
             with self._early_lock:
                 self._round_running = False
-                rerun = self._rerun
+                rerun, freed = self._rerun, self._rerun_freed
+                self._rerun = self._rerun_freed = False
             if rerun:
-                self.request_round(True)
+                self.request_round(freed)
 
     def _scheduled_node_check(self) -> None:
         try:

@@ -163,17 +163,20 @@ class Dispatcher:
                 groups[(task.job_id, task.lease)].append(task)
         if not groups:
             return []
-        nodes = {n.name: n for n in uow.nodes.all()}
-        addresses = {name: n.address for name, n in nodes.items()}
+        nodes = uow.nodes.addresses()
+        addresses = {name: address for name, (address, _) in nodes.items()}
+        ready = {
+            key: group
+            for key, group in groups.items()
+            if not any(self._blocked(t, active) for t in group)
+        }
+        jobs = uow.jobs.get_many({job_id for job_id, _ in ready})
         now = utcnow()
         out: list[Outgoing] = []
-        for (job_id, lease), group in sorted(groups.items()):
-            if any(self._blocked(t, active) for t in group):
-                continue
-            job = uow.jobs.get(job_id)
+        for (job_id, lease), group in sorted(ready.items()):
+            job = jobs[job_id]
             if is_terminal(job.state) or any(
-                nodes.get(t.node) is None or nodes[t.node].state is NodeState.UNREACHABLE
-                for t in group
+                t.node not in nodes or nodes[t.node][1] is NodeState.UNREACHABLE for t in group
             ):
                 continue
             out.extend(
@@ -223,9 +226,10 @@ class Dispatcher:
         by_node: dict[str, list[Outgoing]] = defaultdict(list)
         for item in outgoing:
             by_node[item.node].append(item)
-        addresses = self._tx.read(
-            lambda uow: {n.name: n.address for n in uow.nodes.all() if n.name in by_node}
-        )
+        addresses = {
+            name: address
+            for name, (address, _) in self._tx.read(lambda uow: uow.nodes.addresses()).items()
+        }
         futures = {
             node: self._executor.submit(
                 self._clients.apply,
@@ -312,11 +316,11 @@ class Dispatcher:
         """StopTask for each order, in the background (stopping is idempotent)."""
         if not orders:
             return
-        addresses = self._tx.read(lambda uow: {n.name: n.address for n in uow.nodes.all()})
+        nodes = self._tx.read(lambda uow: uow.nodes.addresses())
         for order in orders:
-            address = addresses.get(order.node)
-            if address is None:
+            if order.node not in nodes:
                 continue
+            address = nodes[order.node][0]
             self._executor.submit(self._stop_one, address, order)
 
     def _stop_one(self, address: str, order: StopOrder) -> None:

@@ -169,10 +169,10 @@ class Registry:
             due = wall - self._last_written.get(node, -1e9) >= self._write_every
 
         def change(uow: UnitOfWork) -> tuple[bool, list[ReportedTask]]:
-            known = uow.nodes.find(node)
-            if known is None or known.state is NodeState.UNREACHABLE:
+            known = uow.nodes.liveness(node)
+            if known is None or known[0] is NodeState.UNREACHABLE:
                 return True, []
-            health = {g.index: g.health for g in known.gpus}
+            health = known[1]
             changed = any(g.index in health and health[g.index] is not g.health for g in gpus)
             if due or changed:
                 uow.nodes.heartbeat(node, now=now, gpus=gpus)

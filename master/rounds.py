@@ -48,6 +48,8 @@ class RoundResult:
     duration_s: float
     started: tuple[int, ...] = ()
     stopped: tuple[int, ...] = ()
+    # Unfinished jobs the plan gave nothing.
+    waiting: int = 0
 
 
 def keep_non_preemptible(inp: RoundInput, plan: Plan) -> Plan:
@@ -172,6 +174,7 @@ class RoundRunner:
             duration_s=duration,
             started=tuple(a.job_id for a in actions if a.kind is ActionKind.START),
             stopped=tuple(a.job_id for a in actions if a.kind is ActionKind.STOP),
+            waiting=sum(1 for job_id in inp.jobs if job_id not in plan.allocations),
         )
         self.last_result = result
         log.info(
@@ -307,13 +310,15 @@ class RoundRunner:
                 )
         uow.tasks.add_many(new_tasks)
         # Why each job that got nothing waits.
+        reasons: dict[int, str] = {}
         for job_id, job in inp.jobs.items():
             if job_id in plan.allocations or job.state is JobState.RUNNING:
                 continue
             waiting = plan.reason(job_id) or "waiting: not chosen by the policy this round"
             current = jobs_now.get(job_id)
             if current is not None and current.state is job.state and current.reason != waiting:
-                uow.jobs.set_waiting_reason(job_id, waiting, flush=False)
+                reasons[job_id] = waiting
+        uow.jobs.set_waiting_reasons(reasons)
         if any(n.state is NodeState.DRAINING for n in inp.nodes.values()):
             self._finish_drains(uow, inp)
         return number, outgoing, orders, len(changes)

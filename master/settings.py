@@ -80,7 +80,7 @@ class Settings:
     metrics_port: int = 9464
     log_format: LogFormat = "auto"
     log_level: str = "info"
-    grpc_threads: int = 32
+    grpc_threads: int = 16
 
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [

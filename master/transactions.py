@@ -3,6 +3,7 @@ on optimistic-locking conflicts."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -29,6 +30,12 @@ class Transactor:
         self.database = database
         self.attempts = attempts
         self.job_lock = threading.RLock()
+        # SQLite has one writer at a time, and a writer that finds the database locked
+        # sleeps in growing steps (up to 100 ms) before it tries again. Queueing writers on
+        # a lock here hands the database over the moment the previous writer commits.
+        self._write_lock: threading.Lock | contextlib.nullcontext[None] = (
+            threading.Lock() if database.dialect == "sqlite" else contextlib.nullcontext()
+        )
 
     def read(self, fn: Callable[[UnitOfWork], T]) -> T:
         """A read-only unit of work (still a transaction, for a consistent view)."""
@@ -41,9 +48,9 @@ class Transactor:
         for attempt in range(1, self.attempts + 1):
             try:
                 if jobs:
-                    with self.job_lock, self.database.transaction() as uow:
+                    with self.job_lock, self._write_lock, self.database.transaction() as uow:
                         return fn(uow)
-                with self.database.transaction() as uow:
+                with self._write_lock, self.database.transaction() as uow:
                     return fn(uow)
             except ConflictError as exc:
                 if attempt == self.attempts:

@@ -41,7 +41,15 @@ def temporary_database_url(backend: str, directory: Path) -> Iterator[str]:
     base = os.environ.get(POSTGRES_ENV)
     if not base:
         raise RuntimeError(f"{POSTGRES_ENV} is not set")
-    base = normalize_url(base)
+    with fresh_postgres_schema(base) as url:
+        yield url
+
+
+@contextmanager
+def fresh_postgres_schema(base_url: str) -> Iterator[str]:
+    """A URL whose connections use a new, empty schema of `base_url`'s database; the schema
+    is dropped afterwards."""
+    base = normalize_url(base_url)
     schema = f"hadar_test_{secrets.token_hex(6)}"
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
     try:
@@ -50,8 +58,17 @@ def temporary_database_url(backend: str, directory: Path) -> Iterator[str]:
         url = make_url(base)
         options = quote(f"-csearch_path={schema}")
         separator = "&" if url.query else "?"
-        yield f"{base}{separator}options={options}"
+        yield f"{base}{separator}options={options}&application_name={schema}"
     finally:
         with admin.connect() as connection:
+            # A connection still open in a thread that outlived its test would hold locks
+            # the DROP waits for; end those sessions first.
+            connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": schema},
+            )
             connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()

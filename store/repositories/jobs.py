@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
 
 from store.domain import Job, JobEvent, NewJob
@@ -212,6 +213,31 @@ class JobRepository:
             if flush:
                 self._flush(job_id)
         return convert.job(row)
+
+    def set_waiting_reasons(self, reasons: Mapping[int, str]) -> int:
+        """Set many jobs' reasons in a few statements (one per distinct reason).
+
+        A reason is advisory text, so these updates neither bump the version nor count as
+        changes for optimistic locking. Returns how many rows changed.
+        """
+        by_reason: dict[str, list[int]] = {}
+        for job_id, reason in reasons.items():
+            by_reason.setdefault(reason, []).append(job_id)
+        changed = 0
+        for reason, ids in by_reason.items():
+            result = self._session.execute(
+                update(JobRow)
+                .where(JobRow.id.in_(ids), JobRow.reason != reason)
+                .values(reason=reason)
+                .execution_options(synchronize_session=False)
+            )
+            changed += int(getattr(result, "rowcount", 0) or 0)
+            for job_id in ids:
+                row = self._seen.get(job_id)
+                if row is not None:
+                    # Keep this unit of work's view in step without marking the row dirty.
+                    set_committed_value(row, "reason", reason)
+        return changed
 
     def record_progress(
         self,

@@ -12,7 +12,7 @@ from store.domain import Gpu, Node
 from store.errors import NotFoundError
 from store.models import GpuRow, NodeRow, utcnow
 from store.repositories import convert
-from store.states import NodeState
+from store.states import GpuHealth, NodeState
 
 # States in which a node counts as alive (its heartbeat is watched).
 WATCHED_NODE_STATES = (NodeState.READY, NodeState.DRAINING, NodeState.DRAINED)
@@ -38,6 +38,23 @@ class NodeRepository:
     def all(self) -> list[Node]:
         query = select(NodeRow).order_by(NodeRow.name)
         return [convert.node(row) for row in self._session.scalars(query)]
+
+    def addresses(self) -> dict[str, tuple[str, NodeState]]:
+        """name -> (address, state) of every node, without loading GPUs."""
+        rows = self._session.execute(select(NodeRow.name, NodeRow.address, NodeRow.state))
+        return {name: (address, NodeState(state)) for name, address, state in rows}
+
+    def liveness(self, name: str) -> tuple[NodeState, dict[int, GpuHealth]] | None:
+        """A node's state and its GPUs' health, or None if unknown (cheap, for heartbeats)."""
+        state = self._session.execute(
+            select(NodeRow.state).where(NodeRow.name == name)
+        ).scalar_one_or_none()
+        if state is None:
+            return None
+        health = self._session.execute(
+            select(GpuRow.index, GpuRow.health).where(GpuRow.node_name == name)
+        )
+        return NodeState(state), {index: GpuHealth(h) for index, h in health}
 
     def upsert(
         self,

@@ -174,7 +174,7 @@ def test_process_signals_systemd_and_stops_on_sigterm(tmp_path: Path) -> None:
     notify_path = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(notify_path))
-    sock.settimeout(60)
+    sock.settimeout(180)  # a loaded machine imports slowly
     env = dict(os.environ, NOTIFY_SOCKET=str(notify_path), STATE_DIRECTORY=str(tmp_path))
     process = subprocess.Popen(
         [

@@ -135,3 +135,16 @@ def test_rounds_are_numbered_and_the_last_is_found(db: Database) -> None:
     assert last.plan == {"jobs": {"1": [0]}} and last.dispatch_failures == 1
     with pytest.raises(NotFoundError), db.transaction() as uow:
         uow.rounds.get(999)
+
+
+def test_addresses_and_liveness_read_without_gpus(db: Database) -> None:
+    """The cheap reads used on hot paths agree with the full node objects."""
+    register(db, "a")
+    with db.transaction() as uow:
+        uow.nodes.set_state("a", NodeState.DRAINING, "x")
+        assert uow.nodes.addresses() == {"a": ("a:7000", NodeState.DRAINING)}
+        assert uow.nodes.liveness("a") == (
+            NodeState.DRAINING,
+            {0: GpuHealth.HEALTHY, 1: GpuHealth.HEALTHY},
+        )
+        assert uow.nodes.liveness("ghost") is None

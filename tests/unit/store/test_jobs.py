@@ -141,3 +141,18 @@ def test_events_after_serves_watchers(db: Database) -> None:
     with db.transaction() as uow:
         assert [e.job_id for e in uow.jobs.events_after(cursor)] == [a, b]
         assert [e.kind for e in uow.jobs.events_after(cursor, job_ids=[b])] == ["cancelled"]
+
+
+def test_waiting_reasons_are_set_in_bulk_without_new_versions(db: Database) -> None:
+    """Bulk reason updates change only rows whose text differs and leave versions alone."""
+    a = submit(db, name="a")
+    b = submit(db, name="b")
+    with db.transaction() as uow:
+        before = uow.jobs.get(a)
+        assert uow.jobs.set_waiting_reasons({a: "waiting: no free v100", b: before.reason}) == 1
+        assert uow.jobs.get(a).reason == "waiting: no free v100"
+    with db.transaction() as uow:
+        after = uow.jobs.get(a)
+        assert after.reason == "waiting: no free v100"
+        assert after.version == before.version
+        assert uow.jobs.get(b).reason == before.reason
