@@ -16,17 +16,17 @@ from tests.integration.runtime.processes import (
 )
 from worker.runtime import contract
 from worker.runtime.checkpoint import CheckpointStore, job_directory
+from worker.runtime.contract import ProgressRecord
+from worker.runtime.progress import read_progress
 
 HERE = Path(__file__).parent
 
 
-def test_two_copies_continue_from_the_mean_of_their_parameters(tmp_path: Path) -> None:
-    """Copies train apart (own data streams, budgets 3 and 5), then both hold exactly the mean
-    of their parameters; the job's checkpoint has it, with 3 + 5 iterations done."""
+def _run_copies(tmp_path: Path, lease: int, budgets: list[int]) -> list[ProgressRecord]:
     port = free_port()
     common = {
         contract.JOB_ID: "30",
-        contract.TOTAL_ITERATIONS: 100,
+        contract.TOTAL_ITERATIONS: 11,
         contract.GLOBAL_BATCH_SIZE: 8,
         contract.NUM_COPIES: 2,
         contract.CHECKPOINT_DIR: tmp_path / "ckpt",
@@ -34,7 +34,7 @@ def test_two_copies_continue_from_the_mean_of_their_parameters(tmp_path: Path) -
     }
     processes: list[JobProcess] = []
     try:
-        for copy, budget in enumerate([3, 5]):
+        for copy, budget in enumerate(budgets):
             env = contract_env(
                 torchrun_env(2, copy, port),
                 common,
@@ -44,19 +44,28 @@ def test_two_copies_continue_from_the_mean_of_their_parameters(tmp_path: Path) -
                 start(
                     HERE / "copies_script.py",
                     env,
-                    tmp_path,
+                    tmp_path / f"lease{lease}",
                     name=f"copy{copy}",
-                    args=[str(tmp_path / f"copy{copy}.pt")],
+                    args=[str(tmp_path / f"lease{lease}" / f"copy{copy}.pt")],
                 )
             )
-        exits = [process.finish() for process in processes]
+        return [process.finish() for process in processes]
     finally:
         stop_all(processes)
+
+
+def test_two_copies_continue_from_the_mean_of_their_parameters(tmp_path: Path) -> None:
+    """Copies train apart (own data streams, budgets 3 and 5), then both hold exactly the mean
+    of their parameters; the job's checkpoint has it, with 3 + 5 iterations done. The next
+    lease starts both copies from it and, with no budget, splits the 3 iterations left 2 + 1,
+    never running past the job's 11."""
+    exits = _run_copies(tmp_path, 0, [3, 5])
     assert {(e.exit_reason, e.iterations_done, e.checkpoint_iterations) for e in exits} == {
         ("lease_done", 8, 8)
     }
-    copies = [torch.load(tmp_path / f"copy{c}.pt", weights_only=True) for c in range(2)]
-    latest = CheckpointStore(job_directory(tmp_path / "ckpt", "30")).load_latest()
+    copies = [torch.load(tmp_path / "lease0" / f"copy{c}.pt", weights_only=True) for c in (0, 1)]
+    store = CheckpointStore(job_directory(tmp_path / "ckpt", "30"))
+    latest = store.load_latest()
     assert latest is not None and latest.iterations == 8
     for key, first in copies[0]["before"].items():
         second = copies[1]["before"][key]
@@ -65,6 +74,15 @@ def test_two_copies_continue_from_the_mean_of_their_parameters(tmp_path: Path) -
         assert torch.equal(copies[0]["after"][key], mean)
         assert torch.equal(copies[1]["after"][key], mean)
         assert torch.equal(latest.state["model"][key], mean)
+
+    exits = _run_copies(tmp_path, 1, [0, 0])
+    assert {(e.exit_reason, e.iterations_done) for e in exits} == {("completed", 11)}
+    assert store.iterations_on_disk() == [11, 8]
+    for copy, share in [(0, 2), (1, 1)]:
+        records = read_progress(tmp_path / "lease1" / f"copy{copy}.jsonl")
+        progress = [r.iterations_done for r in records if r.event == "progress"]
+        # Progress records count the copy's own iterations on top of the 8 it started from.
+        assert progress[0] == 8 and max(progress) <= 8 + share
 
 
 def test_two_jobs_sharing_a_fake_gpu_finish_exactly_their_iterations(tmp_path: Path) -> None:
