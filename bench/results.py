@@ -255,6 +255,28 @@ def write_markdown(
             f"| {trace} | `{best}` | {_h(b['avg_jct_s'])} | {_h(g['avg_jct_s'])} | "
             f"{ratio:.2f}x | {_h(b['p99_jct_s'])} | {_h(g['p99_jct_s'])} | {verdict} |"
         )
+    lines += [
+        "",
+        "## Where a research policy does not beat `gavel`",
+        "",
+        "Per trace, the research policies whose average or p99 JCT is worse than `gavel`'s:",
+        "",
+    ]
+    for trace, per_policy in results.items():
+        g = per_policy.get("gavel")
+        if g is None:
+            continue
+        notes = []
+        for policy in sorted(p for p in per_policy if p not in BASELINES):
+            f = per_policy[policy]
+            worse = []
+            if f["avg_jct_s"] > g["avg_jct_s"] * (1 + 1e-9):
+                worse.append(f"avg {_h(f['avg_jct_s'])} vs {_h(g['avg_jct_s'])}")
+            if f["p99_jct_s"] > g["p99_jct_s"] * (1 + 1e-9):
+                worse.append(f"p99 {_h(f['p99_jct_s'])} vs {_h(g['p99_jct_s'])}")
+            if worse:
+                notes.append(f"`{policy}` ({', '.join(worse)})")
+        lines.append(f"- {trace}: " + ("; ".join(notes) if notes else "none") + ".")
     lines.append("")
     for trace, per_policy in results.items():
         cluster = next(iter(per_policy.values()))["cluster"]
@@ -283,6 +305,13 @@ def write_markdown(
                 lines.append(f"![{trace}](img/{name})")
         lines.append("")
     (out / "results.md").write_text("\n".join(lines))
+
+
+def rewrite_markdown(raw: Path, out: Path) -> None:
+    """Rewrite results.md and the plots from figures saved with ``--json``."""
+    results = json.loads(raw.read_text())
+    plots = write_plots(results, out / "img")
+    write_markdown(results, out, plots, ".venv/bin/python bench/results.py")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
