@@ -202,10 +202,10 @@ class Dispatcher:
                 return True
         return False
 
-    def dispatch_ready(self, round_number: int = 0) -> int:
-        """Send every start that can go now; returns the number of unreachable workers."""
+    def dispatch_ready(self, round_number: int = 0) -> set[str]:
+        """Send every start that can go now; returns the nodes that could not be reached."""
         outgoing = self._tx.read(lambda uow: self.ready_starts(uow, round_number))
-        return self.send(round_number, outgoing) if outgoing else 0
+        return self.send(round_number, outgoing) if outgoing else set()
 
     def dispatch_ready_soon(self) -> None:
         self._background.submit(self._safe_dispatch_ready)
@@ -218,10 +218,10 @@ class Dispatcher:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def send(self, round_number: int, outgoing: Sequence[Outgoing]) -> int:
+    def send(self, round_number: int, outgoing: Sequence[Outgoing]) -> set[str]:
         """Push assignments, one ApplyAssignments per node, concurrently; record the answers.
 
-        Returns how many nodes could not be reached.
+        Returns the nodes that could not be reached.
         """
         by_node: dict[str, list[Outgoing]] = defaultdict(list)
         for item in outgoing:
@@ -240,13 +240,13 @@ class Dispatcher:
             )
             for node, items in by_node.items()
         }
-        failures = 0
+        failures: set[str] = set()
         answers: list[tuple[Outgoing, worker_pb2.AssignmentResult | None]] = []
         for node, future in futures.items():
             try:
                 response = future.result()
             except WorkerUnreachableError as exc:
-                failures += 1
+                failures.add(node)
                 self._metrics.dispatch_failures.inc()
                 log.warning("worker did not acknowledge", node=node, error=str(exc))
                 continue

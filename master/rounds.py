@@ -156,8 +156,9 @@ class RoundRunner:
         persist_s = time.monotonic() - started - read_s - plan_s
         self._on_change()
         self._dispatcher.send_stops(orders)
-        failures = self._dispatcher.send(number, outgoing) if outgoing else 0
-        failures += self._dispatcher.dispatch_ready(number)
+        unreachable = self._dispatcher.send(number, outgoing) if outgoing else set()
+        unreachable |= self._dispatcher.dispatch_ready(number)
+        failures = len(unreachable)
         duration = time.monotonic() - started
         self._tx.write(
             lambda uow: uow.rounds.finish(number, duration_s=duration, dispatch_failures=failures),

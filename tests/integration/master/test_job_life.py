@@ -244,3 +244,26 @@ def test_completion_reported_after_a_master_restart_is_kept(cluster: Cluster) ->
     assert worker.exit(job.id, common_pb2.EXIT_KIND_COMPLETED, 0).accepted
     assert job_state(api2, job.id) == common_pb2.JOB_STATE_COMPLETED
     assert restarted.run_round().started == ()
+
+
+def test_unreachable_worker_counts_as_dispatch_failure_and_gets_the_start_later(
+    cluster: Cluster,
+) -> None:
+    """A START a worker never acknowledged stays assigned; the round reports the worker as
+    a dispatch failure, and the START goes out when the worker registers again."""
+    master = cluster.master(dispatch_attempts=2, dispatch_timeout_s=0.5)
+    gone = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    gone.close()
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
+    result = master.run_round()
+    assert result.started == (job.id,) and result.dispatch_failures == 1
+    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job
+    assert [t.state for t in got.tasks] == [common_pb2.TASK_STATE_ASSIGNED]
+    status = api.GetClusterStatus(hadar_pb2.GetClusterStatusRequest())
+    assert status.last_round.dispatch_failures == 1
+
+    back = cluster.worker(master, "n1")
+    wait_for(lambda: job.id in back.running_jobs(), what="START resent after registration")
+    start = next(a for a in back.applied if a.job_id == job.id)
+    assert start.lease == got.tasks[0].lease
