@@ -263,17 +263,17 @@ def write_markdown(
         "",
     ]
     for trace, per_policy in results.items():
-        g = per_policy.get("gavel")
-        if g is None:
+        ref = per_policy.get("gavel")
+        if ref is None:
             continue
         notes = []
         for policy in sorted(p for p in per_policy if p not in BASELINES):
             f = per_policy[policy]
             worse = []
-            if f["avg_jct_s"] > g["avg_jct_s"] * (1 + 1e-9):
-                worse.append(f"avg {_h(f['avg_jct_s'])} vs {_h(g['avg_jct_s'])}")
-            if f["p99_jct_s"] > g["p99_jct_s"] * (1 + 1e-9):
-                worse.append(f"p99 {_h(f['p99_jct_s'])} vs {_h(g['p99_jct_s'])}")
+            if f["avg_jct_s"] > ref["avg_jct_s"] * (1 + 1e-9):
+                worse.append(f"avg {_h(f['avg_jct_s'])} vs {_h(ref['avg_jct_s'])}")
+            if f["p99_jct_s"] > ref["p99_jct_s"] * (1 + 1e-9):
+                worse.append(f"p99 {_h(f['p99_jct_s'])} vs {_h(ref['p99_jct_s'])}")
             if worse:
                 notes.append(f"`{policy}` ({', '.join(worse)})")
         lines.append(f"- {trace}: " + ("; ".join(notes) if notes else "none") + ".")
