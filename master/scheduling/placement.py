@@ -24,28 +24,32 @@ class FreeGpus:
     __slots__ = ("_buckets", "_count", "_nodes", "_types")
 
     def __init__(self, cluster: ClusterView, used: Iterable[GpuSlot] = ()) -> None:
-        taken = set(used)
-        nodes: dict[str, dict[str, list[int]]] = {}
-        sizes: dict[str, dict[str, int]] = {}
-        types: dict[GpuSlot, str] = {}
-        for gpu in cluster.usable_gpus():
-            types[gpu.slot] = gpu.type
-            per_node = nodes.setdefault(gpu.type, {}).setdefault(gpu.node, [])
-            per_size = sizes.setdefault(gpu.type, {})
-            per_size[gpu.node] = per_size.get(gpu.node, 0) + 1
-            if gpu.slot not in taken:
-                per_node.append(gpu.index)
-        self._nodes = nodes
-        self._types = types
-        self._buckets: dict[str, list[list[str]]] = {}
-        self._count: dict[str, int] = {}
-        for gpu_type, per_type in nodes.items():
-            buckets: list[list[str]] = [[] for _ in range(max(sizes[gpu_type].values()) + 1)]
-            for name in sorted(per_type):
-                per_type[name].sort()
-                buckets[len(per_type[name])].append(name)
-            self._buckets[gpu_type] = buckets
-            self._count[gpu_type] = sum(len(v) for v in per_type.values())
+        # Node index lists are tuples shared with the cluster's template until changed, and
+        # the buckets are copied list by list: a ledger costs O(types x bucket sizes).
+        template = cluster.free_template
+        self._types = cluster.usable_by_slot()
+        self._nodes: dict[str, dict[str, tuple[int, ...]]] = {
+            t: dict(per_node) for t, per_node in template.items()
+        }
+        self._buckets: dict[str, list[list[str]]] = {
+            t: [list(bucket) for bucket in buckets]
+            for t, buckets in cluster.free_buckets_template.items()
+        }
+        self._count: dict[str, int] = cluster.capacity_by_type()
+        for slot in set(used):
+            gpu = self._types.get(slot)
+            if gpu is not None:
+                self._remove(gpu.type, slot)
+
+    def _remove(self, gpu_type: str, slot: GpuSlot) -> bool:
+        indices = self._nodes[gpu_type].get(slot.node)
+        if indices is None or slot.index not in indices:
+            return False
+        old = len(indices)
+        self._nodes[gpu_type][slot.node] = tuple(i for i in indices if i != slot.index)
+        self._move(gpu_type, slot.node, old, old - 1)
+        self._count[gpu_type] -= 1
+        return True
 
     def count(self, gpu_type: str | None = None) -> int:
         """Free GPUs of ``gpu_type`` (of any type when None)."""
@@ -72,13 +76,13 @@ class FreeGpus:
         return 0
 
     def type_of(self, slot: GpuSlot) -> str:
-        return self._types[slot]
+        return self._types[slot].type
 
     def is_free(self, slot: GpuSlot) -> bool:
-        gpu_type = self._types.get(slot)
-        if gpu_type is None:
+        gpu = self._types.get(slot)
+        if gpu is None:
             return False
-        return slot.index in self._nodes[gpu_type].get(slot.node, ())
+        return slot.index in self._nodes[gpu.type].get(slot.node, ())
 
     def _move(self, gpu_type: str, name: str, old: int, new: int) -> None:
         buckets = self._buckets[gpu_type]
@@ -163,31 +167,28 @@ class FreeGpus:
 
     def take_slots(self, slots: Iterable[GpuSlot]) -> bool:
         """Take exactly these GPUs if all are free (all or nothing)."""
-        wanted = list(slots)
-        if len(set(wanted)) != len(wanted) or not all(self.is_free(s) for s in wanted):
-            return False
-        for slot in wanted:
-            gpu_type = self._types[slot]
-            indices = self._nodes[gpu_type][slot.node]
-            old = len(indices)
-            indices.remove(slot.index)
-            self._move(gpu_type, slot.node, old, old - 1)
-            self._count[gpu_type] -= 1
+        taken: list[GpuSlot] = []
+        for slot in slots:
+            gpu = self._types.get(slot)
+            if gpu is None or not self._remove(gpu.type, slot):
+                self.release(taken)
+                return False
+            taken.append(slot)
         return True
 
     def release(self, slots: Iterable[GpuSlot]) -> None:
         """Give GPUs back (a policy that changes its mind within one pass)."""
         for slot in slots:
-            if slot not in self._types:
+            gpu = self._types.get(slot)
+            if gpu is None:
                 raise ValueError(f"GPU {slot} is not a usable GPU of this cluster")
             if self.is_free(slot):
                 raise ValueError(f"GPU {slot} is already free")
-            gpu_type = self._types[slot]
-            indices = self._nodes[gpu_type][slot.node]
+            indices = self._nodes[gpu.type][slot.node]
             old = len(indices)
-            bisect.insort(indices, slot.index)
-            self._move(gpu_type, slot.node, old, old + 1)
-            self._count[gpu_type] += 1
+            self._nodes[gpu.type][slot.node] = tuple(sorted((*indices, slot.index)))
+            self._move(gpu.type, slot.node, old, old + 1)
+            self._count[gpu.type] += 1
 
 
 def num_servers(slots: Iterable[GpuSlot]) -> int:

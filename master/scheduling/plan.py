@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from master.scheduling.views import Snapshot
@@ -22,12 +22,14 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class GpuSlot:
-    """One physical GPU: the node that holds it and its index on that node."""
+class GpuSlot(NamedTuple):
+    """One physical GPU: the node that holds it and its index on that node.
+
+    A named tuple: hashing and comparing are done in C, and planning hashes slots a lot.
+    """
 
     node: str
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index, on purpose
 
     def __str__(self) -> str:
         return f"{self.node}/{self.index}"
@@ -74,11 +76,14 @@ class Allocation:
     batch_shares: tuple[int, ...]
     accumulation_steps: int = 1
     shared_with: int | None = None
+    #: All GPUs of the allocation, copies flattened in order (derived from ``copies``).
+    slots: tuple[GpuSlot, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.copies or any(not copy for copy in self.copies):
             raise ValueError("an allocation needs at least one GPU in every copy")
-        slots = self.slots
+        slots = tuple(slot for copy in self.copies for slot in copy)
+        object.__setattr__(self, "slots", slots)
         if len(set(slots)) != len(slots):
             raise ValueError(f"an allocation lists a GPU twice: {[str(s) for s in slots]}")
         if len(self.batch_shares) != len(slots):
@@ -136,13 +141,8 @@ class Allocation:
         return cls(copies=copies, batch_shares=tuple(shares))
 
     @property
-    def slots(self) -> tuple[GpuSlot, ...]:
-        """All GPUs of the allocation, copies flattened in order."""
-        return tuple(slot for copy in self.copies for slot in copy)
-
-    @property
     def num_gpus(self) -> int:
-        return sum(len(copy) for copy in self.copies)
+        return len(self.slots)
 
     @property
     def num_copies(self) -> int:
@@ -251,7 +251,7 @@ class Plan:
         """
         problems: list[str] = []
         jobs = {job.id: job for job in snapshot.jobs}
-        usable = {gpu.slot: gpu for gpu in snapshot.cluster.usable_gpus()}
+        usable = snapshot.cluster.usable_by_slot()
         for job_id, alloc in self.allocations.items():
             job = jobs.get(job_id)
             if job is None:

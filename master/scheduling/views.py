@@ -24,10 +24,11 @@ class GpuView:
     type: str
     memory_bytes: int = 0
     healthy: bool = True
+    #: ``GpuSlot(node, index)``, built once.
+    slot: GpuSlot = field(init=False, repr=False, compare=False)
 
-    @property
-    def slot(self) -> GpuSlot:
-        return GpuSlot(self.node, self.index)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slot", GpuSlot(self.node, self.index))
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,46 @@ class ClusterView:
         return tuple(gpu for node in self.nodes for gpu in node.usable_gpus)
 
     @cached_property
+    def _usable_by_slot(self) -> Mapping[GpuSlot, GpuView]:
+        return MappingProxyType({gpu.slot: gpu for gpu in self._usable})
+
+    @cached_property
+    def _by_type(self) -> Mapping[str, tuple[GpuView, ...]]:
+        out: dict[str, list[GpuView]] = {}
+        for gpu in self._usable:
+            out.setdefault(gpu.type, []).append(gpu)
+        return MappingProxyType({t: tuple(g) for t, g in sorted(out.items())})
+
+    @cached_property
+    def free_template(self) -> Mapping[str, Mapping[str, tuple[int, ...]]]:
+        """type -> node -> sorted usable GPU indices (the starting point of FreeGpus)."""
+        out: dict[str, dict[str, list[int]]] = {}
+        for gpu in self._usable:
+            out.setdefault(gpu.type, {}).setdefault(gpu.node, []).append(gpu.index)
+        return MappingProxyType(
+            {
+                t: MappingProxyType({n: tuple(sorted(ix)) for n, ix in sorted(nodes.items())})
+                for t, nodes in sorted(out.items())
+            }
+        )
+
+    @cached_property
+    def free_buckets_template(self) -> Mapping[str, tuple[tuple[str, ...], ...]]:
+        """type -> node names (sorted) grouped by their number of usable GPUs of the type."""
+        out: dict[str, tuple[tuple[str, ...], ...]] = {}
+        for gpu_type, per_node in self.free_template.items():
+            widest = max(len(ix) for ix in per_node.values())
+            buckets: list[list[str]] = [[] for _ in range(widest + 1)]
+            for name, indices in per_node.items():
+                buckets[len(indices)].append(name)
+            out[gpu_type] = tuple(tuple(b) for b in buckets)
+        return MappingProxyType(out)
+
+    def usable_by_slot(self) -> Mapping[GpuSlot, GpuView]:
+        """Usable GPUs by slot."""
+        return self._usable_by_slot
+
+    @cached_property
     def _by_slot(self) -> Mapping[GpuSlot, GpuView]:
         return MappingProxyType({gpu.slot: gpu for node in self.nodes for gpu in node.gpus})
 
@@ -115,7 +156,10 @@ class ClusterView:
             raise KeyError(f"no node {name!r} in the cluster") from None
 
     def gpu_type(self, slot: GpuSlot) -> str:
-        return self.gpu(slot).type
+        gpu = self._by_slot.get(slot)
+        if gpu is None:
+            raise KeyError(f"no GPU {slot} in the cluster")
+        return gpu.type
 
     @property
     def gpu_types(self) -> tuple[str, ...]:
@@ -127,13 +171,10 @@ class ClusterView:
         return len(self._usable)
 
     def gpus_by_type(self) -> dict[str, tuple[GpuView, ...]]:
-        out: dict[str, list[GpuView]] = {}
-        for gpu in self._usable:
-            out.setdefault(gpu.type, []).append(gpu)
-        return {t: tuple(g) for t, g in sorted(out.items())}
+        return dict(self._by_type)
 
     def capacity_by_type(self) -> dict[str, int]:
-        return {t: len(g) for t, g in self.gpus_by_type().items()}
+        return {t: len(g) for t, g in self._by_type.items()}
 
     def free_gpus(self, used: Iterable[GpuSlot]) -> tuple[GpuView, ...]:
         """Usable GPUs not in ``used``."""
@@ -192,10 +233,11 @@ class JobView:
             raise ValueError(f"job {self.id}: total_iterations must be > 0")
         if self.priority <= 0:
             raise ValueError(f"job {self.id}: priority must be > 0, got {self.priority}")
-        object.__setattr__(
-            self, "gpu_seconds_by_type", MappingProxyType(dict(self.gpu_seconds_by_type))
-        )
-        object.__setattr__(self, "features", MappingProxyType(dict(self.features)))
+        # A read-only proxy is taken as given (the caller hands over a private copy).
+        for name in ("gpu_seconds_by_type", "features"):
+            value = getattr(self, name)
+            if not isinstance(value, MappingProxyType):
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
 
     @property
     def remaining_iterations(self) -> float:

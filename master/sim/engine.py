@@ -22,6 +22,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policy import Policy, notify_completion
@@ -152,6 +153,10 @@ class _Job:
     migrations: int = 0
     contention_integral: float = 0.0
     used_copies: bool = False
+    view: JobView | None = None
+    admitted_at: float = 0.0
+    type_counts: tuple[Allocation, tuple[tuple[str, int, float], ...]] | None = None
+    alone_rate: tuple[Allocation, float] | None = None
 
 
 def resolve_iterations(
@@ -239,13 +244,12 @@ def copies_rate(
     return total * efficiency
 
 
-def _lower_bounds(
-    spec: TraceJob, total: float, cluster: ClusterView, model: ThroughputModel, eff: float
+def _bound_rates(
+    spec: TraceJob, cluster: ClusterView, model: ThroughputModel, eff: float
 ) -> tuple[float, float]:
+    """(single-copy bound speed, bound speed with copies) for the job's kind."""
     single = bound_rate(spec, cluster, model)
-    bound = total / single if single > 0 else math.inf
-    copies = max(single, copies_rate(spec, cluster, model, eff))
-    return bound, (total / copies if copies > 0 else math.inf)
+    return single, max(single, copies_rate(spec, cluster, model, eff))
 
 
 class Simulator:
@@ -282,6 +286,8 @@ class Simulator:
         slowest: dict[str, float] = {}
         self._speed_weight = slowest  # filled per job type lazily
         self._total_gpus = cluster.num_gpus
+        self._bound_rates: dict[tuple[str, int, frozenset[str]], tuple[float, float]] = {}
+        self._contention = 0.0  # integral of max(1, GPU demand / GPUs) over time so far
         if self._total_gpus == 0:
             raise ValueError("the cluster has no usable GPUs")
 
@@ -299,8 +305,11 @@ class Simulator:
         return cached
 
     def _view(self, job: _Job) -> JobView:
+        # A job that neither ran nor was stopped since the last round looks the same.
+        if job.view is not None:
+            return job.view
         spec = job.spec
-        return JobView(
+        job.view = JobView(
             id=spec.id,
             job_type=spec.job_type,
             num_gpus=spec.num_gpus,
@@ -313,11 +322,25 @@ class Simulator:
             shareable=spec.shareable,
             arrival_time=spec.arrival_s,
             attained_service=job.attained,
-            gpu_seconds_by_type=job.gpu_seconds,
+            gpu_seconds_by_type=MappingProxyType(dict(job.gpu_seconds)),
             current=job.current,
             user=spec.user,
             run_seconds=job.run_s,
         )
+        return job.view
+
+    def _type_counts(self, job: _Job, alloc: Allocation) -> tuple[tuple[str, int, float], ...]:
+        """(GPU type, GPUs of it, service weight) for the job's allocation, cached."""
+        cached = job.type_counts
+        if cached is not None and cached[0] is alloc:
+            return cached[1]
+        counts: dict[str, int] = {}
+        for slot in alloc.slots:
+            gpu_type = self._types[slot]
+            counts[gpu_type] = counts.get(gpu_type, 0) + 1
+        info = tuple((t, n, self._service_weight(job.spec.job_type, t)) for t, n in counts.items())
+        job.type_counts = (alloc, info)
+        return info
 
     def _rates(
         self, job: _Job, alloc: Allocation, plan: Plan, by_id: dict[int, _Job]
@@ -326,7 +349,12 @@ class Simulator:
         spec = job.spec
         partner_id = alloc.shared_with
         partner_alloc = plan.get(partner_id) if partner_id is not None else None
-        alone = allocation_throughput(self.model, self.cluster, spec.job_type, alloc)
+        cached = job.alone_rate
+        if cached is not None and cached[0] is alloc:
+            alone = cached[1]
+        else:
+            alone = allocation_throughput(self.model, self.cluster, spec.job_type, alloc)
+            job.alone_rate = (alloc, alone)
         if alloc.num_copies > 1:
             rate = alone * self.config.copy_efficiency
             return rate, rate, None
@@ -386,7 +414,11 @@ class Simulator:
         round_index = 0
         while finished < len(jobs):
             while next_arrival < len(pending) and pending[next_arrival].spec.arrival_s <= now:
-                active.append(pending[next_arrival])
+                admitted = pending[next_arrival]
+                # Holds the running total at admission until the job finishes.
+                admitted.contention_integral = self._contention
+                admitted.admitted_at = now
+                active.append(admitted)
                 next_arrival += 1
             if not active:
                 now = pending[next_arrival].spec.arrival_s
@@ -413,37 +445,35 @@ class Simulator:
                 if unknown:
                     raise SimulationError(f"plan places unknown or finished jobs {unknown[:5]}")
             round_end = now + cfg.round_s
-            demand = sum(job.spec.num_gpus for job in active) / self._total_gpus
-            busy_until: dict[GpuSlot, float] = {}
+            demand = max(1.0, sum(job.spec.num_gpus for job in active) / self._total_gpus)
+            busy_until: dict[GpuSlot, float] = {}  # only for GPUs shared by two jobs
             busy_by_type: dict[str, int] = {}
+            busy_seconds = 0.0
             last_finish = now
-            any_ran = False
             any_progress = False
+            allocations = plan.allocations
             # Work out every placed job's start and rates before anyone progresses, so a
             # sharing partner's finish time is computed from the round's starting state.
-            placed: dict[int, tuple[float, float, float, int | None]] = {}
-            for job in active:
-                alloc = plan.get(job.spec.id)
-                if alloc is None:
-                    continue
-                restarted = job.current is None or job.current != alloc
+            placed: list[tuple[_Job, Allocation, float, float, float, int | None]] = []
+            shared_end: dict[int, float] = {}
+            for job_id, alloc in allocations.items():
+                job = by_id[job_id]
+                current = job.current
+                restarted = current is None or (current is not alloc and current != alloc)
                 shared_rate, alone_rate, partner = self._rates(job, alloc, plan, by_id)
                 begin = now + (cfg.overhead_s if restarted else 0.0)
-                placed[job.spec.id] = (begin, shared_rate, alone_rate, partner)
-            shared_end: dict[int, float] = {}
-            for job_id, (begin, shared_rate, _, partner) in placed.items():
+                placed.append((job, alloc, begin, shared_rate, alone_rate, partner))
                 if partner is not None and shared_rate > 0:
-                    remaining = by_id[job_id].total - by_id[job_id].done
-                    shared_end[job_id] = begin + remaining / shared_rate
+                    shared_end[job_id] = begin + (job.total - job.done) / shared_rate
             for job in active:
-                alloc = plan.get(job.spec.id)
-                old = job.current
-                if alloc is None:
-                    if old is not None:
-                        job.preemptions += 1
+                if job.current is not None and job.spec.id not in allocations:
+                    job.preemptions += 1
+                    job.view = None
                     job.current = None
-                    continue
-                restarted = old is None or old != alloc
+            for job, alloc, begin, shared_rate, alone_rate, partner in placed:
+                job.view = None
+                old = job.current
+                restarted = old is None or (old is not alloc and old != alloc)
                 if old is not None and restarted:
                     job.migrations += 1
                 job.current = alloc
@@ -451,8 +481,6 @@ class Simulator:
                     job.start = now
                 if alloc.num_copies > 1:
                     job.used_copies = True
-                any_ran = True
-                begin, shared_rate, alone_rate, partner = placed[job.spec.id]
                 # Piecewise rates: shared until the partner finishes, then alone.
                 pieces = [(round_end, shared_rate)]
                 if partner is not None:
@@ -461,14 +489,25 @@ class Simulator:
                 end, progress = self._advance(job, begin, pieces)
                 held = end - now
                 job.run_s += held
-                for slot in alloc.slots:
-                    gpu_type = self._types[slot]
-                    job.gpu_seconds[gpu_type] = job.gpu_seconds.get(gpu_type, 0.0) + held
-                    job.attained += held * self._service_weight(job.spec.job_type, gpu_type)
-                    if busy_until.get(slot, now) < end:
-                        busy_until[slot] = end
-                    busy_by_type[gpu_type] = busy_by_type.get(gpu_type, 0) + 1
-                last_finish = round_end if job.finish is None else max(last_finish, job.finish)
+                for gpu_type, count, weight in self._type_counts(job, alloc):
+                    job.gpu_seconds[gpu_type] = job.gpu_seconds.get(gpu_type, 0.0) + held * count
+                    job.attained += held * count * weight
+                    if partner is None:
+                        busy_by_type[gpu_type] = busy_by_type.get(gpu_type, 0) + count
+                if partner is None:
+                    busy_seconds += held * alloc.num_gpus
+                else:
+                    for slot in alloc.slots:
+                        if busy_until.get(slot, now) < end:
+                            busy_until[slot] = end
+                if job.finish is None:
+                    last_finish = round_end
+                else:
+                    last_finish = max(last_finish, job.finish)
+                    # Time-weighted GPU demand over the job's stay (finish-time fairness).
+                    job.contention_integral = (
+                        self._contention + demand * (job.finish - now) - job.contention_integral
+                    )
                 if progress > 0:
                     any_progress = True
                 if cfg.record_segments and (progress > 0 or held > 0):
@@ -483,18 +522,16 @@ class Simulator:
                             alloc.shared_with,
                         )
                     )
-            # Shared GPUs were counted once per job above; count each GPU once.
-            for gpu_type in busy_by_type:
-                busy_by_type[gpu_type] = sum(1 for s in busy_until if self._types[s] == gpu_type)
+            for slot, until in busy_until.items():
+                gpu_type = self._types[slot]
+                busy_by_type[gpu_type] = busy_by_type.get(gpu_type, 0) + 1
+                busy_seconds += until - now
+            any_ran = bool(placed)
             round_stop = round_end
-            waiting = any(job.finish is None and plan.get(job.spec.id) is None for job in active)
+            waiting = len(active) > len(allocations)
             if cfg.early_round_end and any_ran and last_finish < round_end and waiting:
                 round_stop = last_finish
-            for job in active:
-                job_end = job.finish if job.finish is not None else round_stop
-                job.contention_integral += max(1.0, demand) * max(
-                    0.0, min(job_end, round_stop) - now
-                )
+            self._contention += demand * (round_stop - now)
             rounds.append(
                 RoundRecord(
                     round_index,
@@ -503,8 +540,8 @@ class Simulator:
                     plan_ms,
                     busy_by_type,
                     len(active),
-                    sum(1 for j in active if plan.get(j.spec.id) is not None),
-                    sum(until - now for until in busy_until.values()),
+                    len(allocations),
+                    busy_seconds,
                 )
             )
             done_now = [job for job in active if job.finish is not None]
@@ -546,10 +583,16 @@ class Simulator:
 
     def _result(self, job: _Job) -> JobResult:
         assert job.finish is not None and job.start is not None
-        lower, copies = _lower_bounds(
-            job.spec, job.total, self.cluster, self.model, self.config.copy_efficiency
-        )
-        lifetime = job.finish - job.spec.arrival_s
+        spec = job.spec
+        key = (spec.job_type, spec.num_gpus, spec.allowed_gpu_types)
+        rates = self._bound_rates.get(key)
+        if rates is None:
+            rates = _bound_rates(spec, self.cluster, self.model, self.config.copy_efficiency)
+            self._bound_rates[key] = rates
+        single, copies_speed = rates
+        lower = job.total / single if single > 0 else math.inf
+        copies = job.total / copies_speed if copies_speed > 0 else math.inf
+        lifetime = job.finish - job.admitted_at
         return JobResult(
             id=job.spec.id,
             job_type=job.spec.job_type,

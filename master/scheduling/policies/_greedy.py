@@ -54,16 +54,15 @@ class _Choice:
 
 
 def current_slots_usable(snapshot: Snapshot, job: JobView) -> bool:
+    """Whether every GPU the job holds now is still usable and of an allowed type."""
     if job.current is None:
         return False
-    usable = snapshot.cluster
-    try:
-        return all(
-            usable.node(slot.node).schedulable and usable.gpu(slot).healthy
-            for slot in job.current.slots
-        ) and all(job.allows(usable.gpu_type(slot)) for slot in job.current.slots)
-    except KeyError:
-        return False
+    usable = snapshot.cluster.usable_by_slot()
+    for slot in job.current.slots:
+        gpu = usable.get(slot)
+        if gpu is None or not job.allows(gpu.type):
+            return False
+    return True
 
 
 def greedy_plan(
@@ -90,31 +89,42 @@ def greedy_plan(
                 unclaimed[cluster.gpu_type(slot)] -= 1
             choices.append(_Choice(job, job.current.slots, None))
     blocked_by: JobView | None = None
+    types = sorted(unclaimed)
+    largest = max(unclaimed.values(), default=0)
+    # Reasons depend only on the job's shape and the unclaimed counts: build each once.
+    # (len(choices) changes whenever the unclaimed counts do.)
+    reason_cache: dict[tuple[int, frozenset[str], int, int], str] = {}
     for job in order:
         if blocked_by is not None:
             reasons[job.id] = f"waiting: queued behind job {blocked_by.id} ({policy_name})"
             continue
-        if job.current is not None and current_slots_usable(snapshot, job):
-            need: dict[str, int] = {}
-            for slot in job.current.slots:
-                t = cluster.gpu_type(slot)
-                need[t] = need.get(t, 0) + 1
-            if all(unclaimed.get(t, 0) >= k for t, k in need.items()):
-                for t, k in need.items():
-                    unclaimed[t] -= k
-                choices.append(_Choice(job, job.current.slots, None))
+        if job.num_gpus <= largest:
+            if job.current is not None and current_slots_usable(snapshot, job):
+                need: dict[str, int] = {}
+                for slot in job.current.slots:
+                    t = cluster.gpu_type(slot)
+                    need[t] = need.get(t, 0) + 1
+                if all(unclaimed.get(t, 0) >= k for t, k in need.items()):
+                    for t, k in need.items():
+                        unclaimed[t] -= k
+                    largest = max(unclaimed.values())
+                    choices.append(_Choice(job, job.current.slots, None))
+                    continue
+            candidates = [t for t in types if unclaimed[t] >= job.num_gpus and job.allows(t)]
+            if candidates:
+                gpu_type = choose_type(job, candidates)
+                unclaimed[gpu_type] -= job.num_gpus
+                largest = max(unclaimed.values())
+                choices.append(_Choice(job, None, gpu_type))
                 continue
-        candidates = [
-            t for t in sorted(unclaimed) if job.allows(t) and unclaimed[t] >= job.num_gpus
-        ]
-        if not candidates:
-            reasons[job.id] = waiting_reason(snapshot, job, unclaimed)
-            if not backfill:
-                blocked_by = job
-            continue
-        gpu_type = choose_type(job, candidates)
-        unclaimed[gpu_type] -= job.num_gpus
-        choices.append(_Choice(job, None, gpu_type))
+        key = (job.num_gpus, job.allowed_gpu_types, largest, len(choices))
+        reason = reason_cache.get(key)
+        if reason is None:
+            reason = waiting_reason(snapshot, job, unclaimed)
+            reason_cache[key] = reason
+        reasons[job.id] = reason
+        if not backfill:
+            blocked_by = job
     return place_choices(snapshot, choices, reasons)
 
 

@@ -44,10 +44,17 @@ class LasPolicy:
         self._starvation_s = starvation_s
         self._rng = random.Random(seed)
         self._last_ran: dict[int, float] = {}
+        # Views are immutable: a job's queue is recomputed only when its view changes.
+        self._service_queue: dict[int, tuple[JobView, int]] = {}
 
     def queue_of(self, job: JobView, now: float) -> int:
-        service = sum(job.gpu_seconds_by_type.values())
-        queue = bisect.bisect_right(self._thresholds, service)
+        cached = self._service_queue.get(job.id)
+        if cached is not None and cached[0] is job:
+            queue = cached[1]
+        else:
+            service = sum(job.gpu_seconds_by_type.values())
+            queue = bisect.bisect_right(self._thresholds, service)
+            self._service_queue[job.id] = (job, queue)
         if self._starvation_s is not None and job.current is None:
             since = self._last_ran.get(job.id, job.arrival_time)
             if now - since >= self._starvation_s:
@@ -55,8 +62,10 @@ class LasPolicy:
         return queue
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
-        active = {job.id for job in snapshot.jobs}
-        self._last_ran = {k: v for k, v in self._last_ran.items() if k in active}
+        if len(self._service_queue) > 2 * len(snapshot.jobs) + 64:
+            active = {job.id for job in snapshot.jobs}
+            self._last_ran = {k: v for k, v in self._last_ran.items() if k in active}
+            self._service_queue = {k: v for k, v in self._service_queue.items() if k in active}
         for job in snapshot.jobs:
             if job.current is not None:
                 self._last_ran[job.id] = now
