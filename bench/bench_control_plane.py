@@ -238,6 +238,7 @@ def run(args: argparse.Namespace, database: str) -> int:
     pool = futures.ThreadPoolExecutor(max_workers=args.client_threads)
     stop_at = time.monotonic() + args.duration
     cpu_start = proc_cpu_seconds(master.pid)
+    own_start = proc_cpu_seconds(os.getpid())
     wall_start = time.monotonic()
     rss_samples: list[float] = []
     pending: list[futures.Future[Any]] = []
@@ -299,6 +300,7 @@ def run(args: argparse.Namespace, database: str) -> int:
         future.result()
     wall = time.monotonic() - wall_start
     cpu = proc_cpu_seconds(master.pid) - cpu_start
+    own_cpu = proc_cpu_seconds(os.getpid()) - own_start
     peak = proc_rss_mib(master.pid, "VmHWM")
     status = api.GetClusterStatus(hadar_pb2.GetClusterStatusRequest(), metadata=user_md, timeout=30)
 
@@ -346,6 +348,11 @@ def run(args: argparse.Namespace, database: str) -> int:
         f"master: CPU {cpu:.1f} s over {wall:.1f} s ({100 * cpu / wall:.0f}% of one core), "
         f"RSS peak {peak:.0f} MiB, median {statistics.median(rss_samples or [0]):.0f} MiB, "
         f"exit code after SIGTERM {exit_code}"
+    )
+    print(
+        f"load generator (this process, fake workers included): CPU {own_cpu:.1f} s "
+        f"({100 * own_cpu / wall:.0f}% of one core); machine has {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
     print(f"errors: {total_errors}")
     return 0 if total_errors == 0 and exit_code == 0 else 1

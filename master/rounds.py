@@ -221,7 +221,7 @@ class RoundRunner:
         changes = [a for a in actions if a.kind is not ActionKind.EXTEND]
         # Read everything first: on SQLite the first write takes the database's write lock,
         # which heartbeats and submissions then wait for until this transaction commits.
-        jobs_now = uow.jobs.get_many(list(inp.jobs))
+        jobs_now = uow.jobs.get_many([a.job_id for a in actions])
         active: defaultdict[int, list[Task]] = defaultdict(list)
         for task in uow.tasks.active():
             active[task.job_id].append(task)
@@ -316,8 +316,7 @@ class RoundRunner:
             if job_id in plan.allocations or job.state is JobState.RUNNING:
                 continue
             waiting = plan.reason(job_id) or "waiting: not chosen by the policy this round"
-            current = jobs_now.get(job_id)
-            if current is not None and current.state is job.state and current.reason != waiting:
+            if job.reason != waiting:
                 reasons[job_id] = waiting
         uow.jobs.set_waiting_reasons(reasons)
         if any(n.state is NodeState.DRAINING for n in inp.nodes.values()):

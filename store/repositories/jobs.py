@@ -214,8 +214,14 @@ class JobRepository:
                 self._flush(job_id)
         return convert.job(row)
 
-    def set_waiting_reasons(self, reasons: Mapping[int, str]) -> int:
-        """Set many jobs' reasons in a few statements (one per distinct reason).
+    def set_waiting_reasons(
+        self,
+        reasons: Mapping[int, str],
+        *,
+        states: Collection[JobState] = (JobState.PENDING, JobState.PREEMPTED),
+    ) -> int:
+        """Set many jobs' reasons in a few statements (one per distinct reason), only for
+        jobs still in one of `states` (a job that started meanwhile keeps its own reason).
 
         A reason is advisory text, so these updates neither bump the version nor count as
         changes for optimistic locking. Returns how many rows changed.
@@ -227,14 +233,18 @@ class JobRepository:
         for reason, ids in by_reason.items():
             result = self._session.execute(
                 update(JobRow)
-                .where(JobRow.id.in_(ids), JobRow.reason != reason)
+                .where(
+                    JobRow.id.in_(ids),
+                    JobRow.reason != reason,
+                    JobRow.state.in_([state.value for state in states]),
+                )
                 .values(reason=reason)
                 .execution_options(synchronize_session=False)
             )
             changed += int(getattr(result, "rowcount", 0) or 0)
             for job_id in ids:
                 row = self._seen.get(job_id)
-                if row is not None:
+                if row is not None and JobState(row.state) in states:
                     # Keep this unit of work's view in step without marking the row dirty.
                     set_committed_value(row, "reason", reason)
         return changed

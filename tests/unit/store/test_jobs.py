@@ -156,3 +156,8 @@ def test_waiting_reasons_are_set_in_bulk_without_new_versions(db: Database) -> N
         assert after.reason == "waiting: no free v100"
         assert after.version == before.version
         assert uow.jobs.get(b).reason == before.reason
+        # A job that started meanwhile keeps its own reason.
+        uow.jobs.transition(b, JobState.RUNNING, kind="scheduled", reason="placed")
+        assert uow.jobs.set_waiting_reasons({b: "waiting: stale"}) == 0
+    with db.transaction() as uow:
+        assert uow.jobs.get(b).reason == "placed"
