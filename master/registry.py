@@ -220,6 +220,8 @@ class Registry:
             log.warning("node lost", node=name, timeout_s=self._settings.heartbeat_timeout_s)
         self._dispatcher.send_stops(orders)
         if lost:
+            # Starts that waited for a task on the lost node to exit may go now.
+            self._dispatcher.dispatch_ready_soon()
             self._on_change()
             self._on_capacity(True)
         return lost
