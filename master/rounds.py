@@ -288,7 +288,18 @@ class RoundRunner:
                 f"{node}:{len(action.allocation.slots_on(node))}"
                 for node in action.allocation.nodes
             )
-            if action.kind is ActionKind.START:
+            if action.kind is ActionKind.START and job.state is JobState.RUNNING:
+                # Running but holding nothing (its last placement is being torn down): a
+                # new placement, no state change.
+                uow.jobs.note(
+                    job.id,
+                    kind="scheduled",
+                    reason=f"placed on {where} in round {number}",
+                    round=number,
+                    at=now,
+                    flush=False,
+                )
+            elif action.kind is ActionKind.START:
                 uow.jobs.transition(
                     job.id,
                     JobState.RUNNING,
