@@ -45,9 +45,9 @@ class FreeGpus:
         indices = self._nodes[gpu_type].get(slot.node)
         if indices is None or slot.index not in indices:
             return False
-        old = len(indices)
-        self._nodes[gpu_type][slot.node] = tuple(i for i in indices if i != slot.index)
-        self._move(gpu_type, slot.node, old, old - 1)
+        at = indices.index(slot.index)
+        self._nodes[gpu_type][slot.node] = indices[:at] + indices[at + 1 :]
+        self._move(gpu_type, slot.node, len(indices), len(indices) - 1)
         self._count[gpu_type] -= 1
         return True
 

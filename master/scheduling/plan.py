@@ -250,8 +250,10 @@ class Plan:
         preemptible keeps its GPUs.
         """
         problems: list[str] = []
-        jobs = {job.id: job for job in snapshot.jobs}
+        jobs = snapshot.jobs_by_id()
         usable = snapshot.cluster.usable_by_slot()
+        owner: dict[GpuSlot, int] = {}
+        collisions: dict[GpuSlot, list[int]] = {}
         for job_id, alloc in self.allocations.items():
             job = jobs.get(job_id)
             if job is None:
@@ -262,7 +264,7 @@ class Plan:
                     problems.append(
                         f"job {job_id} asked for {job.num_gpus} GPUs, a copy got {len(copy)}"
                     )
-            if alloc.num_copies > 1 and len(set(alloc.nodes)) != alloc.num_copies:
+            if len(alloc.copies) > 1 and len(set(alloc.nodes)) != alloc.num_copies:
                 copy_nodes = [sorted({s.node for s in c}) for c in alloc.copies]
                 if any(len(n) != 1 for n in copy_nodes) or len({n[0] for n in copy_nodes}) != len(
                     copy_nodes
@@ -274,6 +276,9 @@ class Plan:
                     problems.append(f"job {job_id} placed on unusable or unknown GPU {slot}")
                 elif not job.allows(gpu.type):
                     problems.append(f"job {job_id} may not run on {gpu.type} ({slot})")
+                first = owner.setdefault(slot, job_id)
+                if first != job_id:
+                    collisions.setdefault(slot, [first]).append(job_id)
         for job in snapshot.jobs:
             if job.current is not None and not job.preemptible:
                 planned = self.allocations.get(job.id)
@@ -281,9 +286,7 @@ class Plan:
                     problems.append(
                         f"job {job.id} is not preemptible but the plan moves or stops it"
                     )
-        for slot, holders in self.used_slots().items():
-            if len(holders) == 1:
-                continue
+        for slot, holders in collisions.items():
             if len(holders) > 2:
                 problems.append(f"GPU {slot} given to {len(holders)} jobs: {sorted(holders)}")
                 continue

@@ -278,6 +278,10 @@ class Snapshot:
     def _job_by_id(self) -> Mapping[int, JobView]:
         return MappingProxyType({job.id: job for job in self.jobs})
 
+    def jobs_by_id(self) -> Mapping[int, JobView]:
+        """The snapshot's jobs by id (built once)."""
+        return self._job_by_id
+
     def job(self, job_id: int) -> JobView:
         try:
             return self._job_by_id[job_id]

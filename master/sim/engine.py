@@ -154,6 +154,7 @@ class _Job:
     contention_integral: float = 0.0
     used_copies: bool = False
     view: JobView | None = None
+    seen: JobView | None = None  # the view the policy saw in the latest round
     admitted_at: float = 0.0
     type_counts: tuple[Allocation, tuple[tuple[str, int, float], ...]] | None = None
     alone_rate: tuple[Allocation, float] | None = None
@@ -425,7 +426,7 @@ class Simulator:
                 continue
             snapshot = Snapshot(
                 self.cluster,
-                tuple(self._view(job) for job in active),
+                tuple(job.view or self._view(job) for job in active),
                 round_index,
                 cfg.round_s,
                 self.model,
@@ -471,6 +472,7 @@ class Simulator:
                     job.view = None
                     job.current = None
             for job, alloc, begin, shared_rate, alone_rate, partner in placed:
+                job.seen = job.view
                 job.view = None
                 old = job.current
                 restarted = old is None or (old is not alloc and old != alloc)
@@ -549,8 +551,8 @@ class Simulator:
                 finished += len(done_now)
                 for job in done_now:
                     job.current = None
-                    assert job.finish is not None
-                    notify_completion(self.policy, snapshot.job(job.spec.id), job.done, job.finish)
+                    assert job.finish is not None and job.seen is not None
+                    notify_completion(self.policy, job.seen, job.done, job.finish)
                 active = [job for job in active if job.finish is None]
             if any_progress:
                 idle_rounds = 0

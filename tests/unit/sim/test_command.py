@@ -1,0 +1,128 @@
+"""The simulate command: JSON output, reports on disk, clear errors and exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from master.sim import command
+from tests.unit.sim.gavel_data import THROUGHPUTS, TRACES
+
+SMALL = TRACES / "artifact_evaluation.trace"
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return command.run(parser.parse_args(argv))
+
+
+def base(*extra: str) -> list[str]:
+    return [
+        "--trace",
+        str(SMALL),
+        "--throughputs",
+        str(THROUGHPUTS),
+        "--cluster",
+        "v100:2,p100:0,k80:4",
+        *extra,
+    ]
+
+
+def test_json_output_has_the_documented_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json prints one result per policy with every documented key, plus the lower bound."""
+    assert run(base("--policy", "fifo,gavel", "--json")) == 0
+    doc = json.loads(capsys.readouterr().out)
+    keys = {
+        "policy",
+        "jobs",
+        "avg_jct_s",
+        "p95_jct_s",
+        "p99_jct_s",
+        "makespan_s",
+        "utilization",
+        "avg_queue_s",
+        "preemptions",
+        "migrations",
+        "plan_ms_mean",
+        "plan_ms_max",
+    }
+    assert [r["policy"] for r in doc["results"]] == ["fifo", "gavel"]
+    for result in doc["results"]:
+        assert keys <= set(result)
+        assert result["jobs"] == 15
+        assert result["avg_jct_s"] >= doc["lower_bound"]["avg_jct_s"]
+        assert 0 < result["utilization"] <= 1
+    assert set(doc["lower_bound"]) == {"avg_jct_s", "makespan_s"}
+
+
+def test_table_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --json a table is printed; --out writes per-job CSVs, summaries and plots."""
+    out = tmp_path / "report"
+    code = run(
+        base("--policy", "las,srtf", "--out", str(out), "--overhead", "30", "--round", "120")
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "las" in text and "srtf" in text and "lower bound" in text
+    names = {p.name for p in out.iterdir()}
+    assert {
+        "jobs_las.csv",
+        "jobs_srtf.csv",
+        "summary.json",
+        "summary.csv",
+        "jct_cdf.png",
+        "utilization.png",
+        "occupancy.png",
+    } <= names
+    rows = (out / "jobs_las.csv").read_text().splitlines()
+    assert len(rows) == 16 and rows[0].startswith("job_id,job_type,num_gpus")
+    assert (out / "jct_cdf.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_policy_parameters_and_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    """--param reaches the policy; the same seed gives the same figures twice."""
+    assert run(base("--policy", "gavel", "--param", "gavel.min_recompute_s=1920", "--json")) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert run(base("--policy", "gavel", "--param", "gavel.min_recompute_s=1920", "--json")) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["avg_jct_s"] == pytest.approx(
+        first["results"][0]["avg_jct_s"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--policy", "nope"], "unknown policy 'nope'; known policies: "),
+        (["--policy", "fifo,fifo"], "lists a policy twice"),
+        (["--param", "gavel.x=1", "--policy", "fifo"], "not simulated"),
+        (["--param", "fifo.no_such=1", "--policy", "fifo"], "bad parameters for policy 'fifo'"),
+        (["--gpus-per-server", "0"], "--gpus-per-server must be >= 1"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(base(*argv)) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_trace_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A corrupt trace line stops the command with file:line on stderr."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,arrival_s,job_type,num_gpus,iterations\n0,0,a,1,10\n1,0,a,two,10\n")
+    assert run(["--trace", str(trace), "--cluster", "v100:2"]) == 2
+    assert "t.csv:3: num_gpus is not a whole number" in capsys.readouterr().err
+
+
+def test_unschedulable_job_fails_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job no GPU type can hold makes the policy stall; the command says so and exits 1."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,arrival_s,job_type,num_gpus,iterations\n0,0,a,8,10\n")
+    assert run(["--trace", str(trace), "--cluster", "v100:2,k80:2", "--policy", "las"]) == 1
+    assert "made no progress" in capsys.readouterr().err
