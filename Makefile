@@ -36,6 +36,10 @@ test: setup
 protos: setup
 	$(BIN)/python -m protos.generate
 
+# A real local cluster (master + fake-GPU workers, SQLite) running a mix of built-in workloads.
+demo: setup
+	$(BIN)/hctl local demo --state-dir .hadar-local/demo
+
 bench: setup
 	$(BIN)/python bench/run_all.py
 

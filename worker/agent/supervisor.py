@@ -356,7 +356,9 @@ class Supervisor:
             raise AssignmentRefusedError(f"cannot prepare directories: {exc}") from exc
 
         world_size = a.rendezvous.world_size or len(a.gpu_indices)
-        global_batch = spec.batch_size or sum(a.local_batch_sizes)
+        # Without a submitted batch size the job's own default holds: the master's shares are
+        # then nominal, and the runtime splits the default batch evenly by itself.
+        global_batch = spec.batch_size
         common = dict(self._config.base_env)
         if run_as is not None:
             common.update(HOME=run_as.home, USER=run_as.name, LOGNAME=run_as.name)
@@ -398,10 +400,8 @@ class Supervisor:
                 env[contract.PROGRESS_FILE] = str(
                     task.task_dir / f"progress-rank{local_rank}.jsonl"
                 )
-                if a.local_batch_sizes:
+                if a.local_batch_sizes and global_batch:
                     env[contract.LOCAL_BATCH_SIZE] = str(a.local_batch_sizes[local_rank])
-                elif global_batch:
-                    env[contract.LOCAL_BATCH_SIZE] = str(max(1, global_batch // world_size))
                 pace = self._gpus[gpu_index].fake_pace
                 if pace > 0:
                     env[contract.FAKE_GPU_SPEED] = repr(pace)
