@@ -29,7 +29,7 @@ def models(draw: st.DrawFn) -> ThroughputModel:
     pairs: dict[tuple[str, str, str, int], tuple[float, float]] = {}
     for job in JOB_TYPES:
         for gpu in GPU_TYPES:
-            base = draw(st.floats(0.5, 20.0))
+            base = draw(st.floats(2.0, 20.0))
             for n in (1, 2, 4):
                 scale = draw(st.floats(0.6, 1.0))
                 profile[(job, gpu, n, True)] = base * n * scale
@@ -72,7 +72,7 @@ def cases(draw: st.DrawFn, max_jobs: int = 8) -> Case:
                 arrival_s=draw(st.sampled_from([0.0, 10.0, 100.0, 500.0, 2000.0, 7000.0])),
                 job_type=draw(st.sampled_from(JOB_TYPES)),
                 num_gpus=num_gpus,
-                iterations=draw(st.floats(100.0, 100_000.0)),
+                iterations=draw(st.floats(100.0, 20_000.0)),
                 user=draw(st.sampled_from(["ann", "bob", "cy"])),
                 priority=draw(st.sampled_from([1.0, 1.0, 2.0])),
                 batch_size=draw(st.sampled_from([16, 32, 64])),
@@ -85,6 +85,6 @@ def cases(draw: st.DrawFn, max_jobs: int = 8) -> Case:
         cluster=cluster,
         model=draw(models()),
         trace=tuple(jobs),
-        round_s=draw(st.sampled_from([60.0, 360.0])),
+        round_s=draw(st.sampled_from([120.0, 360.0])),
         overhead_s=draw(st.sampled_from([0.0, 0.0, 20.0])),
     )

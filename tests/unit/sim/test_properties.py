@@ -71,7 +71,7 @@ def check_invariants(case: Case, result: SimResult) -> None:
 
 @pytest.mark.parametrize("policy_name", available_policies())
 @settings(
-    max_examples=25,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
