@@ -32,9 +32,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.ensemble import RandomForestRegressor
 
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, Plan
@@ -48,6 +48,9 @@ from master.scheduling.policies._speeds import (
     pinned_jobs,
 )
 from master.scheduling.views import JobView, Snapshot
+
+if TYPE_CHECKING:
+    from sklearn.ensemble import RandomForestRegressor
 
 NAME = "a-srpt"
 
@@ -124,6 +127,10 @@ class IterationPredictor:
             self._fit()
 
     def _fit(self) -> None:
+        # Imported here: scikit-learn takes a second or more to import, and every process
+        # that loads the policy registry would otherwise pay it.
+        from sklearn.ensemble import RandomForestRegressor
+
         rows = [
             self._row(c.user, c.job_type, c.batch_size, c.num_gpus, c.submitted)
             for c in self._history

@@ -177,6 +177,9 @@ class SjfBsbfPolicy:
             (j for j in snapshot.jobs if j.id not in allocations),
             key=lambda j: (remaining_seconds(snapshot, j), j.arrival_time, j.id),
         )
+        residents = _Residents(self, snapshot)
+        for job_id, alloc in allocations.items():
+            residents.add(jobs[job_id], alloc)
         for job in waiting:
             types = [t for t in allowed_types(snapshot, job) if free.count(t) >= job.num_gpus]
             if types:
@@ -184,8 +187,9 @@ class SjfBsbfPolicy:
                 slots = free.take(job.num_gpus, fastest)
                 assert slots is not None
                 allocations[job.id] = allocation_on(snapshot, job, slots)
+                residents.add(job, allocations[job.id])
                 continue
-            sharing = self._best_partner(snapshot, job, jobs, allocations)
+            sharing = self._best_partner(snapshot, job, residents)
             if sharing is None:
                 reasons[job.id] = (
                     "waiting: no free GPUs, and sharing with no running job would lower the "
@@ -208,58 +212,91 @@ class SjfBsbfPolicy:
                 shared_with=partner.id,
             )
             self.last_sharing.append(sharing)
+            residents.shared.add(partner.id)
         return Plan(allocations, reasons)
 
     def _best_partner(
-        self,
-        snapshot: Snapshot,
-        job: JobView,
-        jobs: Mapping[int, JobView],
-        allocations: Mapping[int, Allocation],
+        self, snapshot: Snapshot, job: JobView, residents: _Residents
     ) -> Sharing | None:
         if not job.shareable:
             return None
         model = snapshot.throughput
-        cluster = snapshot.cluster
         best: Sharing | None = None
-        for partner_id, alloc in allocations.items():
-            partner = jobs[partner_id]
-            if (
-                alloc.shared_with is not None
-                or alloc.folded
-                or alloc.num_copies != 1
-                or not partner.shareable
-                or alloc.num_gpus != job.num_gpus
-            ):
-                continue
-            types = {cluster.gpu_type(slot) for slot in alloc.slots}
-            if len(types) != 1:
-                continue
-            gpu_type = next(iter(types))
+        for gpu_type, group in residents.groups_for(job.num_gpus):
             if not job.allows(gpu_type):
                 continue
-            pair = model.colocated(partner.job_type, job.job_type, gpu_type, job.num_gpus)
-            if pair is None:
-                continue
-            k = self.accumulation_for(job, partner, self.gpu_memory(snapshot, alloc))
-            if k is None:
-                continue
-            solo_a = job_rate(snapshot, job, gpu_type, consolidated=len(alloc.nodes) == 1)
-            solo_b = allocation_rate(snapshot, partner, alloc)
-            if solo_a <= 0 or solo_b <= 0:
-                continue
-            e_a = job.remaining_iterations / solo_a
-            e_b = partner.remaining_iterations / solo_b
-            s_b = max(1.0, solo_b / pair[0])
-            s_a = max(1.0, solo_a / pair[1])
-            paired = paired_jct(e_a, e_b, s_a, s_b)
-            sequential = sequential_jct(e_a, e_b)
-            if paired >= sequential:
-                continue
-            candidate = Sharing(job.id, partner_id, paired, sequential, k)
-            if best is None or candidate.benefit > best.benefit:
-                best = candidate
+            solo_by_layout: dict[bool, float] = {}
+            for resident in group:
+                if resident.job.id in residents.shared:
+                    continue
+                partner = resident.job
+                pair = model.colocated(partner.job_type, job.job_type, gpu_type, job.num_gpus)
+                if pair is None:
+                    continue
+                k = self.accumulation_for(job, partner, resident.memory)
+                if k is None:
+                    continue
+                solo_a = solo_by_layout.get(resident.consolidated)
+                if solo_a is None:
+                    solo_a = job_rate(snapshot, job, gpu_type, consolidated=resident.consolidated)
+                    solo_by_layout[resident.consolidated] = solo_a
+                solo_b = resident.rate
+                if solo_a <= 0 or solo_b <= 0:
+                    continue
+                e_a = job.remaining_iterations / solo_a
+                e_b = partner.remaining_iterations / solo_b
+                s_b = max(1.0, solo_b / pair[0])
+                s_a = max(1.0, solo_a / pair[1])
+                paired = paired_jct(e_a, e_b, s_a, s_b)
+                sequential = sequential_jct(e_a, e_b)
+                if paired >= sequential:
+                    continue
+                candidate = Sharing(job.id, partner.id, paired, sequential, k)
+                if best is None or candidate.benefit > best.benefit:
+                    best = candidate
         return best
+
+
+@dataclass(frozen=True, slots=True)
+class _Resident:
+    job: JobView
+    rate: float
+    memory: int
+    consolidated: bool
+
+
+class _Residents:
+    """Jobs that could host a sharer, by (GPU count, GPU type); built once per round."""
+
+    def __init__(self, policy: SjfBsbfPolicy, snapshot: Snapshot) -> None:
+        self._policy = policy
+        self._snapshot = snapshot
+        self._groups: dict[int, dict[str, list[_Resident]]] = {}
+        self.shared: set[int] = set()
+
+    def add(self, job: JobView, alloc: Allocation) -> None:
+        if (
+            not job.shareable
+            or alloc.shared_with is not None
+            or alloc.folded
+            or alloc.num_copies != 1
+        ):
+            return
+        cluster = self._snapshot.cluster
+        types = {cluster.gpu_type(slot) for slot in alloc.slots}
+        if len(types) != 1:
+            return
+        resident = _Resident(
+            job,
+            allocation_rate(self._snapshot, job, alloc),
+            self._policy.gpu_memory(self._snapshot, alloc),
+            len(alloc.nodes) == 1,
+        )
+        per_type = self._groups.setdefault(alloc.num_gpus, {})
+        per_type.setdefault(next(iter(types)), []).append(resident)
+
+    def groups_for(self, num_gpus: int) -> list[tuple[str, list[_Resident]]]:
+        return sorted(self._groups.get(num_gpus, {}).items())
 
 
 def make(*, max_accumulation: int = 8, state_fraction: float = 0.35) -> SjfBsbfPolicy:
