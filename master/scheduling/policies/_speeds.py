@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.rates import allocation_throughput, speed_weights
-from master.scheduling.views import JobView, Snapshot
+from master.scheduling.views import ClusterView, JobView, Snapshot
 
 
 def job_rate(
@@ -24,9 +24,24 @@ def job_rate(
     )
 
 
+class _TypesCache:
+    """The last cluster's usable GPU types (planning asks for them once per job)."""
+
+    cluster: ClusterView | None = None
+    types: tuple[str, ...] = ()
+
+
+def cluster_types(cluster: ClusterView) -> tuple[str, ...]:
+    """``cluster.gpu_types``, computed once per cluster object rather than per call."""
+    if _TypesCache.cluster is not cluster:
+        _TypesCache.types = cluster.gpu_types
+        _TypesCache.cluster = cluster
+    return _TypesCache.types
+
+
 def allowed_types(snapshot: Snapshot, job: JobView) -> list[str]:
     """Usable GPU types this job may run on (its own count need not fit)."""
-    return [t for t in snapshot.cluster.gpu_types if job.allows(t)]
+    return [t for t in cluster_types(snapshot.cluster) if job.allows(t)]
 
 
 def best_rate(snapshot: Snapshot, job: JobView) -> float:

@@ -27,7 +27,12 @@ from collections.abc import Sequence
 
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan
-from master.scheduling.policies._speeds import allocation_on, current_usable, pinned_jobs
+from master.scheduling.policies._speeds import (
+    allocation_on,
+    cluster_types,
+    current_usable,
+    pinned_jobs,
+)
 from master.scheduling.views import JobView, Snapshot
 
 NAME = "hare"
@@ -43,7 +48,7 @@ def relative_speedups(snapshot: Snapshot, job: JobView) -> dict[str, float]:
     since removed from the cluster still weighs the service received there).
     """
     model = snapshot.throughput
-    types = {t for t in snapshot.cluster.gpu_types if job.allows(t)}
+    types = {t for t in cluster_types(snapshot.cluster) if job.allows(t)}
     types.update(job.gpu_seconds_by_type)
     rates = {t: model.throughput(job.job_type, t, 1) for t in sorted(types)}
     slowest = min((r for r in rates.values() if r > 0), default=0.0)
@@ -90,7 +95,7 @@ class HarePolicy:
             if free.take_slots(job.current.slots):
                 allocations[job.id] = job.current
         waiting = self.order(snapshot, [j for j in snapshot.jobs if j.id not in allocations])
-        usable = set(cluster.gpu_types)
+        usable = set(cluster_types(cluster))
         speedups = {
             job.id: {
                 t: s

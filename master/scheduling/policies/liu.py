@@ -35,6 +35,7 @@ from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policies._speeds import (
     allocation_on,
     allowed_types,
+    cluster_types,
     current_usable,
     job_rate,
     pinned_jobs,
@@ -149,7 +150,7 @@ class LiuPolicy:
             if free.take_slots(job.current.slots):
                 allocations[job.id] = job.current
         rest = [j for j in snapshot.jobs if j.id not in allocations]
-        room = {t: free.count(t) for t in snapshot.cluster.gpu_types}
+        room = {t: free.count(t) for t in cluster_types(snapshot.cluster)}
         matched = self.match(snapshot, rest, room)
         jobs = {j.id: j for j in rest}
         # Running jobs whose category is unchanged keep their GPUs.
