@@ -90,8 +90,8 @@ class Dispatcher:
         round_number: int,
         now: datetime,
     ) -> worker_pb2.TaskAssignment:
-        copy = [t for t in group if t.copy_index == task.copy_index]
-        first = min(copy, key=lambda t: t.task_index)
+        # One rendezvous per job, HadarE copies included (see rounds.split_tasks).
+        first = min(group, key=lambda t: t.task_index)
         return worker_pb2.TaskAssignment(
             job_id=job.id,
             task_index=task.task_index,
@@ -103,7 +103,7 @@ class Dispatcher:
             rendezvous=worker_pb2.Rendezvous(
                 master_addr=_host(addresses.get(first.node, first.node)),
                 master_port=rendezvous_port(task.lease),
-                world_size=sum(len(t.gpu_indices) for t in copy),
+                world_size=sum(len(t.gpu_indices) for t in group),
                 rank_offset=task.rank_offset,
             ),
             local_batch_sizes=list(task.local_batch_sizes),
@@ -266,8 +266,19 @@ class Dispatcher:
         answers: Sequence[tuple[Outgoing, worker_pb2.AssignmentResult | None]],
     ) -> list[StopOrder]:
         orders: list[StopOrder] = []
-        for item, result in answers:
-            task = uow.tasks.get(item.task_id)
+        # An applied EXTEND or STOP changes nothing here; only the rest needs its task.
+        todo = [
+            (item, result)
+            for item, result in answers
+            if result is None
+            or result.outcome != worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
+            or item.assignment.action == worker_pb2.ASSIGNMENT_ACTION_START
+        ]
+        tasks = uow.tasks.get_many([item.task_id for item, _ in todo])
+        for item, result in todo:
+            task = tasks.get(item.task_id)
+            if task is None:
+                continue
             action = item.assignment.action
             outcome = result.outcome if result is not None else None
             message = result.message if result is not None else "no result for this task"

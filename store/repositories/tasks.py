@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from sqlalchemy import Select, func, select
@@ -70,6 +70,13 @@ class TaskRepository:
 
     def get(self, task_id: int) -> Task:
         return convert.task(self._row(task_id))
+
+    def get_many(self, task_ids: Collection[int]) -> dict[int, Task]:
+        """Tasks by id, in one query (missing ids are left out)."""
+        if not task_ids:
+            return {}
+        found = self._many(select(TaskRow).where(TaskRow.id.in_(list(task_ids))))
+        return {task.id: task for task in found}
 
     def find(self, job_id: int, task_index: int, lease: int) -> Task | None:
         query = select(TaskRow).where(

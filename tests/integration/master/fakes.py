@@ -324,7 +324,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         self._channel.close()
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
     """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:

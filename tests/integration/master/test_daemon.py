@@ -76,7 +76,7 @@ def test_submission_triggers_an_early_round(cluster: Cluster) -> None:
     worker = cluster.worker(master, "n1", num_gpus=2)
     api = cluster.api(master)
     job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=resnet())).job
-    wait_for(lambda: job.id in worker.running_jobs(), timeout=10, what="early round START")
+    wait_for(lambda: job.id in worker.running_jobs(), what="early round START")
 
 
 def test_dev_auth_takes_the_user_from_a_header(cluster: Cluster) -> None:

@@ -113,7 +113,7 @@ def test_lost_node_preempts_and_job_is_placed_elsewhere(cluster: Cluster) -> Non
     second = cluster.worker(master, "n2", num_gpus=2)
     second.start_heartbeats()
     # n1 stays silent; n2 keeps beating.
-    lost = wait_for(lambda: master.check_nodes(force=True), timeout=10, what="node lost")
+    lost = wait_for(lambda: master.check_nodes(force=True), what="node lost")
     assert lost == ["n1"]
     got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True))
     assert got.job.state == common_pb2.JOB_STATE_PREEMPTED
