@@ -199,7 +199,9 @@ class Master:
         server = grpc.server(
             ThreadPoolExecutor(
                 max_workers=self.settings.grpc_threads, thread_name_prefix="hadar-rpc"
-            )
+            ),
+            # Without this a second master on the same port would silently share it.
+            options=[("grpc.so_reuseport", 0)],
         )
         hadar_pb2_grpc.add_HadarServicer_to_server(HadarServicer(parts), server)  # type: ignore[no-untyped-call]
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(  # type: ignore[no-untyped-call]
@@ -209,18 +211,16 @@ class Master:
         reflection.enable_server_reflection(
             (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-        if self.settings.tls_cert:
-            credentials = grpc.ssl_server_credentials(
-                [
-                    (
-                        Path(self.settings.tls_key).read_bytes(),
-                        Path(self.settings.tls_cert).read_bytes(),
-                    )
-                ]
-            )
-            self.port = server.add_secure_port(self.settings.listen, credentials)
-        else:
-            self.port = server.add_insecure_port(self.settings.listen)
+        try:
+            if self.settings.tls_cert:
+                key = Path(self.settings.tls_key).read_bytes()
+                cert = Path(self.settings.tls_cert).read_bytes()
+                credentials = grpc.ssl_server_credentials([(key, cert)])
+                self.port = server.add_secure_port(self.settings.listen, credentials)
+            else:
+                self.port = server.add_insecure_port(self.settings.listen)
+        except (RuntimeError, OSError) as exc:
+            raise SettingsError(f"listen: cannot bind {self.settings.listen}: {exc}") from None
         if self.port == 0:
             raise SettingsError(f"listen: cannot bind {self.settings.listen}")
         server.start()
@@ -230,9 +230,16 @@ class Master:
 
         self.metrics.watch_store(self._gauges)
         if self.settings.metrics_port >= 0:
-            http, _thread = start_http_server(
-                self.settings.metrics_port, self.settings.metrics_host, self.metrics.registry
-            )
+            try:
+                http, _thread = start_http_server(
+                    self.settings.metrics_port, self.settings.metrics_host, self.metrics.registry
+                )
+            except OSError as exc:
+                server.stop(0)
+                raise SettingsError(
+                    f"metrics_port: cannot bind {self.settings.metrics_host}:"
+                    f"{self.settings.metrics_port}: {exc}"
+                ) from None
             self._metrics_server = http
             self.metrics_port = int(http.server_port)
 

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from master.daemon import Master
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.views import Snapshot
+from master.settings import SettingsError
 from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc, worker_pb2
 from tests.integration.master.conftest import Cluster, make_settings
 from tests.integration.master.fakes import FakeWorker, wait_for
@@ -209,3 +211,14 @@ def test_process_signals_systemd_and_stops_on_sigterm(tmp_path: Path) -> None:
         sock.close()
     logs = process.stderr.read().decode() if process.stderr else ""
     assert '"event": "master stopped"' in logs
+
+
+def test_busy_port_is_a_clear_settings_error(cluster: Cluster, tmp_path: Path) -> None:
+    """A second master on a port already in use fails with an error naming `listen`."""
+    first = cluster.master()
+    second = Master(make_settings(cluster.database, tmp_path, listen=first.address))
+    try:
+        with pytest.raises(SettingsError, match="listen: cannot bind"):
+            second.start()
+    finally:
+        second.stop(grace=0)
