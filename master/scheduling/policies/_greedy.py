@@ -15,12 +15,12 @@ module turns the order into a plan in two passes:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan
-from master.scheduling.views import JobView, Snapshot
+from master.scheduling.views import GpuView, JobView, Snapshot
 
 #: Chooses a GPU type for a job among ``candidates`` (each has enough unclaimed GPUs).
 TypeChooser = Callable[[JobView, Sequence[str]], str]
@@ -65,6 +65,19 @@ def current_slots_usable(snapshot: Snapshot, job: JobView) -> bool:
     return True
 
 
+def _current_need(usable: Mapping[GpuSlot, GpuView], job: JobView) -> dict[str, int] | None:
+    """GPUs per type the job holds now, or None if it holds none or any is unusable."""
+    if job.current is None:
+        return None
+    need: dict[str, int] = {}
+    for slot in job.current.slots:
+        gpu = usable.get(slot)
+        if gpu is None or not job.allows(gpu.type):
+            return None
+        need[gpu.type] = need.get(gpu.type, 0) + 1
+    return need
+
+
 def greedy_plan(
     snapshot: Snapshot,
     order: Sequence[JobView],
@@ -80,6 +93,7 @@ def greedy_plan(
     running jobs). A job absent from both sequences gets nothing and no reason.
     """
     cluster = snapshot.cluster
+    usable = cluster.usable_by_slot()
     unclaimed = dict(cluster.capacity_by_type())
     choices: list[_Choice] = []
     reasons: dict[int, str] = {}
@@ -99,17 +113,17 @@ def greedy_plan(
             reasons[job.id] = f"waiting: queued behind job {blocked_by.id} ({policy_name})"
             continue
         if job.num_gpus <= largest:
-            if job.current is not None and current_slots_usable(snapshot, job):
-                need: dict[str, int] = {}
-                for slot in job.current.slots:
-                    t = cluster.gpu_type(slot)
-                    need[t] = need.get(t, 0) + 1
-                if all(unclaimed.get(t, 0) >= k for t, k in need.items()):
-                    for t, k in need.items():
-                        unclaimed[t] -= k
-                    largest = max(unclaimed.values())
-                    choices.append(_Choice(job, job.current.slots, None))
-                    continue
+            need = _current_need(usable, job)
+            if (
+                need is not None
+                and job.current is not None
+                and all(unclaimed.get(t, 0) >= k for t, k in need.items())
+            ):
+                for t, k in need.items():
+                    unclaimed[t] -= k
+                largest = max(unclaimed.values())
+                choices.append(_Choice(job, job.current.slots, None))
+                continue
             candidates = [t for t in types if unclaimed[t] >= job.num_gpus and job.allows(t)]
             if candidates:
                 gpu_type = choose_type(job, candidates)

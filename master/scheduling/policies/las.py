@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import random
 from collections.abc import Sequence
+from operator import itemgetter
 
 from master.scheduling.plan import Plan
 from master.scheduling.policies._greedy import greedy_plan, random_type_chooser
@@ -66,15 +67,24 @@ class LasPolicy:
             active = {job.id for job in snapshot.jobs}
             self._last_ran = {k: v for k, v in self._last_ran.items() if k in active}
             self._service_queue = {k: v for k, v in self._service_queue.items() if k in active}
+        starvation = self._starvation_s is not None
+        pinned: list[JobView] = []
+        ordered: list[tuple[tuple[int, float, int], JobView]] = []
         for job in snapshot.jobs:
             if job.current is not None:
-                self._last_ran[job.id] = now
-        pinned = [j for j in snapshot.jobs if j.current is not None and not j.preemptible]
-        pinned_ids = {j.id for j in pinned}
-        rest = [j for j in snapshot.jobs if j.id not in pinned_ids]
-        order = sorted(rest, key=lambda j: (self.queue_of(j, now), j.arrival_time, j.id))
+                if starvation:
+                    self._last_ran[job.id] = now
+                if not job.preemptible:
+                    pinned.append(job)
+                    continue
+            ordered.append(((self.queue_of(job, now), job.arrival_time, job.id), job))
+        ordered.sort(key=itemgetter(0))
         return greedy_plan(
-            snapshot, order, random_type_chooser(self._rng), pinned=pinned, policy_name=NAME
+            snapshot,
+            [job for _, job in ordered],
+            random_type_chooser(self._rng),
+            pinned=pinned,
+            policy_name=NAME,
         )
 
 

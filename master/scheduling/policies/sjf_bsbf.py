@@ -102,13 +102,27 @@ class Sharing:
 class SjfBsbfPolicy:
     name = NAME
 
-    def __init__(self, *, max_accumulation: int = 8, state_fraction: float = 0.35) -> None:
+    def __init__(
+        self,
+        *,
+        max_accumulation: int = 8,
+        state_fraction: float = 0.35,
+        assumed_pair_slowdown: float = 0.0,
+    ) -> None:
         if max_accumulation < 1:
             raise ValueError(f"max_accumulation must be >= 1, got {max_accumulation}")
         if not 0 <= state_fraction <= 1:
             raise ValueError(f"state_fraction must be in [0, 1], got {state_fraction}")
+        if assumed_pair_slowdown != 0 and assumed_pair_slowdown < 1:
+            raise ValueError(
+                f"assumed_pair_slowdown must be 0 (off) or >= 1, got {assumed_pair_slowdown}"
+            )
         self._max_accumulation = max_accumulation
         self._state_fraction = state_fraction
+        # Slowdown each job of a pair is assumed to suffer when no co-location figure exists
+        # (0: such pairs never share). A cluster whose GPUs are mostly idle time for a single
+        # job, like fake GPUs paced on a CPU, can set it close to 1.
+        self._assumed_pair_slowdown = assumed_pair_slowdown
         self.last_sharing: list[Sharing] = []
 
     def footprint(self, job: JobView, accumulation_steps: int) -> int:
@@ -231,7 +245,7 @@ class SjfBsbfPolicy:
                     continue
                 partner = resident.job
                 pair = model.colocated(partner.job_type, job.job_type, gpu_type, job.num_gpus)
-                if pair is None:
+                if pair is None and not self._assumed_pair_slowdown:
                     continue
                 k = self.accumulation_for(job, partner, resident.memory)
                 if k is None:
@@ -245,8 +259,11 @@ class SjfBsbfPolicy:
                     continue
                 e_a = job.remaining_iterations / solo_a
                 e_b = partner.remaining_iterations / solo_b
-                s_b = max(1.0, solo_b / pair[0])
-                s_a = max(1.0, solo_a / pair[1])
+                if pair is None:
+                    s_a = s_b = self._assumed_pair_slowdown
+                else:
+                    s_b = max(1.0, solo_b / pair[0])
+                    s_a = max(1.0, solo_a / pair[1])
                 paired = paired_jct(e_a, e_b, s_a, s_b)
                 sequential = sequential_jct(e_a, e_b)
                 if paired >= sequential:
@@ -299,5 +316,14 @@ class _Residents:
         return sorted(self._groups.get(num_gpus, {}).items())
 
 
-def make(*, max_accumulation: int = 8, state_fraction: float = 0.35) -> SjfBsbfPolicy:
-    return SjfBsbfPolicy(max_accumulation=max_accumulation, state_fraction=state_fraction)
+def make(
+    *,
+    max_accumulation: int = 8,
+    state_fraction: float = 0.35,
+    assumed_pair_slowdown: float = 0.0,
+) -> SjfBsbfPolicy:
+    return SjfBsbfPolicy(
+        max_accumulation=max_accumulation,
+        state_fraction=state_fraction,
+        assumed_pair_slowdown=assumed_pair_slowdown,
+    )
