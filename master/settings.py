@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -140,7 +140,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise TypeError
         if kind.startswith("Mapping"):
             if isinstance(value, str):
-                return _parse_pairs(value, float if "float" in kind else str)
+                return _parse_pairs(value, float if "float" in kind else _scalar)
             if not isinstance(value, Mapping):
                 raise TypeError
             return dict(value)
@@ -151,7 +151,18 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         raise SettingsError(f"{source}: bad value {value!r} for {name} ({kind})") from None
 
 
-def _parse_pairs(text: str, kind: type) -> dict[str, Any]:
+def _scalar(text: str) -> Any:
+    """A policy parameter from the environment: a number or a boolean where it reads as one."""
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    lowered = text.lower()
+    return {"true": True, "false": False}.get(lowered, text)
+
+
+def _parse_pairs(text: str, kind: Callable[[str], Any]) -> dict[str, Any]:
     """`a=1,b=2` (for mappings given in the environment)."""
     out: dict[str, Any] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):

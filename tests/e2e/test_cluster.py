@@ -177,3 +177,39 @@ def test_a_failing_command_is_retried_then_failed_with_its_exit_code(
     assert "exit code 3" in shown.stdout, shown.stdout
     events = cluster.client.describe_job(job_id).events
     assert sum(e.kind == "retried" for e in events) == 1, [(e.kind, e.reason) for e in events]
+
+
+def test_a_shareable_pair_runs_colocated_with_accumulation_and_both_complete(
+    start_cluster: Callable[..., Cluster],
+) -> None:
+    """Under sjf-bsbf, a second shareable job shares the only GPU with the first. Each needs
+    10 GiB of the fake v100's 16 GiB, so the sharer runs a sub-batch with gradient
+    accumulation; both complete exactly. (Fake GPUs have no co-location figures; the policy
+    is told to assume a 1.1x slowdown, about what pacing on a CPU gives.)"""
+    cluster = start_cluster(
+        "v100:1",
+        policy="sjf-bsbf",
+        settings={"HADAR_POLICY_PARAMS": "assumed_pair_slowdown=1.1"},
+    )
+    memory = 10 << 30
+    first = cluster.submit("recommendation", 300, shareable=True, gpu_memory_bytes=memory)
+    cluster.wait_state(first, {JobState.RUNNING}, timeout=120)
+    second = cluster.submit("recommendation", 60, shareable=True, gpu_memory_bytes=memory)
+    shared: list[tuple[int, int, int]] = []
+
+    def colocated() -> bool:
+        for job_id in (first, second):
+            for task in cluster.job(job_id).tasks:
+                if task.shared_with_job_id:
+                    shared.append((job_id, task.shared_with_job_id, task.accumulation_steps))
+        return any(job_id == second for job_id, _, _ in shared) or (
+            cluster.job(second).state in DONE
+        )
+
+    wait_for(colocated, 120, "the pair to share the GPU")
+    assert (second, first) in {(a, b) for a, b, _ in shared}, shared
+    assert any(job_id == second and steps > 1 for job_id, _, steps in shared), shared
+    for job_id in (first, second):
+        job = cluster.wait_state(job_id, DONE, timeout=240)
+        assert job.state == JobState.COMPLETED, job.reason
+        assert job.iterations_done == job.spec.iterations

@@ -123,3 +123,21 @@ def test_partner_leaving_ends_the_sharing() -> None:
     assert alloc is not None
     assert alloc.shared_with is None and alloc.accumulation_steps == 1
     assert alloc.slots == current.slots
+
+
+def test_an_assumed_slowdown_lets_pairs_without_figures_share() -> None:
+    """With no co-location figure, the pair shares only when an assumed slowdown is set."""
+    resident = _resident(V100 * 36_000)
+    newcomer = job(2, total_iterations=V100 * 600, shareable=True)
+    snap = snapshot({"v100": 1}, [resident, newcomer], throughput=model({}))
+    assert SjfBsbfPolicy().plan(snap, 0.0).get(2) is None
+    plan = SjfBsbfPolicy(assumed_pair_slowdown=1.2).plan(snap, 0.0)
+    shared = plan.get(2)
+    assert shared is not None and shared.shared_with == 1
+    assert plan.violations(snap) == []
+
+
+def test_an_assumed_slowdown_below_one_is_refused() -> None:
+    """Sharing cannot make both jobs faster: a slowdown in (0, 1) is a configuration error."""
+    with pytest.raises(ValueError, match="assumed_pair_slowdown"):
+        SjfBsbfPolicy(assumed_pair_slowdown=0.5)
