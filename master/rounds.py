@@ -81,10 +81,12 @@ def split_tasks(
 ) -> list[tuple[int, str, str, list[int], list[int], int]]:
     """(copy index, node, GPU type, GPU indices, batch shares, rank offset) per task.
 
-    One task per node and GPU type within each copy, in the allocation's order; ranks count
-    from 0 within each copy (each copy is its own torch.distributed group).
+    One task per node and GPU type within each copy, in the allocation's order. Ranks count
+    over all copies: the job is one torch.distributed group in which the runtime forms a
+    subgroup per copy (for its gradients) and averages the copies over the whole group.
     """
     out: list[tuple[int, str, str, list[int], list[int], int]] = []
+    rank = 0
     for copy_index, (copy, shares) in enumerate(
         zip(alloc.copies, alloc.shares_per_copy(), strict=True)
     ):
@@ -97,7 +99,6 @@ def split_tasks(
                 order.append(key)
             groups[key][0].append(slot.index)
             groups[key][1].append(share)
-        rank = 0
         for node, gpu_type in order:
             indices, batch = groups[(node, gpu_type)]
             out.append((copy_index, node, gpu_type, indices, batch, rank))
