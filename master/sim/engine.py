@@ -80,6 +80,7 @@ class Segment:
     iterations: float
     slots: tuple[GpuSlot, ...]
     shared_with: int | None
+    copies: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,6 +523,7 @@ class Simulator:
                             progress,
                             alloc.slots,
                             alloc.shared_with,
+                            alloc.num_copies,
                         )
                     )
             for slot, until in busy_until.items():

@@ -42,8 +42,10 @@ def check_invariants(case: Case, result: SimResult) -> None:
     for seg in result.segments:
         done[seg.job_id] += seg.iterations
         per_round[seg.round_index].append(seg)
-        # Never more GPUs than asked (a multiple only for HadarE copies of the same size).
-        assert len(seg.slots) % sizes[seg.job_id] == 0
+        # Never more GPUs than asked per copy (HadarE copies each hold at most the job's
+        # count; a folded copy holds fewer).
+        assert len(seg.slots) % seg.copies == 0
+        assert len(seg.slots) // seg.copies <= sizes[seg.job_id]
         assert seg.start_s <= seg.end_s
     for round_segments in per_round.values():
         holders: dict[GpuSlot, list[Segment]] = defaultdict(list)
