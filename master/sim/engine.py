@@ -285,8 +285,8 @@ class Simulator:
             )
         ]
         self._types = {gpu.slot: gpu.type for gpu in cluster.usable_gpus()}
-        slowest: dict[str, float] = {}
-        self._speed_weight = slowest  # filled per job type lazily
+        # (job type, GPU type) -> speed relative to the job type's slowest type, lazily.
+        self._speed_weight: dict[str, float] = {}
         self._total_gpus = cluster.num_gpus
         self._bound_rates: dict[tuple[str, int, frozenset[str]], tuple[float, float]] = {}
         self._contention = 0.0  # integral of max(1, GPU demand / GPUs) over time so far
@@ -433,7 +433,13 @@ class Simulator:
                 self.model,
             )
             started = time.perf_counter()
-            plan = self.policy.plan(snapshot, now)
+            try:
+                plan = self.policy.plan(snapshot, now)
+            except Exception as exc:
+                raise SimulationError(
+                    f"policy {self.policy.name!r} failed in round {round_index} at "
+                    f"t={now:.0f}s: {exc!r}"
+                ) from exc
             plan_ms = (time.perf_counter() - started) * 1000.0
             if cfg.validate_plans:
                 problems = plan.violations(snapshot)

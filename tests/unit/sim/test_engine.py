@@ -206,3 +206,13 @@ def test_bad_config_is_rejected() -> None:
         SimConfig(round_s=0)
     with pytest.raises(ValueError, match="overhead"):
         SimConfig(overhead_s=-1)
+
+
+def test_a_failing_policy_is_named() -> None:
+    """An exception inside a policy becomes a SimulationError naming policy and round."""
+
+    def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
+        raise ZeroDivisionError("oops")
+
+    with pytest.raises(SimulationError, match=r"'scripted' failed in round 0 .*oops"):
+        simulate(ScriptedPolicy(decide), [job(0, 10.0)], cluster(), model())
