@@ -4,6 +4,7 @@ In-process use (tests, other tools)::
 
     master = Master(settings)          # nothing runs yet
     port = master.start()              # migrates, serves, schedules; port 0 picks one
+    token = master.create_token("alice", admin=True)
     master.run_round()                 # one scheduling round now, synchronously
     master.check_nodes(force=True)     # declare silent nodes lost now
     master.stop()                      # graceful: finishes the current round
@@ -321,6 +322,14 @@ class Master:
         self.start()
         done.wait()
         self.stop()
+
+    def create_token(self, user: str, *, admin: bool = False, description: str = "") -> str:
+        """Issue an API token for `user` (created if needed); returns the plaintext."""
+        issued = self.tx.write(
+            lambda uow: uow.tokens.create(user, admin=admin, description=description),
+            jobs=False,
+        )
+        return issued.plaintext
 
     # -- rounds --------------------------------------------------------------------------------
 

@@ -180,7 +180,7 @@ def test_watch_jobs_streams_changes(cluster: Cluster) -> None:
     master.run_round()
     wait_for(lambda: job.id in worker.running_jobs(), what="START")
     worker.progress(job.id, 50)
-    assert done.wait(10)
+    assert done.wait(30)
     stream.cancel()
     assert seen[0] == ("", common_pb2.JOB_STATE_PENDING)
     assert [k for k, _ in seen[1:]] == ["scheduled", "completed"]

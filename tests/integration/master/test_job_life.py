@@ -101,7 +101,7 @@ def test_lost_node_preempts_and_job_is_placed_elsewhere(cluster: Cluster) -> Non
     """A node silent past the timeout becomes UNREACHABLE, its job goes to PREEMPTED with
     the reason, the next round places it on another node with a higher lease, and the lost
     node's late progress is refused as stale."""
-    master = cluster.master()
+    master = cluster.master(heartbeat_timeout_s=2.0)
     first = cluster.worker(master, "n1", num_gpus=2)
     api = cluster.api(master)
     job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
