@@ -45,7 +45,8 @@ class Settings:
     # SQLAlchemy URL or a file path (SQLite); postgresql:// URLs use psycopg 3.
     database: str = field(default_factory=default_database)
     # Scheduling.
-    policy: str = "gavel"
+    # The best measured policy (docs/results.md): lowest average JCT without a worse tail.
+    policy: str = "hadare"
     policy_params: Mapping[str, Any] = field(default_factory=dict)
     round_seconds: float = 60.0
     # Start a round soon after a submission or an exit when GPUs are idle.
