@@ -32,7 +32,7 @@ from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc, worker_pb2
 from store import UnitOfWork
 from store.domain import Job, Task
-from store.states import GpuHealth, JobState, NodeState, is_terminal
+from store.states import GpuHealth, JobState, NodeState
 
 log = structlog.get_logger(__name__)
 
@@ -432,7 +432,3 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         self.parts.auth.forget()
         log.info("token revoked", id=request.id, by=caller.user)
         return hadar_pb2.RevokeTokenResponse(info=info)
-
-
-def job_is_over(job: Job) -> bool:
-    return is_terminal(job.state)
