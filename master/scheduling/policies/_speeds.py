@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.rates import allocation_throughput, speed_weights
 from master.scheduling.views import ClusterView, JobView, Snapshot
@@ -132,6 +133,21 @@ def pinned_jobs(snapshot: Snapshot) -> list[JobView]:
         for job in snapshot.jobs
         if job.current is not None and not job.preemptible and current_usable(snapshot, job)
     ]
+
+
+def keep_pinned(snapshot: Snapshot, free: FreeGpus) -> tuple[dict[int, Allocation], list[JobView]]:
+    """Take from ``free`` the current GPUs of every pinned job that finds them all free.
+
+    Returns those jobs' allocations and, in snapshot order, all other jobs; a pinned job
+    whose GPUs are not all free any more is among the others and is planned like them.
+    """
+    kept: dict[int, Allocation] = {}
+    for job in pinned_jobs(snapshot):
+        assert job.current is not None
+        if free.take_slots(job.current.slots):
+            kept[job.id] = job.current
+    rest = [job for job in snapshot.jobs if job.id not in kept]
+    return kept, rest
 
 
 def type_counts(snapshot: Snapshot, slots: Sequence[GpuSlot]) -> dict[str, int]:

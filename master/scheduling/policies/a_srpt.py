@@ -45,7 +45,7 @@ from master.scheduling.policies._speeds import (
     best_rate,
     current_usable,
     job_rate,
-    pinned_jobs,
+    keep_pinned,
 )
 from master.scheduling.views import JobView, Snapshot
 
@@ -251,13 +251,8 @@ class ASrptPolicy:
         del now
         self._infer_completions(snapshot)
         free = FreeGpus(snapshot.cluster)
-        allocations: dict[int, Allocation] = {}
+        allocations, rest = keep_pinned(snapshot, free)
         reasons: dict[int, str] = {}
-        for job in pinned_jobs(snapshot):
-            assert job.current is not None
-            if free.take_slots(job.current.slots):
-                allocations[job.id] = job.current
-        rest = [j for j in snapshot.jobs if j.id not in allocations]
         work = self.remaining_work(snapshot, rest)
         order = sorted(rest, key=lambda j: (work[j.id], j.arrival_time, j.id))
         for rank, job in enumerate(order):

@@ -37,7 +37,7 @@ from master.scheduling.policies._speeds import (
     allowed_types,
     current_usable,
     job_rate,
-    pinned_jobs,
+    keep_pinned,
     remaining_seconds,
     single_type_bound,
     type_counts,
@@ -597,14 +597,7 @@ class HadarPolicy:
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
         self._pass.now = now
         free = FreeGpus(snapshot.cluster)
-        allocations: dict[int, Allocation] = {}
-        pinned = pinned_jobs(snapshot)
-        for job in pinned:
-            assert job.current is not None
-            if free.take_slots(job.current.slots):
-                allocations[job.id] = job.current
-        pinned_ids = set(allocations)
-        rest = [job for job in snapshot.jobs if job.id not in pinned_ids]
+        allocations, rest = keep_pinned(snapshot, free)
         placed, reasons, decisions, _ = self._pass.run(snapshot, free, rest)
         allocations.update(placed)
         self.last_decisions = decisions

@@ -28,7 +28,7 @@ from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policies._speeds import (
     allowed_types,
     job_rate,
-    pinned_jobs,
+    keep_pinned,
 )
 from master.scheduling.policies.hadar import Decision, PrimalDual
 from master.scheduling.rates import copy_throughput
@@ -101,13 +101,7 @@ class HadarEPolicy:
         self._pass.now = now
         cluster = snapshot.cluster
         free = FreeGpus(cluster)
-        allocations: dict[int, Allocation] = {}
-        for job in pinned_jobs(snapshot):
-            assert job.current is not None
-            if free.take_slots(job.current.slots):
-                allocations[job.id] = job.current
-        pinned_ids = set(allocations)
-        rest = [job for job in snapshot.jobs if job.id not in pinned_ids]
+        allocations, rest = keep_pinned(snapshot, free)
         placed, reasons, decisions, _ = self._pass.run(snapshot, free, rest)
         self.last_decisions = decisions
         forkable: dict[int, _Forked] = {}

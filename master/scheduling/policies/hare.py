@@ -31,7 +31,7 @@ from master.scheduling.policies._speeds import (
     allocation_on,
     cluster_types,
     current_usable,
-    pinned_jobs,
+    keep_pinned,
 )
 from master.scheduling.views import JobView, Snapshot
 
@@ -88,13 +88,9 @@ class HarePolicy:
         del now
         cluster = snapshot.cluster
         free = FreeGpus(cluster)
-        allocations: dict[int, Allocation] = {}
+        allocations, rest = keep_pinned(snapshot, free)
         reasons: dict[int, str] = {}
-        for job in pinned_jobs(snapshot):
-            assert job.current is not None
-            if free.take_slots(job.current.slots):
-                allocations[job.id] = job.current
-        waiting = self.order(snapshot, [j for j in snapshot.jobs if j.id not in allocations])
+        waiting = self.order(snapshot, rest)
         usable = set(cluster_types(cluster))
         speedups = {
             job.id: {

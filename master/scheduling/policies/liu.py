@@ -31,14 +31,14 @@ import random
 from collections import deque
 
 from master.scheduling.placement import FreeGpus
-from master.scheduling.plan import Allocation, GpuSlot, Plan
+from master.scheduling.plan import GpuSlot, Plan
 from master.scheduling.policies._speeds import (
     allocation_on,
     allowed_types,
     cluster_types,
     current_usable,
     job_rate,
-    pinned_jobs,
+    keep_pinned,
     single_type_bound,
     type_counts,
 )
@@ -143,13 +143,8 @@ class LiuPolicy:
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
         del now
         free = FreeGpus(snapshot.cluster)
-        allocations: dict[int, Allocation] = {}
+        allocations, rest = keep_pinned(snapshot, free)
         reasons: dict[int, str] = {}
-        for job in pinned_jobs(snapshot):
-            assert job.current is not None
-            if free.take_slots(job.current.slots):
-                allocations[job.id] = job.current
-        rest = [j for j in snapshot.jobs if j.id not in allocations]
         room = {t: free.count(t) for t in cluster_types(snapshot.cluster)}
         matched = self.match(snapshot, rest, room)
         jobs = {j.id: j for j in rest}
