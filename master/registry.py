@@ -18,7 +18,7 @@ from master.settings import Settings
 from master.transactions import Transactor
 from store import UnitOfWork
 from store.domain import Gpu, Node, Task
-from store.states import NodeState, TaskState, is_terminal
+from store.states import GpuHealth, NodeState, TaskState, is_terminal
 
 log = structlog.get_logger(__name__)
 
@@ -66,12 +66,18 @@ class Registry:
         self._on_capacity = on_capacity
         self._write_every = settings.heartbeat_timeout_s / 4
         self._last_written: dict[str, float] = {}
+        # Node state and GPU health as last read, so that a heartbeat with nothing to write
+        # and no tasks to check needs no database access. Every state change made here
+        # drops the entry (_nodes_changed).
+        self._liveness: dict[str, tuple[NodeState, dict[int, GpuHealth]]] = {}
         self._beats_lock = threading.Lock()
         self.nodes_version = 0
 
     def _nodes_changed(self, name: str) -> None:
         with self._beats_lock:
             self._last_written[name] = time.monotonic()
+            # The next heartbeat re-reads the node's state and GPU health from the store.
+            self._liveness.pop(name, None)
             self.nodes_version += 1
 
     def register(self, reg: Registration) -> Reconciliation:
@@ -167,9 +173,24 @@ class Registry:
         wall = time.monotonic()
         with self._beats_lock:
             due = wall - self._last_written.get(node, -1e9) >= self._write_every
+            cached = self._liveness.get(node)
+            version = self.nodes_version
+        if cached is not None and not due and not tasks:
+            # Nothing to write and nothing to check against the store: answer from memory.
+            state, health = cached
+            if state is NodeState.UNREACHABLE:
+                return True, []
+            if not any(g.index in health and health[g.index] is not g.health for g in gpus):
+                return False, []
 
         def change(uow: UnitOfWork) -> tuple[bool, list[ReportedTask]]:
             known = uow.nodes.liveness(node)
+            with self._beats_lock:
+                if known is None:
+                    self._liveness.pop(node, None)
+                elif self.nodes_version == version:
+                    # (A node changed meanwhile may have changed after this read.)
+                    self._liveness[node] = known
             if known is None or known[0] is NodeState.UNREACHABLE:
                 return True, []
             health = known[1]
@@ -178,6 +199,10 @@ class Registry:
                 uow.nodes.heartbeat(node, now=now, gpus=gpus)
                 with self._beats_lock:
                     self._last_written[node] = wall
+                    if changed:
+                        merged = dict(health)
+                        merged.update({g.index: g.health for g in gpus if g.index in health})
+                        self._liveness[node] = (known[0], merged)
             stop: list[ReportedTask] = []
             for item in tasks:
                 task = uow.tasks.find(item.job_id, item.task_index, item.lease)

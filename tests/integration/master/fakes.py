@@ -53,6 +53,8 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     workloads: tuple[str, ...] = ("resnet", "lstm")
     # Report TaskExited(STOPPED) by itself when asked to stop (as a checkpointing worker does).
     auto_exit_on_stop: bool = True
+    # Register again by itself when a heartbeat answer asks for it.
+    auto_reregister: bool = True
     tasks: dict[tuple[int, int], FakeTask] = field(default_factory=dict)
     applied: list[worker_pb2.TaskAssignment] = field(default_factory=list)
     stops: list[StopRecord] = field(default_factory=list)
@@ -137,7 +139,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         with self._lock:
             for ref in response.stop:
                 self.tasks.pop((ref.job_id, ref.task_index), None)
-        if response.reregister:
+        if response.reregister and self.auto_reregister:
             self.register()
         return response
 

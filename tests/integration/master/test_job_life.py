@@ -132,12 +132,18 @@ def test_lost_node_preempts_and_job_is_placed_elsewhere(cluster: Cluster) -> Non
     # The old placement's reports are fenced off.
     ack = first.progress(job.id, 35)
     assert [a.stale for a in ack.acks] == [True]
+    still_running = dict(first.tasks)
     assert not first.exit(job.id, common_pb2.EXIT_KIND_FAILED, 1).accepted
     assert job_state(api, job.id) == common_pb2.JOB_STATE_RUNNING
 
-    # n1 returns: the task it still runs is stopped by reconciliation.
-    first.tasks.clear()
-    first.register()
+    # n1 returns: its heartbeat is answered with "register again", and the task it still
+    # runs is stopped by the reconciliation of that registration.
+    first.auto_reregister = False
+    assert first.heartbeat().reregister
+    first.tasks.update(still_running)
+    answer = first.register()
+    assert [(r.job_id, r.lease) for r in answer.stop] == [(job.id, old_lease)]
+    assert first.running_jobs() == set()
     nodes = {n.name: n for n in api.ListNodes(hadar_pb2.ListNodesRequest()).nodes}
     assert nodes["n1"].state == common_pb2.NODE_STATE_READY
 
