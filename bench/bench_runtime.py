@@ -25,7 +25,7 @@ import torch
 
 from worker.runtime import TrainingRun, contract
 from worker.workloads.registry import WORKLOADS, Workload, get_workload
-from worker.workloads.runner import build
+from worker.workloads.runner import build, train_step
 from worker.workloads.synthetic import synthetic_batch
 
 WARMUP = 5
@@ -65,17 +65,7 @@ def interleaved(workload: Workload, iterations: int, directory: Path) -> Timings
     managed: list[float] = []
     last_plain_end = time.perf_counter()
     for step in run.steps():
-        for micro in step.micro_batches():
-            batch = synthetic_batch(
-                workload,
-                seed=run.seed,
-                stream=step.stream,
-                iteration=step.iteration,
-                start=micro.start,
-                stop=micro.stop,
-                device=run.device,
-            )
-            micro.backward(workload.loss(run.model, batch))
+        train_step(workload, run, step)
         managed_took = time.perf_counter() - last_plain_end
         plain_took = plain_iteration(step.iteration)
         last_plain_end = time.perf_counter()

@@ -11,7 +11,7 @@ import torch
 
 from worker.runtime.rng import derive_seed
 from worker.runtime.settings import RuntimeSettings
-from worker.runtime.training import TrainingRun
+from worker.runtime.training import Step, TrainingRun
 from worker.workloads.registry import Workload, get_workload
 from worker.workloads.synthetic import synthetic_batch
 
@@ -21,6 +21,22 @@ def build(workload: Workload, seed: int) -> tuple[torch.nn.Module, torch.optim.O
     torch.manual_seed(derive_seed(workload.name, seed, "init"))
     model = workload.build_model()
     return model, workload.make_optimizer(model)
+
+
+def train_step(workload: Workload, run: TrainingRun, step: Step) -> None:
+    """One iteration of ``workload`` on its synthetic data under the helper: forward and
+    backward over every micro-batch this process computes (the helper does the update)."""
+    for micro in step.micro_batches():
+        batch = synthetic_batch(
+            workload,
+            seed=run.seed,
+            stream=step.stream,
+            iteration=step.iteration,
+            start=micro.start,
+            stop=micro.stop,
+            device=run.device,
+        )
+        micro.backward(workload.loss(run.model, batch))
 
 
 def train_managed(
@@ -40,17 +56,7 @@ def train_managed(
     model, optimizer = build(workload, settings.seed)
     run = TrainingRun(model, optimizer, settings, handle_signals=handle_signals)
     for step in run.steps():
-        for micro in step.micro_batches():
-            batch = synthetic_batch(
-                workload,
-                seed=run.seed,
-                stream=step.stream,
-                iteration=step.iteration,
-                start=micro.start,
-                stop=micro.stop,
-                device=run.device,
-            )
-            micro.backward(workload.loss(run.model, batch))
+        train_step(workload, run, step)
     return run
 
 

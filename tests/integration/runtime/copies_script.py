@@ -10,8 +10,7 @@ import torch
 
 from worker.runtime import TrainingRun, contract
 from worker.workloads.registry import get_workload
-from worker.workloads.runner import build
-from worker.workloads.synthetic import synthetic_batch
+from worker.workloads.runner import build, train_step
 
 
 def main(output: str) -> None:
@@ -20,17 +19,7 @@ def main(output: str) -> None:
     run = TrainingRun.from_env(model, optimizer)
     before: dict[str, torch.Tensor] = {}
     for step in run.steps():
-        for micro in step.micro_batches():
-            batch = synthetic_batch(
-                workload,
-                seed=run.seed,
-                stream=step.stream,
-                iteration=step.iteration,
-                start=micro.start,
-                stop=micro.stop,
-                device=run.device,
-            )
-            micro.backward(workload.loss(run.model, batch))
+        train_step(workload, run, step)
         before = {key: value.clone() for key, value in model.state_dict().items()}
     torch.save({"before": before, "after": model.state_dict()}, output)
 

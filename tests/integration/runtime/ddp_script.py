@@ -9,8 +9,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from worker.runtime import RuntimeSettings, TrainingRun, contract, init_distributed
 from worker.workloads.registry import get_workload
-from worker.workloads.runner import build
-from worker.workloads.synthetic import synthetic_batch
+from worker.workloads.runner import build, train_step
 
 
 def main() -> None:
@@ -20,17 +19,7 @@ def main() -> None:
     ddp = DistributedDataParallel(model.to(context.device), process_group=context.process_group)
     run = TrainingRun.from_env(ddp, optimizer)
     for step in run.steps():
-        for micro in step.micro_batches():
-            batch = synthetic_batch(
-                workload,
-                seed=run.seed,
-                stream=step.stream,
-                iteration=step.iteration,
-                start=micro.start,
-                stop=micro.stop,
-                device=run.device,
-            )
-            micro.backward(workload.loss(run.model, batch))
+        train_step(workload, run, step)
 
 
 if __name__ == "__main__":
