@@ -40,12 +40,14 @@ def test_a_killed_workers_job_resumes_elsewhere_from_its_checkpoint(
     preempted, placed on the other worker, resumes from its last checkpoint (losing at most
     one checkpoint interval) and completes with exactly its iterations."""
     cluster = start_cluster("v100:1;v100:1")
-    job_id = cluster.submit("recommendation", iterations=400)
+    # Long enough (tens of seconds) to be checkpointed and then killed mid-run.
+    job_id = cluster.submit("recommendation", iterations=1500)
     before = {}
 
     def checkpointed() -> bool:
         job = cluster.job(job_id)
         before["job"] = job
+        assert job.state not in DONE, f"job ended before the crash: {job.state} {job.reason}"
         return job.state == JobState.RUNNING and job.checkpoint_iterations > 0
 
     wait_for(checkpointed, 180, "a first checkpoint")
@@ -65,7 +67,7 @@ def test_a_killed_workers_job_resumes_elsewhere_from_its_checkpoint(
     wait_for(moved, 120, "the job to move to the surviving worker")
     job = cluster.wait_state(job_id, DONE, timeout=240)
     assert job.state == JobState.COMPLETED, job.reason
-    assert job.iterations_done == 400
+    assert job.iterations_done == 1500
     assert not lowest_after_move or lowest_after_move[0] >= saved
     events = cluster.client.describe_job(job_id).events
     assert any(victim in e.reason and e.to_state == JobState.PREEMPTED for e in events), [
@@ -110,7 +112,7 @@ def test_a_partitioned_worker_is_fenced_and_its_stale_task_stopped_on_return(
     the job and places it on the other worker; when the agent comes back its stale task is
     stopped, and the job completes with exactly its iterations."""
     cluster = start_cluster("v100:1;v100:1")
-    job_id = cluster.submit("recommendation", iterations=500)
+    job_id = cluster.submit("recommendation", iterations=2000)
     job = cluster.wait_state(job_id, {JobState.RUNNING}, timeout=120)
     wait_for(lambda: job_id in cluster.local.job_processes(), 60, "the job's processes")
     victim = job.tasks[0].node
@@ -136,7 +138,7 @@ def test_a_partitioned_worker_is_fenced_and_its_stale_task_stopped_on_return(
     with TwiceWatcher(cluster.local) as watcher:
         job = cluster.wait_state(job_id, DONE, timeout=240)
     assert job.state == JobState.COMPLETED, job.reason
-    assert job.iterations_done == 500
+    assert job.iterations_done == 2000
     assert watcher.violations == []
 
 
