@@ -40,8 +40,9 @@ protos: setup
 demo: setup
 	$(BIN)/hctl local demo --state-dir .hadar-local/demo
 
+# Every benchmark, one after the other (several minutes); figures go to docs/benchmarks.md.
 bench: setup
-	$(BIN)/python bench/run_all.py
+	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache
