@@ -271,7 +271,9 @@ class LocalCluster:
         record.address = address
         return record
 
-    def start_worker(self, group: WorkerGroup, master: str) -> ProcessRecord:
+    def start_worker(
+        self, group: WorkerGroup, master: str, settings: Mapping[str, str] | None = None
+    ) -> ProcessRecord:
         address = f"127.0.0.1:{free_port()}"
         worker_dir = self.state_dir / group.node
         argv = [
@@ -305,6 +307,7 @@ class LocalCluster:
                 # Fake GPUs share this machine's cores: one thread per job process keeps
                 # several jobs from thrashing each other.
                 "OMP_NUM_THREADS": "1",
+                **(settings or {}),
             }
         )
         record = self._spawn(group.node, argv, env)
@@ -320,12 +323,14 @@ class LocalCluster:
         port: int = 0,
         timeout: float = 90.0,
         master_settings: Mapping[str, str] | None = None,
+        worker_settings: Mapping[str, str] | None = None,
     ) -> ClusterRecord:
         """Start a master and the workers, and wait until every node is registered and READY.
 
         On failure everything started is stopped again and the error quotes the log of the
         process that failed. ``master_settings`` are extra HADAR_* variables for the master
-        (its settings from the environment), e.g. ``{"HADAR_MAX_RETRIES": "1"}``.
+        (its settings from the environment), e.g. ``{"HADAR_MAX_RETRIES": "1"}``;
+        ``worker_settings`` likewise HADAR_WORKER_* variables for every worker.
         """
         existing = self.record()
         if existing is not None and self._alive(existing):
@@ -348,7 +353,7 @@ class LocalCluster:
         try:
             self._wait_master(record, timeout)
             for group in groups:
-                record.workers.append(self.start_worker(group, master.address))
+                record.workers.append(self.start_worker(group, master.address, worker_settings))
                 self._save(record)
             self._wait_nodes(record, [g.node for g in groups], timeout)
         except BaseException:

@@ -128,6 +128,7 @@ def start_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
         workers: str,
         policy: str = "fifo",
         settings: Mapping[str, str] | None = None,
+        worker_settings: Mapping[str, str] | None = None,
     ) -> Cluster:
         local = LocalCluster(tmp_path / "cluster")
         local.up(
@@ -135,6 +136,7 @@ def start_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
             policy=policy,
             round_seconds=ROUND_S,
             master_settings=settings,
+            worker_settings=worker_settings,
             timeout=120,
         )
         cluster = Cluster(local)
