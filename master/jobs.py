@@ -12,7 +12,13 @@ import structlog
 
 from master.dispatch import Dispatcher
 from master.errors import FailedPreconditionError, PermissionDeniedError
-from master.lifecycle import StopOrder, fail_attempt, lose_job_placement, release_tasks
+from master.lifecycle import (
+    StopOrder,
+    fail_attempt,
+    lose_job_placement,
+    release_finished_job,
+    release_tasks,
+)
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
 from master.transactions import Transactor
@@ -206,6 +212,11 @@ class JobManager:
                         at=now,
                     )
                     log.info("job completed", job_id=job.id)
+                    orders.extend(
+                        release_finished_job(
+                            uow, job.id, "job completed", finishing=task.id, now=now
+                        )
+                    )
                     finished = True
             return stale_flags, orders, finished
 
@@ -308,7 +319,7 @@ class JobManager:
             with self._report_lock:
                 self._last_report.pop((task.job_id, task.task_index, task.lease), None)
             if is_terminal(job.state):
-                return True, []
+                return True, release_finished_job(uow, job.id, f"job {job.state.value}", now=now)
             orders: list[StopOrder] = []
             if report.kind is ExitKind.COMPLETED:
                 if job.state in (JobState.RUNNING, JobState.PREEMPTED):
@@ -321,6 +332,7 @@ class JobManager:
                         at=now,
                     )
                     log.info("job completed", job_id=job.id, node=report.node)
+                    orders = release_finished_job(uow, job.id, "job completed", now=now)
                 return True, orders
             if report.kind is ExitKind.FAILED and not was_stopping:
                 what = (

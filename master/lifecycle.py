@@ -57,6 +57,24 @@ def release_tasks(
     return orders
 
 
+def release_finished_job(
+    uow: UnitOfWork,
+    job_id: int,
+    reason: str,
+    *,
+    finishing: int | None = None,
+    now: datetime | None = None,
+) -> list[StopOrder]:
+    """A job just reached a terminal state: take back every task it still holds.
+
+    Other copies may still run, and a placement decided in the round before the completion
+    may not have started yet; left active, such a task would keep its GPUs from later jobs.
+    ``finishing`` is the task that reported the completion: it ends by itself.
+    """
+    tasks = [t for t in uow.tasks.active_for_job(job_id) if t.id != finishing]
+    return release_tasks(uow, tasks, reason, checkpoint=False, now=now)
+
+
 def fail_attempt(
     uow: UnitOfWork,
     job: Job,

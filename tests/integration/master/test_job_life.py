@@ -273,3 +273,43 @@ def test_unreachable_worker_counts_as_dispatch_failure_and_gets_the_start_later(
     wait_for(lambda: job.id in back.running_jobs(), what="START resent after registration")
     start = next(a for a in back.applied if a.job_id == job.id)
     assert start.lease == got.tasks[0].lease
+
+
+def test_completion_releases_a_placement_that_never_started(cluster: Cluster) -> None:
+    """A job that completes while a newer placement of it is still waiting to start (a resize
+    decided in the round before) gives those GPUs back: its pending tasks are LOST, and the
+    next job starts on them."""
+    from store.domain import NewTask
+    from store.states import TaskState
+
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    first = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec(num_gpus=2))).job
+    master.run_round()
+    wait_for(lambda: first.id in worker.running_jobs(), what="START on the worker")
+    # A newer placement of the same job on the other two GPUs, not started yet.
+    master.tx.write(
+        lambda uow: uow.tasks.add(
+            NewTask(
+                job_id=first.id,
+                task_index=0,
+                node="n1",
+                lease=uow.tasks.latest_lease(first.id) + 1000,
+                gpu_indices=(2, 3),
+                gpu_type=worker.gpus()[2].type,
+                rank_offset=0,
+                local_batch_sizes=(16, 16),
+            )
+        )
+    )
+    worker.progress(first.id, 100)
+    assert job_state(api, first.id) == common_pb2.JOB_STATE_COMPLETED
+    # Only the task that reported the completion still holds GPUs; it exits by itself.
+    active = master.tx.read(lambda uow: uow.tasks.active_for_job(first.id))
+    assert [(t.gpu_indices, t.state) for t in active] == [((0, 1), TaskState.RUNNING)]
+    assert worker.exit(first.id, common_pb2.EXIT_KIND_COMPLETED).accepted
+    assert master.tx.read(lambda uow: uow.tasks.active_for_job(first.id)) == []
+    second = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec(num_gpus=2))).job
+    master.run_round()
+    wait_for(lambda: second.id in worker.running_jobs(), what="the next job to start")
