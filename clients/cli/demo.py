@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from clients.cli.command import Context, ExitCode
+from clients.cli.command import CliError, Context, ExitCode
 from clients.client import HadarClient
 from clients.localcluster import LocalCluster, parse_worker_groups
 from clients.types import Job, JobSpec, JobState, Program
@@ -147,17 +147,30 @@ def run_demo(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> i
                 return jobs
 
             jobs = poll()
+            deadline = started + args.timeout
+
+            def waiting() -> bool:
+                if all(j.state.terminal for j in jobs):
+                    return False
+                if time.time() > deadline:
+                    raise CliError(
+                        f"the demo's jobs did not all end within {args.timeout:.0f} s",
+                        ExitCode.TIMEOUT,
+                        f"see `hctl queue` and the logs in {cluster.state_dir} (rerun with --keep)",
+                    )
+                return True
+
             if ctx.out.is_terminal:
                 with Live(
                     _queue_table(jobs, started), console=ctx.out, refresh_per_second=2
                 ) as live:
-                    while not all(j.state.terminal for j in jobs):
+                    while waiting():
                         time.sleep(1.0)
                         jobs = poll()
                         live.update(Group(_queue_table(jobs, started)))
             else:
                 last = 0.0
-                while not all(j.state.terminal for j in jobs):
+                while waiting():
                     time.sleep(1.0)
                     jobs = poll()
                     if time.time() - last >= 10:

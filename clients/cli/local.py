@@ -94,6 +94,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     demo.add_argument(
         "--keep", action="store_true", help="leave the cluster running after the demo"
     )
+    demo.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="give up (exit 124) when the jobs have not all ended after this many seconds",
+    )
 
 
 def _run(args: argparse.Namespace, ctx: Context) -> int:
