@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -128,8 +129,19 @@ def _submit(client: HadarClient, scale: float) -> list[int]:
     return ids
 
 
+def _fresh_state(cluster: LocalCluster) -> None:
+    """Start from an empty state dir: a previous demo's database would carry its jobs over.
+
+    Only a directory that a local cluster made (it holds hadar.db) is cleared.
+    """
+    if cluster.record() is not None or not (cluster.state_dir / "hadar.db").exists():
+        return
+    shutil.rmtree(cluster.state_dir)
+
+
 def run_demo(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
     groups = parse_worker_groups(args.workers)
+    _fresh_state(cluster)
     ctx.err.print(f"starting a local cluster in {cluster.state_dir}: workers {args.workers}")
     record = cluster.up(
         groups, policy=args.policy, round_seconds=args.round_seconds, port=args.port
