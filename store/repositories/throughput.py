@@ -33,30 +33,15 @@ class ThroughputRepository:
         now: datetime | None = None,
     ) -> ThroughputMeasurement:
         """Fold a measurement into the EWMA. Measurements replace a profiled value."""
-        if iterations_per_s <= 0 or not iterations_per_s < float("inf"):
-            raise ValueError(f"throughput must be positive and finite, got {iterations_per_s}")
-        row = self._session.get(ThroughputRow, (job_type, gpu_type, num_gpus))
-        at = now or utcnow()
-        if row is None:
-            row = ThroughputRow(
-                job_type=job_type,
-                gpu_type=gpu_type,
-                num_gpus=num_gpus,
-                iterations_per_s=iterations_per_s,
-                count=1,
-                source=MEASURED,
-                updated_at=at,
-            )
-            self._session.add(row)
-        elif row.source != MEASURED:
+        row, created = self._row_for(job_type, gpu_type, num_gpus, iterations_per_s, MEASURED)
+        if not created and row.source == MEASURED:
+            row.iterations_per_s = alpha * iterations_per_s + (1 - alpha) * row.iterations_per_s
+            row.count += 1
+        elif not created:
             row.iterations_per_s = iterations_per_s
             row.count = 1
             row.source = MEASURED
-            row.updated_at = at
-        else:
-            row.iterations_per_s = alpha * iterations_per_s + (1 - alpha) * row.iterations_per_s
-            row.count += 1
-            row.updated_at = at
+        row.updated_at = now or utcnow()
         self._session.flush()
         return convert.throughput(row)
 
@@ -70,27 +55,35 @@ class ThroughputRepository:
         now: datetime | None = None,
     ) -> ThroughputMeasurement:
         """Store a profiled value unless live measurements exist (they are better)."""
+        row, created = self._row_for(job_type, gpu_type, num_gpus, iterations_per_s, PROFILE)
+        if created or row.source == PROFILE:
+            if not created:
+                row.iterations_per_s = iterations_per_s
+                row.count += 1
+            row.updated_at = now or utcnow()
+        self._session.flush()
+        return convert.throughput(row)
+
+    def _row_for(
+        self, job_type: str, gpu_type: str, num_gpus: int, iterations_per_s: float, source: str
+    ) -> tuple[ThroughputRow, bool]:
+        """The stored row for the key, or a new one holding this value (and True)."""
         if iterations_per_s <= 0 or not iterations_per_s < float("inf"):
             raise ValueError(f"throughput must be positive and finite, got {iterations_per_s}")
         row = self._session.get(ThroughputRow, (job_type, gpu_type, num_gpus))
-        at = now or utcnow()
-        if row is None:
-            row = ThroughputRow(
-                job_type=job_type,
-                gpu_type=gpu_type,
-                num_gpus=num_gpus,
-                iterations_per_s=iterations_per_s,
-                count=1,
-                source=PROFILE,
-                updated_at=at,
-            )
-            self._session.add(row)
-        elif row.source == PROFILE:
-            row.iterations_per_s = iterations_per_s
-            row.count += 1
-            row.updated_at = at
-        self._session.flush()
-        return convert.throughput(row)
+        if row is not None:
+            return row, False
+        row = ThroughputRow(
+            job_type=job_type,
+            gpu_type=gpu_type,
+            num_gpus=num_gpus,
+            iterations_per_s=iterations_per_s,
+            count=1,
+            source=source,
+            updated_at=utcnow(),
+        )
+        self._session.add(row)
+        return row, True
 
     def all(self) -> list[ThroughputMeasurement]:
         query = select(ThroughputRow).order_by(
