@@ -8,10 +8,11 @@ tracker averages the copies' parameters and all copies continue from the average
 job's progress is the sum of its copies' iterations times an efficiency below one
 (``copy_efficiency``; model averaging is not exactly synchronous training).
 
-Filling: servers are visited fastest type first; on each, repeatedly, the job whose
-utility grows most per GPU from a copy there gets one (a copy uses the job's full GPU
-count on that one server; a job has at most one copy per server, and only jobs whose
-first copy sits on one server are forked, since each copy must be one server's group).
+Filling: servers are visited fastest type first; each gets the set of copies whose
+utility gains sum highest within its idle GPUs (a copy uses the job's full GPU count on
+that one server, so GPUs a set leaves over stay idle; a job has at most one copy per
+server, and only jobs whose first copy sits on one server are forked, since each copy
+must be one server's group).
 A job that Hadar left waiting may also start there as its first copy. The gain of a copy
 of speed ``r`` for a job already at combined speed ``S`` is
 ``w * round_s / remaining * (e * (S + r) - S_now)`` where ``S_now`` is ``S`` for a job
@@ -140,60 +141,92 @@ class HadarEPolicy:
         return Plan(allocations, reasons)
 
     def _fill(self, snapshot: Snapshot, free: FreeGpus, forkable: dict[int, _Forked]) -> None:
-        """Give every server's idle GPUs to the copies that gain most (lazy heaps per type)."""
+        """Give every server's idle GPUs to the copies that together gain most.
+
+        Per server, the set of copies (at most one per job) whose summed utility gain is
+        largest within the server's idle GPUs: a small knapsack, since a job's copy needs
+        its full GPU count on the server and GPUs left over on a server stay idle. Taking
+        copies by gain per GPU instead lets one-GPU copies break up every server a
+        whole-server job could have used. Candidates come from lazy heaps per (type, GPU
+        count), so a server looks only at the few best jobs of each size.
+        """
         cluster = snapshot.cluster
         model = snapshot.throughput
-        heaps: dict[str, list[tuple[float, int, int]]] = {}
+        heaps: dict[tuple[str, int], list[tuple[float, int, int]]] = {}
         for t in free.types():
-            heap: list[tuple[float, int, int]] = []
             for job_id, entry in forkable.items():
                 if t not in allowed_types(snapshot, entry.job):
                     continue
                 gain = self._gain(snapshot, entry, job_rate(snapshot, entry.job, t))
                 if gain > 0:
-                    heap.append((-gain, job_id, entry.version))
+                    heaps.setdefault((t, entry.job.num_gpus), []).append(
+                        (-gain, job_id, entry.version)
+                    )
+        for heap in heaps.values():
             heapq.heapify(heap)
-            heaps[t] = heap
         types = sorted(free.types(), key=lambda t: (-model.speed(t), t))
         for t in types:
-            heap = heaps[t]
-            for node_name, _ in free.free_on_node(t).items():
+            for node_name in free.free_on_node(t):
                 node = cluster.node(node_name)
-                while True:
-                    idle = [g.slot for g in node.usable_gpus if free.is_free(g.slot)]
-                    if not idle or not heap:
-                        break
-                    aside: list[tuple[float, int, int]] = []
-                    chosen: _Forked | None = None
-                    while heap:
-                        neg_gain, job_id, version = heapq.heappop(heap)
-                        entry = forkable[job_id]
-                        if version != entry.version:
-                            continue  # stale: re-pushed with its new gain
-                        if entry.job.num_gpus > len(idle) or node_name in entry.nodes:
-                            aside.append((neg_gain, job_id, version))
-                            continue
-                        chosen = entry
-                        break
-                    for item in aside:
-                        heapq.heappush(heap, item)
-                    if chosen is None:
-                        break
-                    slots = tuple(idle[: chosen.job.num_gpus])
+                idle = [g.slot for g in node.usable_gpus if g.type == t and free.is_free(g.slot)]
+                sizes = sorted(n for (ht, n) in heaps if ht == t)
+                chosen = self._pack(heaps, forkable, t, sizes, node_name, len(idle))
+                for entry in chosen:
+                    n = entry.job.num_gpus
+                    slots, idle = tuple(idle[:n]), idle[n:]
                     if not free.take_slots(slots):  # pragma: no cover - idle slots are free
                         raise AssertionError("idle GPUs were not free")
-                    rate = model.throughput(chosen.job.job_type, t, chosen.job.num_gpus)
-                    chosen.copies.append(slots)
-                    chosen.rates.append(rate)
-                    chosen.version += 1
-                    allowed = allowed_types(snapshot, chosen.job)
-                    for other, other_heap in heaps.items():
-                        if other in allowed:
-                            gain = self._gain(
-                                snapshot, chosen, job_rate(snapshot, chosen.job, other)
+                    entry.copies.append(slots)
+                    entry.rates.append(model.throughput(entry.job.job_type, t, n))
+                    entry.version += 1
+                    for other in allowed_types(snapshot, entry.job):
+                        gain = self._gain(snapshot, entry, job_rate(snapshot, entry.job, other))
+                        if gain > 0:
+                            heapq.heappush(
+                                heaps.setdefault((other, n), []),
+                                (-gain, entry.job.id, entry.version),
                             )
-                            if gain > 0:
-                                heapq.heappush(other_heap, (-gain, chosen.job.id, chosen.version))
+
+    @staticmethod
+    def _pack(
+        heaps: dict[tuple[str, int], list[tuple[float, int, int]]],
+        forkable: dict[int, _Forked],
+        gpu_type: str,
+        sizes: list[int],
+        node_name: str,
+        room: int,
+    ) -> list[_Forked]:
+        """The copies for one server's ``room`` idle GPUs with the largest summed gain."""
+        items: list[tuple[float, int, _Forked]] = []  # (total gain, GPUs, entry)
+        for n in sizes:
+            if n > room:
+                break
+            heap = heaps[(gpu_type, n)]
+            aside: list[tuple[float, int, int]] = []
+            wanted = room // n
+            while heap and wanted:
+                item = heapq.heappop(heap)
+                neg_gain, job_id, version = item
+                entry = forkable[job_id]
+                if version != entry.version:
+                    continue  # stale: re-pushed with its new gain
+                aside.append(item)
+                if node_name in entry.nodes:
+                    continue
+                items.append((-neg_gain * n, n, entry))
+                wanted -= 1
+            for item in aside:
+                heapq.heappush(heap, item)
+        if not items:
+            return []
+        # best[c]: (gain, chosen item indices) using at most c GPUs; items are few.
+        best: list[tuple[float, tuple[int, ...]]] = [(0.0, ())] * (room + 1)
+        for i, (gain, n, _) in enumerate(items):
+            for c in range(room, n - 1, -1):
+                candidate = best[c - n][0] + gain
+                if candidate > best[c][0]:
+                    best[c] = (candidate, (*best[c - n][1], i))
+        return [items[i][2] for i in best[room][1]]
 
 
 def make(

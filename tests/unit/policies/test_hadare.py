@@ -65,3 +65,22 @@ def test_jobs_that_cannot_be_preempted_are_never_forked() -> None:
     snap = snapshot({"v100": 4, "p100": 4, "k80": 4}, [job(1, num_gpus=2, preemptible=False)])
     alloc = HadarEPolicy().plan(snap, 0.0).get(1)
     assert alloc is not None and alloc.num_copies == 1
+
+
+def test_a_server_goes_to_the_copies_that_gain_most_in_total_not_per_gpu() -> None:
+    """A one-GPU copy that gains more per GPU but less than a four-GPU copy in total
+    does not take the server: its other three GPUs would stay idle."""
+    jobs = [
+        job(1, job_type="speech", num_gpus=1, total_iterations=1e5),
+        job(2, job_type="speech", num_gpus=4, total_iterations=2e5),
+    ]
+    snap = snapshot({"k80": 12}, jobs)
+    plan = HadarEPolicy(completion_exponent=1.0).plan(snap, 0.0)
+    assert plan.violations(snap) == []
+    one, four = plan.get(1), plan.get(2)
+    assert one is not None and four is not None
+    assert one.num_copies == 1
+    assert four.num_copies == 2
+    # Only the three GPUs beside the one-GPU job, which nothing else fits, stay idle.
+    assert {s.node for s in four.slots}.isdisjoint({s.node for s in one.slots})
+    assert one.num_gpus + four.num_gpus == 9
