@@ -10,6 +10,7 @@ from clients.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unauthenticated,
     Unavailable,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "PermissionDenied",
     "Program",
     "ProgramKind",
+    "ResourceExhausted",
     "RoundSummary",
     "Task",
     "TaskState",

@@ -85,7 +85,7 @@ class HadarClient:
         if self.config.token:
             metadata.append((AUTHORIZATION_METADATA_KEY, f"Bearer {self.config.token}"))
         self._metadata = tuple(metadata)
-        self._channel = _open_channel(self.address, self.config.ca_file)
+        self._channel = _open_channel(self.config)
         # The generated stub is untyped; _unary and _stream type what comes back.
         self._stub: Any = hadar_pb2_grpc.HadarStub(self._channel)  # type: ignore[no-untyped-call]
 
@@ -320,15 +320,27 @@ class HadarClient:
                 call.cancel()
 
 
-def _open_channel(address: str, ca_file: Path | None) -> grpc.Channel:
+def _open_channel(config: ClientConfig) -> grpc.Channel:
     options = [("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_permit_without_calls", 0)]
-    if ca_file is None:
-        return grpc.insecure_channel(address, options=options)
+    if config.ca_file is None:
+        return grpc.insecure_channel(config.address, options=options)
+    roots = _read(config.ca_file, "the CA bundle")
+    if config.cert_file is None or config.key_file is None:
+        credentials = grpc.ssl_channel_credentials(roots)
+    else:
+        credentials = grpc.ssl_channel_credentials(
+            roots,
+            private_key=_read(config.key_file, "the client key"),
+            certificate_chain=_read(config.cert_file, "the client certificate"),
+        )
+    return grpc.secure_channel(config.address, credentials, options=options)
+
+
+def _read(path: Path, what: str) -> bytes:
     try:
-        roots = ca_file.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
-        raise Unavailable(f"cannot read the CA bundle {ca_file}: {exc.strerror}") from exc
-    return grpc.secure_channel(address, grpc.ssl_channel_credentials(roots), options=options)
+        raise Unavailable(f"cannot read {what} {path}: {exc.strerror}") from exc
 
 
 __all__ = ["HadarClient", "HadarError", "local_user"]

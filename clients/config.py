@@ -9,6 +9,8 @@ default. The config file is TOML with top-level keys::
     token = "hdr_..."        # or token_file = "~/.hadar-token"
     timeout = 10             # seconds per call
     ca_file = "/etc/hadar/ca.pem"   # use TLS with this CA bundle
+    cert_file = "~/.hadar/client.pem"   # a client certificate, for a master that requires
+    key_file = "~/.hadar/client.key"    # one (tls_client_ca); needs ca_file
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ ENV_MASTER = "HADAR_MASTER"
 ENV_TOKEN = "HADAR_TOKEN"
 ENV_TIMEOUT = "HADAR_TIMEOUT"
 ENV_CONFIG = "HADAR_CONFIG"
-_KNOWN_KEYS = frozenset({"master", "token", "token_file", "timeout", "ca_file"})
+_KNOWN_KEYS = frozenset(
+    {"master", "token", "token_file", "timeout", "ca_file", "cert_file", "key_file"}
+)
 
 
 class ConfigError(ValueError):
@@ -42,6 +46,9 @@ class ClientConfig:
     # Where each setting came from ("argument", "HADAR_MASTER", the file path, "default").
     address_source: str
     token_source: str
+    # Client certificate and key (PEM) for a master that requires one; both or neither.
+    cert_file: Path | None = None
+    key_file: Path | None = None
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -119,6 +126,12 @@ def resolve(
         raise ConfigError(f"timeout must be positive, got {timeout:g}")
 
     ca = _str(file, "ca_file", path)
+    cert = _str(file, "cert_file", path)
+    key = _str(file, "key_file", path)
+    if bool(cert) != bool(key):
+        raise ConfigError(f"{path}: cert_file and key_file go together")
+    if cert and not ca:
+        raise ConfigError(f"{path}: cert_file needs ca_file (client certificates need TLS)")
     return ClientConfig(
         address=addr,
         token=tok or None,
@@ -126,6 +139,8 @@ def resolve(
         ca_file=Path(ca).expanduser() if ca else None,
         address_source=addr_source,
         token_source=tok_source,
+        cert_file=Path(cert).expanduser() if cert else None,
+        key_file=Path(key).expanduser() if key else None,
     )
 
 

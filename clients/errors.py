@@ -46,6 +46,22 @@ class Conflict(HadarError):  # noqa: N818 - the gRPC status names read best
     FAILED_PRECONDITION), e.g. a concurrent change or a node in the wrong state."""
 
 
+class ResourceExhausted(HadarError):  # noqa: N818 - the gRPC status names read best
+    """A limit refused the request (RESOURCE_EXHAUSTED): too many of the caller's jobs wait,
+    it submits too fast, or the message is too large. ``retry_after_s``: when the master says
+    a retry may pass (submission rate), else None."""
+
+    def __init__(
+        self,
+        details: str,
+        *,
+        retry_after_s: float | None = None,
+        code: grpc.StatusCode | None = None,
+    ) -> None:
+        super().__init__(details, code=code)
+        self.retry_after_s = retry_after_s
+
+
 class Unavailable(HadarError):  # noqa: N818 - the gRPC status names read best
     """The master cannot be reached, or did not answer in time (UNAVAILABLE,
     DEADLINE_EXCEEDED)."""
@@ -64,6 +80,7 @@ _BY_CODE: dict[grpc.StatusCode, type[HadarError]] = {
     grpc.StatusCode.ALREADY_EXISTS: Conflict,
     grpc.StatusCode.ABORTED: Conflict,
     grpc.StatusCode.FAILED_PRECONDITION: Conflict,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
 }
@@ -72,6 +89,8 @@ _BY_CODE: dict[grpc.StatusCode, type[HadarError]] = {
 _FIELD_PREFIX = re.compile(r"^\s*(?:invalid\s+)?([A-Za-z_][\w]*(?:(?:\.|\[)[\w\]\"']+)*)\s*:\s")
 # Trailing metadata a server may set to name the bad field explicitly.
 FIELD_METADATA_KEY = "x-hadar-field"
+# Trailing metadata: seconds after which a refused submission may pass the rate limit.
+RETRY_AFTER_METADATA_KEY = "x-hadar-retry-after-s"
 
 
 def field_of(details: str) -> str:
@@ -95,13 +114,28 @@ def from_rpc_error(error: grpc.RpcError) -> HadarError:
     cls = _BY_CODE.get(code, HadarError) if code is not None else HadarError
     if cls is InvalidArgument:
         return InvalidArgument(details, field=_field_from(error, details), code=code)
+    if cls is ResourceExhausted:
+        return ResourceExhausted(details, retry_after_s=_retry_after(error), code=code)
     return cls(details, code=code)
 
 
-def _field_from(error: grpc.RpcError, details: str) -> str:
+def _trailing(error: grpc.RpcError, key: str) -> str | None:
     trailing = getattr(error, "trailing_metadata", None)
     if callable(trailing):
-        for key, value in trailing() or ():
-            if key == FIELD_METADATA_KEY:
+        for name, value in trailing() or ():
+            if name == key:
                 return value.decode() if isinstance(value, bytes) else str(value)
-    return field_of(details)
+    return None
+
+
+def _retry_after(error: grpc.RpcError) -> float | None:
+    value = _trailing(error, RETRY_AFTER_METADATA_KEY)
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _field_from(error: grpc.RpcError, details: str) -> str:
+    named = _trailing(error, FIELD_METADATA_KEY)
+    return named if named is not None else field_of(details)

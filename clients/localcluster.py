@@ -9,14 +9,21 @@ started them.
 Every process of a local cluster, and every job process a worker starts, carries
 ``HADAR_LOCAL_CLUSTER=<state dir>`` in its environment; ``down`` uses it to find stragglers
 (a job process whose worker was killed) so nothing is left running.
+
+A local cluster authenticates like a lab's: the workers join with a cluster token kept in
+``cluster-token``, and the person who started it gets an admin API token, written with the
+master's address to ``hctl.toml`` (``export HADAR_CONFIG=<state dir>/hctl.toml`` points
+``hctl`` at it). Both files are readable by their owner only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,11 +34,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from clients.client import HadarClient
+from clients.config import ENV_CONFIG, ClientConfig, ConfigError, load_file, resolve
 from clients.errors import HadarError
 from clients.types import NodeState
 
 MARKER_ENV = "HADAR_LOCAL_CLUSTER"
 CLUSTER_FILE = "cluster.json"
+CLUSTER_TOKEN_FILE = "cluster-token"
+CLIENT_CONFIG_FILE = "hctl.toml"
+DATABASE_FILE = "hadar.db"
 DEFAULT_WORKERS = "v100:2;p100:2;k80:4"
 _GROUP = re.compile(r"[a-z0-9][a-z0-9._-]*:[1-9][0-9]*")
 
@@ -166,6 +177,23 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable and writable by its owner only (mode 0600), also
+    when the file already exists with a wider mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(text)
+
+
+def invoking_user() -> str:
+    """The Unix user the local cluster's admin token is made for."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "hadar"
+
+
 def _tail(path: Path, lines: int = 15) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -199,11 +227,105 @@ class LocalCluster:
         tmp.write_text(record.to_json())
         tmp.replace(self.record_path)
 
-    def client(self, timeout: float = 10.0) -> HadarClient:
-        record = self.record()
-        if record is None:
+    @property
+    def cluster_token_path(self) -> Path:
+        return self.state_dir / CLUSTER_TOKEN_FILE
+
+    @property
+    def config_path(self) -> Path:
+        """The hctl config (master address and the admin token) of this cluster."""
+        return self.state_dir / CLIENT_CONFIG_FILE
+
+    @property
+    def database_url(self) -> str:
+        return f"sqlite:///{self.state_dir / DATABASE_FILE}"
+
+    def client_config(self, timeout: float = 10.0) -> ClientConfig:
+        """What ``hctl`` reads with ``HADAR_CONFIG`` naming this cluster's config; the
+        caller's own HADAR_MASTER and HADAR_TOKEN play no part."""
+        if self.record() is None:
             raise LocalClusterError(f"no local cluster in {self.state_dir}")
-        return HadarClient(address=record.master_address, timeout=timeout)
+        try:
+            return resolve(timeout_s=timeout, env={ENV_CONFIG: str(self.config_path)})
+        except ConfigError as exc:
+            raise LocalClusterError(f"cannot use {self.config_path}: {exc}") from exc
+
+    def client(self, timeout: float = 10.0) -> HadarClient:
+        return HadarClient(config=self.client_config(timeout))
+
+    # -- credentials --------------------------------------------------------------------
+
+    def _cluster_token(self) -> str:
+        """The token workers join with: the one in the state dir, else a new random one."""
+        with contextlib.suppress(FileNotFoundError):
+            token = self.cluster_token_path.read_text(encoding="utf-8").strip()
+            if token:
+                return token
+        token = secrets.token_urlsafe(32)
+        write_private(self.cluster_token_path, token + "\n")
+        return token
+
+    def _saved_admin_token(self) -> str | None:
+        """The admin token of an earlier start, when its database is still there."""
+        if not (self.state_dir / DATABASE_FILE).exists():
+            return None
+        try:
+            token = load_file(self.config_path).get("token")
+        except ConfigError:
+            return None
+        return token if isinstance(token, str) and token else None
+
+    def _create_admin_token(self) -> str:
+        """``hadar-master token create --admin`` for the invoking user, against the local
+        database (which it creates and migrates) before the master starts."""
+        user = invoking_user()
+        argv = [
+            sys.executable,
+            "-m",
+            "master.cli",
+            "token",
+            "create",
+            "--database",
+            self.database_url,
+            "--user",
+            user,
+            "--admin",
+            "--description",
+            f"local cluster in {self.state_dir}",
+        ]
+        done = subprocess.run(
+            argv,
+            env=self._environment({}),
+            cwd=self.state_dir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        lines = done.stdout.split()
+        if done.returncode != 0 or not lines:
+            raise LocalClusterError(
+                f"could not create an admin token for {user} in {self.database_url} "
+                f"(exit {done.returncode}):\n{done.stderr.strip() or done.stdout.strip()}"
+            )
+        return lines[0]
+
+    def _write_client_config(self, address: str, token: str) -> None:
+        write_private(
+            self.config_path,
+            f"# hctl settings for the local cluster in {self.state_dir}:\n"
+            f"#   export {ENV_CONFIG}={self.config_path}\n"
+            f"# The token is an admin token of {invoking_user()}; keep this file private.\n"
+            f'master = "{address}"\n'
+            f'token = "{token}"\n',
+        )
+
+    def prepare_credentials(self, address: str) -> None:
+        """Cluster token for the master and workers; an admin token and the hctl config for
+        the person starting the cluster."""
+        self._cluster_token()
+        token = self._saved_admin_token() or self._create_admin_token()
+        self._write_client_config(address, token)
 
     # -- starting -----------------------------------------------------------------------
 
@@ -211,8 +333,12 @@ class LocalCluster:
         env = {
             k: v
             for k, v in os.environ.items()
-            # A shell that talks to another cluster must not steer this one.
-            if not k.startswith(("HADAR_MASTER", "HADAR_TOKEN", "HADAR_WORKER_"))
+            # A shell that talks to another cluster must not steer this one (HADAR_CONFIG
+            # may name this cluster's hctl config, which is no master settings file).
+            if not k.startswith(
+                ("HADAR_MASTER", "HADAR_TOKEN", "HADAR_CLUSTER_TOKEN", "HADAR_WORKER_")
+            )
+            and k != ENV_CONFIG
         }
         env[MARKER_ENV] = str(self.state_dir)
         env["PYTHONUNBUFFERED"] = "1"
@@ -249,7 +375,7 @@ class LocalCluster:
             "--listen",
             address,
             "--database",
-            f"sqlite:///{self.state_dir / 'hadar.db'}",
+            self.database_url,
             "--round-seconds",
             str(round_seconds),
         ]
@@ -257,8 +383,10 @@ class LocalCluster:
             argv += ["--policy", policy]
         env = self._environment(
             {
-                # Loopback only, one person: trust the caller's user name (see docs/admin.md).
-                "HADAR_AUTH": "none",
+                # Tokens as on a lab's cluster: the workers' from the state dir, the API's
+                # from the database (see prepare_credentials).
+                "HADAR_AUTH": "token",
+                "HADAR_CLUSTER_TOKEN_FILE": str(self.cluster_token_path),
                 "HADAR_METRICS_PORT": "-1",
                 "HADAR_CHECKPOINT_DIR": str(self.state_dir / "checkpoints"),
                 "HADAR_HEARTBEAT_INTERVAL_S": "1",
@@ -298,7 +426,10 @@ class LocalCluster:
         ]
         env = self._environment(
             {
+                "HADAR_WORKER_TOKEN_FILE": str(self.cluster_token_path),
                 "HADAR_WORKER_PROGRESS_INTERVAL_S": "1",
+                # One person's cluster: jobs run as that person, root included.
+                "HADAR_WORKER_ALLOW_ROOT_JOBS": "true",
                 "HADAR_WORKER_CHECKPOINT_INTERVAL_S": "5",
                 # Reconnect quickly after a master restart: well within the 6 s timeout.
                 "HADAR_WORKER_REGISTER_BACKOFF_MAX_S": "1",
@@ -340,7 +471,9 @@ class LocalCluster:
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "checkpoints").mkdir(exist_ok=True)
-        master = self.start_master(port or free_port(), policy, round_seconds, master_settings)
+        port = port or free_port()
+        self.prepare_credentials(f"127.0.0.1:{port}")
+        master = self.start_master(port, policy, round_seconds, master_settings)
         record = ClusterRecord(
             state_dir=str(self.state_dir),
             master=master,

@@ -41,9 +41,11 @@ from master.registry import Registry
 from master.rounds import RoundResult, RoundRunner
 from master.scheduling.policy import Policy, UnknownPolicyError, make_policy
 from master.scheduling.throughput import ThroughputModel
+from master.service.access import AccessInterceptor
 from master.service.coordinator import CoordinatorServicer
 from master.service.hadar import HadarServicer
 from master.settings import Settings, SettingsError
+from master.tls import server_credentials, worker_channel_credentials
 from master.transactions import Transactor
 from master.workers import WorkerClients
 from protos.hadar.v1 import coordinator_pb2, coordinator_pb2_grpc, hadar_pb2, hadar_pb2_grpc
@@ -105,6 +107,7 @@ class Master:
         self._policy = policy
         self._base_model = base_throughput_model(settings)
         self.cluster_token = resolve_cluster_token(settings)
+        self._server_credentials = server_credentials(settings)
         self.database = Database(settings.database)
         self.metrics = MasterMetrics()
         self.changes = ChangeSignal()
@@ -131,6 +134,7 @@ class Master:
             self.cluster_token,
             timeout_s=settings.dispatch_timeout_s,
             attempts=settings.dispatch_attempts,
+            credentials=worker_channel_credentials(settings),
         )
         self.dispatcher = Dispatcher(
             self.tx,
@@ -201,8 +205,13 @@ class Master:
             ThreadPoolExecutor(
                 max_workers=self.settings.grpc_threads, thread_name_prefix="hadar-rpc"
             ),
+            interceptors=[AccessInterceptor(self.auth, self.metrics)],
             # Without this a second master on the same port would silently share it.
-            options=[("grpc.so_reuseport", 0)],
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", self.settings.max_receive_message_bytes),
+                ("grpc.max_send_message_length", self.settings.max_send_message_bytes),
+            ],
         )
         hadar_pb2_grpc.add_HadarServicer_to_server(HadarServicer(parts), server)  # type: ignore[no-untyped-call]
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(  # type: ignore[no-untyped-call]
@@ -213,11 +222,8 @@ class Master:
             (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
         try:
-            if self.settings.tls_cert:
-                key = Path(self.settings.tls_key).read_bytes()
-                cert = Path(self.settings.tls_cert).read_bytes()
-                credentials = grpc.ssl_server_credentials([(key, cert)])
-                self.port = server.add_secure_port(self.settings.listen, credentials)
+            if self._server_credentials is not None:
+                self.port = server.add_secure_port(self.settings.listen, self._server_credentials)
             else:
                 self.port = server.add_insecure_port(self.settings.listen)
         except (RuntimeError, OSError) as exc:

@@ -9,9 +9,14 @@ class MasterError(Exception):
 
 
 class InvalidArgumentError(MasterError):
-    """A request field is wrong; `field` is its path in the request (``spec.num_gpus``)."""
+    """A request field is wrong; `field` is its path in the request (``spec.num_gpus``).
+
+    The path travels in a gRPC trailer, which carries printable ASCII only: anything else
+    in it (a map key the client chose) is escaped, in the message too, so both agree.
+    """
 
     def __init__(self, field: str, message: str) -> None:
+        field = "".join(ch if " " <= ch <= "~" else ascii(ch)[1:-1] for ch in field)
         super().__init__(f"{field}: {message}")
         self.field = field
 
@@ -30,3 +35,11 @@ class FailedPreconditionError(MasterError):
 
 class UnavailableError(MasterError):
     """The master is shutting down, or a worker it must reach does not answer."""
+
+
+class ResourceExhaustedError(MasterError):
+    """A per-user limit refuses the request; `retry_after_s` says when it may pass, if known."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

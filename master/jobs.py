@@ -19,6 +19,7 @@ from master.lifecycle import (
     release_finished_job,
     release_tasks,
 )
+from master.limits import SubmitRateLimiter, pending_limit_error
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
 from master.transactions import Transactor
@@ -87,6 +88,10 @@ class JobManager:
         # an early round.
         self._on_capacity = on_capacity
         self._accepting = True
+        self._rate = SubmitRateLimiter(
+            settings.submit_rate_per_user, settings.submit_burst_per_user
+        )
+        self._submit_lock = threading.Lock()
         # Wall time of the last progress report per (job, task, lease), for service.
         self._last_report: dict[tuple[int, int, int], float] = {}
         self._report_lock = threading.Lock()
@@ -129,15 +134,50 @@ class JobManager:
         key = validate_idempotency_key(idempotency_key)
         facts = self._facts()
         validated = validate_spec(spec, facts)
-        job, created = self._tx.write(
-            lambda uow: uow.jobs.add(NewJob(user=caller.user, spec=validated, idempotency_key=key)),
-            jobs=False,
-        )
+        user = caller.user
+        wait_s = self._rate.try_take(user)
+        if wait_s > 0:
+            # A resend of a job already stored is answered, never counted again.
+            existing = (
+                self._tx.read(lambda uow: uow.jobs.find_by_idempotency_key(user, key))
+                if key
+                else None
+            )
+            if existing is None:
+                raise self._rate.refusal(user, wait_s)
+            return existing, False
+        new = NewJob(user=user, spec=validated, idempotency_key=key)
+        try:
+            if self._settings.max_pending_jobs_per_user:
+                # Count and insert as one step, or concurrent submits could pass together.
+                with self._submit_lock:
+                    job, created = self._tx.write(
+                        lambda uow: self._add_within_limit(uow, new), jobs=False
+                    )
+            else:
+                job, created = self._tx.write(lambda uow: uow.jobs.add(new), jobs=False)
+        except BaseException:
+            self._rate.give_back(user)
+            raise
+        if not created:
+            self._rate.give_back(user)
         if created:
             log.info("job submitted", job_id=job.id, user=caller.user, name=validated.name)
             self._on_change()
             self._on_capacity(False)
         return job, created
+
+    def _add_within_limit(self, uow: UnitOfWork, new: NewJob) -> tuple[Job, bool]:
+        if new.idempotency_key:
+            existing = uow.jobs.find_by_idempotency_key(new.user, new.idempotency_key)
+            if existing is not None:
+                return existing, False
+        counts = uow.jobs.count_by_state(user=new.user)
+        waiting = counts[JobState.PENDING] + counts[JobState.PREEMPTED]
+        limit = self._settings.max_pending_jobs_per_user
+        if waiting >= limit:
+            raise pending_limit_error(new.user, waiting, limit)
+        return uow.jobs.add(new)
 
     def get(self, job_id: int) -> tuple[Job, list[Task]]:
         def read(uow: UnitOfWork) -> tuple[Job, list[Task]]:

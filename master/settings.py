@@ -8,6 +8,7 @@ provides one), listening on 127.0.0.1:50051, one round a minute.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -18,6 +19,8 @@ from typing import Any, Literal, get_args
 ENV_PREFIX = "HADAR_"
 AuthMode = Literal["token", "none"]
 LogFormat = Literal["auto", "json", "console"]
+# Below this, ordinary calls (a job with a few environment variables) would not fit.
+MIN_MESSAGE_BYTES = 64 * 1024
 
 
 class SettingsError(ValueError):
@@ -74,8 +77,26 @@ class Settings:
     # Workers present it to join. Empty: the master creates one in cluster_token_file.
     cluster_token: str = ""
     cluster_token_file: str = field(default_factory=lambda: str(_state_dir() / "cluster-token"))
+    # TLS for the gRPC port (PEM files). With `tls_client_ca` every caller (workers, hctl,
+    # programs) must present a client certificate signed by that CA.
     tls_cert: str = ""
     tls_key: str = ""
+    tls_client_ca: str = ""
+    # TLS to the workers' Worker service: set `worker_ca_file` (the CA that signed the
+    # workers' certificates) and the master calls every worker over TLS; it presents
+    # `worker_client_cert`/`worker_client_key` to workers that require a client certificate.
+    worker_ca_file: str = ""
+    worker_client_cert: str = ""
+    worker_client_key: str = ""
+    # Limits per user (0: unlimited). Waiting jobs are PENDING or PREEMPTED ones; the rate is
+    # a token bucket of `submit_burst_per_user` submissions refilled at this many a second.
+    max_pending_jobs_per_user: int = 0
+    submit_rate_per_user: float = 0.0
+    submit_burst_per_user: int = 20
+    # Largest gRPC message the master accepts and sends (bytes); gRPC itself refuses a larger
+    # one with RESOURCE_EXHAUSTED before any of Hadar's code reads it.
+    max_receive_message_bytes: int = 4 * 1024 * 1024
+    max_send_message_bytes: int = 16 * 1024 * 1024
     # Observability. metrics_port: 0 picks a free port, -1 disables the endpoint.
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9464
@@ -104,7 +125,36 @@ class Settings:
             ),
             (self.metrics_port >= -1, "metrics_port must be -1 (off), 0 (any) or a port"),
             (bool(self.tls_cert) == bool(self.tls_key), "tls_cert and tls_key go together"),
+            (
+                not self.tls_client_ca or bool(self.tls_cert),
+                "tls_client_ca needs tls_cert and tls_key (client certificates need TLS)",
+            ),
+            (
+                bool(self.worker_client_cert) == bool(self.worker_client_key),
+                "worker_client_cert and worker_client_key go together",
+            ),
+            (
+                not self.worker_client_cert or bool(self.worker_ca_file),
+                "worker_client_cert needs worker_ca_file (TLS to the workers)",
+            ),
             (self.grpc_threads >= 4, "grpc_threads must be >= 4"),
+            (
+                self.max_pending_jobs_per_user >= 0,
+                "max_pending_jobs_per_user must be >= 0 (0: unlimited)",
+            ),
+            (
+                self.submit_rate_per_user >= 0 and math.isfinite(self.submit_rate_per_user),
+                "submit_rate_per_user must be >= 0 submissions a second (0: unlimited)",
+            ),
+            (self.submit_burst_per_user >= 1, "submit_burst_per_user must be >= 1"),
+            (
+                self.max_receive_message_bytes >= MIN_MESSAGE_BYTES,
+                f"max_receive_message_bytes must be >= {MIN_MESSAGE_BYTES}",
+            ),
+            (
+                self.max_send_message_bytes >= MIN_MESSAGE_BYTES,
+                f"max_send_message_bytes must be >= {MIN_MESSAGE_BYTES}",
+            ),
             (":" in self.listen, "listen must be host:port"),
         ]
         for ok, message in checks:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from master import fields
 from master.errors import InvalidArgumentError
 from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2
@@ -15,6 +16,17 @@ from store.domain import JobSpec
 from store.states import ProgramKind
 
 NAME_MAX = 128
+# Field sizes, in bytes of UTF-8 where text: generous for real jobs, small enough that one
+# spec cannot bloat the database, every round's snapshot and every assignment pushed.
+WORKLOAD_MAX = 128
+JOB_TYPE_MAX = 255
+GPU_TYPE_MAX = 64
+ALLOWED_GPU_TYPES_MAX = 64
+ARGV_MAX_ITEMS = 4096
+ARGV_MAX_BYTES = 64 * 1024
+ENV_MAX_ITEMS = 1024
+ENV_MAX_BYTES = 64 * 1024
+PATH_MAX_BYTES = 4096
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IDEMPOTENCY_KEY_MAX = 255
 
@@ -43,6 +55,9 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         raise InvalidArgumentError("spec.num_gpus", "must be >= 1")
     if spec.iterations < 1:
         raise InvalidArgumentError("spec.iterations", "must be > 0")
+    fields.int64(spec.iterations, "spec.iterations")
+    fields.int32(spec.batch_size, "spec.batch_size")
+    fields.int64(spec.gpu_memory_bytes, "spec.gpu_memory_bytes")
     priority = spec.priority or 1.0
     if not math.isfinite(priority) or priority <= 0:
         raise InvalidArgumentError("spec.priority", "must be a positive number (0 means 1)")
@@ -57,6 +72,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         workload = spec.workload.name.strip()
         if not workload:
             raise InvalidArgumentError("spec.workload.name", "must not be empty")
+        fields.text(workload, "spec.workload.name", WORKLOAD_MAX)
         if facts.known and workload not in facts.workloads:
             known = ", ".join(sorted(facts.workloads)) or "(none)"
             raise InvalidArgumentError(
@@ -69,6 +85,14 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
             raise InvalidArgumentError(f"spec.{program}.argv", "needs at least a program to run")
         if any("\0" in arg for arg in argv):
             raise InvalidArgumentError(f"spec.{program}.argv", "must not contain NUL characters")
+        _check_size(
+            f"spec.{program}.argv",
+            len(argv),
+            sum(len(arg.encode()) + 1 for arg in argv),
+            ARGV_MAX_ITEMS,
+            ARGV_MAX_BYTES,
+            "arguments",
+        )
 
     managed = kind is not ProgramKind.COMMAND
     preemptible = spec.preemptible if spec.HasField("preemptible") else managed
@@ -80,10 +104,18 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         raise InvalidArgumentError("spec.shareable", "opaque commands cannot share GPUs")
 
     allowed: list[str] = []
+    if len(spec.allowed_gpu_types) > ALLOWED_GPU_TYPES_MAX:
+        raise InvalidArgumentError(
+            "spec.allowed_gpu_types", f"at most {ALLOWED_GPU_TYPES_MAX} GPU types"
+        )
     for i, raw_type in enumerate(spec.allowed_gpu_types):
         gpu_type = raw_type.strip()
         if not gpu_type:
             raise InvalidArgumentError(f"spec.allowed_gpu_types[{i}]", "must not be empty")
+        if len(gpu_type) > GPU_TYPE_MAX:
+            raise InvalidArgumentError(
+                f"spec.allowed_gpu_types[{i}]", f"must be at most {GPU_TYPE_MAX} characters"
+            )
         if facts.known and gpu_type not in facts.gpus_by_type:
             have = ", ".join(sorted(facts.gpus_by_type))
             raise InvalidArgumentError(
@@ -102,6 +134,14 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
                 f"asks for {spec.num_gpus} GPUs but the cluster has {usable} {where}",
             )
 
+    _check_size(
+        "spec.env",
+        len(spec.env),
+        sum(len(k.encode()) + len(v.encode()) + 2 for k, v in spec.env.items()),
+        ENV_MAX_ITEMS,
+        ENV_MAX_BYTES,
+        "variables",
+    )
     for key in spec.env:
         if not ENV_NAME.match(key):
             raise InvalidArgumentError(
@@ -113,19 +153,21 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         value: str = getattr(spec, attr)
         if "\0" in value:
             raise InvalidArgumentError(f"spec.{attr}", "must not contain NUL characters")
+        if len(value.encode()) > PATH_MAX_BYTES:
+            raise InvalidArgumentError(f"spec.{attr}", f"must be at most {PATH_MAX_BYTES} bytes")
     if spec.checkpoint_dir and not PurePath(spec.checkpoint_dir).is_absolute():
         raise InvalidArgumentError("spec.checkpoint_dir", "must be an absolute path")
 
     batch_size = spec.batch_size
     job_type = spec.job_type.strip()
+    fields.text(job_type, "spec.job_type", JOB_TYPE_MAX)
     if kind is ProgramKind.WORKLOAD:
         info = workload_info(workload)
         batch_size = batch_size or info.default_batch_size
         job_type = job_type or info.job_type(batch_size)
     elif not job_type:
-        job_type = f"{PurePath(argv[0]).name}" + (
-            f" (batch size {batch_size})" if batch_size else ""
-        )
+        suffix = f" (batch size {batch_size})" if batch_size else ""
+        job_type = PurePath(argv[0]).name[: JOB_TYPE_MAX - len(suffix)] + suffix
     if batch_size and batch_size < spec.num_gpus:
         raise InvalidArgumentError(
             "spec.batch_size", f"global batch {batch_size} is smaller than num_gpus {spec.num_gpus}"
@@ -151,9 +193,16 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
     )
 
 
-def validate_idempotency_key(key: str) -> str:
-    if len(key) > IDEMPOTENCY_KEY_MAX:
+def _check_size(
+    field_path: str, items: int, size: int, max_items: int, max_bytes: int, what: str
+) -> None:
+    if items > max_items:
+        raise InvalidArgumentError(field_path, f"{items} {what}; at most {max_items} allowed")
+    if size > max_bytes:
         raise InvalidArgumentError(
-            "idempotency_key", f"must be at most {IDEMPOTENCY_KEY_MAX} characters"
+            field_path, f"{size} bytes in all; at most {max_bytes} bytes allowed"
         )
-    return key
+
+
+def validate_idempotency_key(key: str) -> str:
+    return fields.text(key, "idempotency_key", IDEMPOTENCY_KEY_MAX)

@@ -1,5 +1,5 @@
-"""gRPC clients for the workers' Worker service: one channel per address, deadlines and
-bounded retries, the cluster token on every call."""
+"""gRPC clients for the workers' Worker service: one channel per address (TLS when the
+master has a worker CA), deadlines and bounded retries, the cluster token on every call."""
 
 from __future__ import annotations
 
@@ -27,7 +27,16 @@ class WorkerUnreachableError(Exception):
 
 
 class WorkerClients:
-    def __init__(self, cluster_token: str, *, timeout_s: float, attempts: int) -> None:
+    def __init__(
+        self,
+        cluster_token: str,
+        *,
+        timeout_s: float,
+        attempts: int,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        # With credentials every worker is called over TLS (see master.tls).
+        self._credentials = credentials
         self._metadata = (("authorization", f"Bearer {cluster_token}"),) if cluster_token else ()
         self._timeout_s = timeout_s
         self._attempts = attempts
@@ -38,7 +47,11 @@ class WorkerClients:
         with self._lock:
             entry = self._channels.get(address)
             if entry is None:
-                channel = grpc.insecure_channel(address)
+                channel = (
+                    grpc.secure_channel(address, self._credentials)
+                    if self._credentials is not None
+                    else grpc.insecure_channel(address)
+                )
                 entry = (channel, worker_pb2_grpc.WorkerStub(channel))  # type: ignore[no-untyped-call]
                 self._channels[address] = entry
             return entry[1]

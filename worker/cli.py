@@ -10,18 +10,24 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from worker.gpus import GpuError, GpuInfo, GpuProvider, make_gpu_provider
 from worker.settings import SettingsError, WorkerSettings, load_settings
 
+if TYPE_CHECKING:
+    from worker.agent.agent import WorkerAgent
+
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
+# `run` after SIGUSR2: left the tasks running for the next agent (systemd restarts it).
+EXIT_RESTART = 75
 
 
 def _settings_flags(parser: argparse.ArgumentParser, daemon: bool) -> None:
@@ -35,6 +41,8 @@ def _settings_flags(parser: argparse.ArgumentParser, daemon: bool) -> None:
         help="connect to the master over TLS (system roots)",
     )
     add("--master-ca-file", type=Path, help="CA bundle for a TLS master (implies TLS)")
+    add("--master-client-cert", type=Path, help="client certificate for the master (PEM)")
+    add("--master-client-key", type=Path, help="key of --master-client-cert (PEM)")
     add("--node", help="unique node name (default: the hostname)")
     add("--fake-gpus", help="fake GPUs instead of NVML, e.g. 'v100:2,k80:4' or 'a6000:1@1.5'")
     add(
@@ -50,6 +58,9 @@ def _settings_flags(parser: argparse.ArgumentParser, daemon: bool) -> None:
         return
     add("--listen", help="HOST:PORT for the Worker service (port 0: any free port)")
     add("--advertise", help="HOST:PORT the master should call (default: hostname:bound port)")
+    add("--tls-cert", type=Path, help="serve the Worker service over TLS with this certificate")
+    add("--tls-key", type=Path, help="key of --tls-cert (PEM)")
+    add("--tls-client-ca", type=Path, help="require client certificates signed by this CA")
     add("--checkpoint-dir", type=Path, help="default checkpoint root (shared filesystem)")
     add("--jobs-dir", type=Path, help="default working directory root for jobs")
     add("--grace-s", type=float, help="seconds a stopping task has to checkpoint")
@@ -64,6 +75,11 @@ _SETTINGS_ARGS = {
     "master",
     "master_tls",
     "master_ca_file",
+    "master_client_cert",
+    "master_client_key",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
     "node",
     "fake_gpus",
     "fake_gpu_reference_speed",
@@ -151,24 +167,57 @@ def _provider(settings: WorkerSettings) -> GpuProvider:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from worker.agent import systemd
     from worker.agent.agent import WorkerAgent
 
     settings = _load(args, require_master=True)
     agent = WorkerAgent(settings, _provider(settings))
     agent.start()
     done = threading.Event()
+    received: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         del frame
         structlog.get_logger("hadar.worker").info("shutdown", signal=signal.Signals(signum).name)
+        received.append(signum)
         done.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # Restart without stopping the jobs: the next agent adopts them.
+    signal.signal(signal.SIGUSR2, on_signal)
     print(f"hadar-worker {agent.node} serving on {agent.address}", file=sys.stderr, flush=True)
+    # Ready once serving, not once registered: a master that is down must not fail the
+    # worker's start (it keeps trying to register meanwhile).
+    if systemd.notify(f"READY=1\nSTATUS=serving on {agent.address}"):
+        threading.Thread(
+            target=_notify_systemd, args=(agent, done), name="worker-systemd", daemon=True
+        ).start()
     done.wait()
-    agent.stop(stop_tasks=True)
-    return 0
+    systemd.notify("STOPPING=1")
+    restart = received[0] == signal.SIGUSR2
+    agent.stop(stop_tasks=not restart)
+    return EXIT_RESTART if restart else 0
+
+
+def _notify_systemd(agent: WorkerAgent, done: threading.Event) -> None:
+    """Keeps systemd's STATUS= current and, under WatchdogSec=, pings the watchdog while the
+    supervision loop runs (a wedged loop stops the pings and systemd restarts the agent)."""
+    from worker.agent import systemd
+
+    watchdog = systemd.watchdog_interval_s()
+    period = min(watchdog / 4, 5.0) if watchdog else 5.0
+    status = ""
+    while not done.wait(period):
+        master = agent.settings.master
+        tasks = len(agent.supervisor.running_keys())
+        connection = f"registered with {master}" if agent.registered else f"no master ({master})"
+        current = f"{connection}; {tasks} task(s)"
+        if current != status:
+            systemd.notify(f"STATUS={current}")
+            status = current
+        if watchdog and time.monotonic() - agent.supervised_at < watchdog / 2:
+            systemd.notify("WATCHDOG=1")
 
 
 def _gpu_row(gpu: GpuInfo) -> dict[str, object]:

@@ -25,6 +25,8 @@ from worker.gpus import GpuError, validate_name_table
 
 ENV_PREFIX = "HADAR_WORKER_"
 DEFAULT_STATE_DIR = Path("/var/lib/hadar-worker")
+# Below this, an ordinary assignment (a job with a few environment variables) would not fit.
+MIN_MESSAGE_BYTES = 64 * 1024
 
 
 class SettingsError(ValueError):
@@ -53,6 +55,15 @@ class WorkerSettings:
     # system's roots, or with the CA in `master_ca_file` (which implies TLS).
     master_tls: bool = False
     master_ca_file: Path | None = None
+    # Client certificate and key presented to a master that requires one (implies TLS).
+    master_client_cert: Path | None = None
+    master_client_key: Path | None = None
+    # Serve the Worker service over TLS with this certificate and key (PEM); the master
+    # must then have `worker_ca_file`. With `tls_client_ca` callers (the master) must
+    # present a client certificate signed by that CA.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
     # Where the Worker service listens; port 0 picks a free port.
     listen: str = "0.0.0.0:7070"
     # host:port the master should call; empty means this host's name and the bound port.
@@ -95,6 +106,14 @@ class WorkerSettings:
     log_retention_days: float = 14.0
     # Lines of a failing process's output sent with its exit report.
     failure_tail_lines: int = 20
+    # A root agent runs a job submitted as root (uid 0) only when this is set.
+    allow_root_jobs: bool = False
+    # A starting agent adopts the tasks its predecessor left running (else stops them).
+    adopt_on_restart: bool = True
+    # Largest gRPC message the Worker service accepts and sends (bytes); gRPC refuses a
+    # larger one with RESOURCE_EXHAUSTED before the agent reads it.
+    max_receive_message_bytes: int = 4 * 1024 * 1024
+    max_send_message_bytes: int = 16 * 1024 * 1024
 
     def node_name(self) -> str:
         return self.node or socket.gethostname()
@@ -134,6 +153,9 @@ class WorkerSettings:
             raise SettingsError("checkpoint_interval_s: must be >= 0")
         if self.failure_tail_lines < 0:
             raise SettingsError("failure_tail_lines: must be >= 0")
+        for name in ("max_receive_message_bytes", "max_send_message_bytes"):
+            if getattr(self, name) < MIN_MESSAGE_BYTES:
+                raise SettingsError(f"{name}: must be >= {MIN_MESSAGE_BYTES}")
         try:
             validate_name_table(self.gpu_names)
         except GpuError as exc:
@@ -143,6 +165,24 @@ class WorkerSettings:
                 raise SettingsError(f"fake_gpu_speeds.{gpu_type}: must be a positive number")
         if self.master_ca_file is not None and not self.master_ca_file.is_file():
             raise SettingsError(f"master_ca_file: {self.master_ca_file} is not a readable file")
+        for first, second in (("master_client_cert", "master_client_key"), ("tls_cert", "tls_key")):
+            if (getattr(self, first) is None) != (getattr(self, second) is None):
+                raise SettingsError(f"{first} and {second} go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise SettingsError(
+                "tls_client_ca needs tls_cert and tls_key (client certificates need TLS)"
+            )
+        for name in (
+            "master_ca_file",
+            "master_client_cert",
+            "master_client_key",
+            "tls_cert",
+            "tls_key",
+            "tls_client_ca",
+        ):
+            path = getattr(self, name)
+            if path is not None:
+                read_pem(path, name)
         token = self.token
         if not token and self.token_file is not None:
             try:
@@ -153,17 +193,65 @@ class WorkerSettings:
                 raise SettingsError(f"token_file: {self.token_file} is empty")
         return replace(self, token=token)
 
+    def server_options(self) -> list[tuple[str, int]]:
+        """gRPC options of the Worker service."""
+        return [
+            ("grpc.max_receive_message_length", self.max_receive_message_bytes),
+            ("grpc.max_send_message_length", self.max_send_message_bytes),
+        ]
+
     def master_credentials(self) -> grpc.ChannelCredentials | None:
         """TLS credentials for the master's channel, or None for plaintext."""
-        if self.master_ca_file is not None:
-            return grpc.ssl_channel_credentials(self.master_ca_file.read_bytes())
-        if self.master_tls:
-            return grpc.ssl_channel_credentials()
-        return None
+        if self.master_ca_file is None and self.master_client_cert is None and not self.master_tls:
+            return None
+        roots = read_pem(self.master_ca_file, "master_ca_file") if self.master_ca_file else None
+        if self.master_client_cert is None or self.master_client_key is None:
+            return grpc.ssl_channel_credentials(roots)
+        return grpc.ssl_channel_credentials(
+            roots,
+            private_key=read_pem(self.master_client_key, "master_client_key"),
+            certificate_chain=read_pem(self.master_client_cert, "master_client_cert"),
+        )
+
+    def server_credentials(self) -> grpc.ServerCredentials | None:
+        """TLS for the Worker service (requiring a client certificate with `tls_client_ca`),
+        or None for plaintext."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        pair = (read_pem(self.tls_key, "tls_key"), read_pem(self.tls_cert, "tls_cert"))
+        if self.tls_client_ca is None:
+            return grpc.ssl_server_credentials([pair])
+        return grpc.ssl_server_credentials(
+            [pair],
+            root_certificates=read_pem(self.tls_client_ca, "tls_client_ca"),
+            require_client_auth=True,
+        )
 
 
-_PATH_FIELDS = {"state_dir", "checkpoint_dir", "jobs_dir", "token_file", "master_ca_file"}
-_BOOL_FIELDS = {"master_tls"}
+def read_pem(path: Path, setting: str) -> bytes:
+    """A PEM file's bytes; SettingsError naming the setting when it cannot be used."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SettingsError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
+    if b"-----BEGIN " not in data:
+        raise SettingsError(f"{setting}: {path} is not a PEM file")
+    return data
+
+
+_PATH_FIELDS = {
+    "state_dir",
+    "checkpoint_dir",
+    "jobs_dir",
+    "token_file",
+    "master_ca_file",
+    "master_client_cert",
+    "master_client_key",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+}
+_BOOL_FIELDS = {"master_tls", "allow_root_jobs", "adopt_on_restart"}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _FLOAT_FIELDS = {
@@ -177,7 +265,7 @@ _FLOAT_FIELDS = {
     "register_backoff_max_s",
     "rpc_timeout_s",
 }
-_INT_FIELDS = {"failure_tail_lines"}
+_INT_FIELDS = {"failure_tail_lines", "max_receive_message_bytes", "max_send_message_bytes"}
 _TABLE_FIELDS = {"fake_gpu_speeds", "gpu_names"}
 FIELD_NAMES = frozenset(f.name for f in fields(WorkerSettings))
 

@@ -45,6 +45,7 @@ class ExitCode(IntEnum):
     UNAVAILABLE = 5
     INVALID_ARGUMENT = 6
     CONFLICT = 7
+    RESOURCE_EXHAUSTED = 8
     # hctl wait: the job's final state, or the wait timing out.
     JOB_FAILED = 100
     JOB_CANCELLED = 103

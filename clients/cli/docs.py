@@ -28,6 +28,10 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.UNAVAILABLE: "the master cannot be reached or did not answer in time",
     ExitCode.INVALID_ARGUMENT: "the master rejected a value (the message names the field)",
     ExitCode.CONFLICT: "the request clashes with the current state; look again and retry",
+    ExitCode.RESOURCE_EXHAUSTED: (
+        "a limit refused the request: too many of your jobs waiting, submitting too fast, "
+        "or a request too large"
+    ),
     ExitCode.JOB_FAILED: "`wait`: the job failed",
     ExitCode.JOB_CANCELLED: "`wait`: the job was cancelled",
     ExitCode.TIMEOUT: "`wait`: the job had not ended when --timeout ran out",

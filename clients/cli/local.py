@@ -12,10 +12,12 @@ import os
 from pathlib import Path
 
 from clients.cli.command import CliError, Command, Context, ExitCode
+from clients.config import ENV_CONFIG, ENV_MASTER, ENV_TOKEN
 from clients.localcluster import (
     DEFAULT_WORKERS,
     LocalCluster,
     LocalClusterError,
+    invoking_user,
     parse_worker_groups,
 )
 
@@ -56,7 +58,10 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "up",
         help="start a master and fake-GPU workers",
         description="Start a master (SQLite in the state dir) and one worker per group of "
-        "fake GPUs, wait until all are registered, and print how to use the cluster.",
+        "fake GPUs, wait until all are registered, and print how to use the cluster. The "
+        "workers join with a cluster token (STATE_DIR/cluster-token); you get an admin API "
+        "token in an hctl config (STATE_DIR/hctl.toml, for HADAR_CONFIG). Both are readable "
+        "by you only.",
         epilog="example:\n  hctl local up --workers 'v100:2;p100:2;k80:4' --policy gavel",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -129,9 +134,14 @@ def _up(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
     ctx.out.print(f"local cluster up: master at {record.master_address}")
     for worker in record.workers:
         ctx.out.print(f"  {worker.name}: fake GPUs {worker.gpus} (log {worker.log})")
+    # HADAR_MASTER and HADAR_TOKEN outrank the config file; left set, they would point
+    # hctl elsewhere.
+    shadowing = [name for name in (ENV_MASTER, ENV_TOKEN) if os.environ.get(name)]
+    unset = f"  unset {' '.join(shadowing)}\n" if shadowing else ""
     ctx.out.print(
-        "\nuse it from this shell:\n"
-        f"  export HADAR_MASTER={record.master_address}\n"
+        f"\nuse it from this shell (as {invoking_user()}, an admin of this cluster):\n"
+        f"{unset}"
+        f"  export {ENV_CONFIG}={cluster.config_path}\n"
         "  hctl submit --workload resnet --gpus 2 --iterations 300\n"
         "  hctl queue\n"
         "stop it with:\n"
@@ -157,6 +167,7 @@ def _status(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> in
                 {
                     "state_dir": record.state_dir,
                     "master": record.master_address,
+                    "config": str(cluster.config_path),
                     "policy": record.policy,
                     "processes": [
                         {
@@ -174,6 +185,7 @@ def _status(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> in
         )
     else:
         ctx.out.print(f"local cluster in {record.state_dir}, master at {record.master_address}")
+        ctx.out.print(f"  hctl config: export {ENV_CONFIG}={cluster.config_path}")
         for proc, alive in procs:
             state = "running" if alive else "DEAD"
             gpus = f" gpus {proc.gpus}" if proc.gpus else ""

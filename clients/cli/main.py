@@ -27,6 +27,7 @@ from clients.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unauthenticated,
     Unavailable,
 )
@@ -57,8 +58,8 @@ EPILOG = (
     "  hctl --master gpu-master:50051 status\n"
     "\n"
     "exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 permission denied, 5 master "
-    "unavailable, 6 invalid argument, 7 conflict, 130 interrupted; `hctl wait`: 100 failed, "
-    "103 cancelled, 124 timed out"
+    "unavailable, 6 invalid argument, 7 conflict, 8 limit reached, 130 interrupted; "
+    "`hctl wait`: 100 failed, 103 cancelled, 124 timed out"
 )
 
 
@@ -229,6 +230,14 @@ def describe_failure(error: HadarError, ctx: Context) -> CliError:
             ExitCode.INVALID_ARGUMENT,
             f"see `hctl {ctx.command_name or 'COMMAND'} --help`",
         )
+    if isinstance(error, ResourceExhausted):
+        if error.retry_after_s is not None:
+            hint = f"retry in {error.retry_after_s:g} s"
+        elif "message larger than max" in error.details.lower():
+            hint = "send less: fewer or shorter arguments and environment variables"
+        else:
+            hint = "see your waiting jobs with `hctl queue --me`; `hctl cancel JOB` frees a slot"
+        return CliError(f"limit reached: {error.details}", ExitCode.RESOURCE_EXHAUSTED, hint)
     if isinstance(error, NotFound):
         return CliError(f"not found: {error.details}", ExitCode.NOT_FOUND)
     if isinstance(error, Conflict):

@@ -5,24 +5,59 @@ from __future__ import annotations
 
 import grpc
 
+from master import fields
 from master.components import Components
 from master.errors import InvalidArgumentError
 from master.jobs import ProgressUpdate, TaskExit
 from master.metrics import MasterMetrics
 from master.registry import Registration, ReportedTask
 from master.service.codec import EXIT_KIND_FROM_PB, gpu_from_pb
-from master.service.status import metadata, unary
+from master.service.status import unary
 from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from store import UnitOfWork
+from store.domain import Gpu
 
 
 def _metrics(servicer: CoordinatorServicer) -> MasterMetrics:
     return servicer.parts.metrics
 
 
+# Sizes of the store's columns (store/models.py) and caps on what one worker reports.
+NODE_MAX = 255
+ADDRESS_MAX = 255
+AGENT_VERSION_MAX = 64
+GPU_TYPE_MAX = 64
+DEVICE_TEXT_MAX = 128
+WORKLOAD_MAX = 128
+JOB_TYPE_MAX = 255
+WORKLOADS_MAX = 1024
+# The tail of a failing process's stderr kept in the job's reason.
+EXIT_MESSAGE_MAX = 16 * 1024
+
+
 def _reported(tasks: list[common_pb2.WorkerTask]) -> tuple[ReportedTask, ...]:
-    return tuple(ReportedTask(t.job_id, t.task_index, t.lease) for t in tasks)
+    return tuple(
+        ReportedTask(
+            fields.int64(t.job_id, f"tasks[{i}].job_id"),
+            fields.int32(t.task_index, f"tasks[{i}].task_index"),
+            fields.int64(t.lease, f"tasks[{i}].lease"),
+        )
+        for i, t in enumerate(tasks)
+    )
+
+
+def _gpus(gpus: list[common_pb2.Gpu]) -> tuple[Gpu, ...]:
+    indices = [g.index for g in gpus]
+    if len(set(indices)) != len(indices):
+        raise InvalidArgumentError("gpus", f"GPU indices repeat: {indices}")
+    for i, gpu in enumerate(gpus):
+        fields.int32(gpu.index, f"gpus[{i}].index")
+        fields.name(gpu.type, f"gpus[{i}].type", GPU_TYPE_MAX)
+        fields.int64(gpu.memory_bytes, f"gpus[{i}].memory_bytes")
+        fields.text(gpu.device_name, f"gpus[{i}].device_name", DEVICE_TEXT_MAX)
+        fields.text(gpu.uuid, f"gpus[{i}].uuid", DEVICE_TEXT_MAX)
+    return tuple(gpu_from_pb(g) for g in gpus)
 
 
 def _refs(items: list[ReportedTask] | tuple[ReportedTask, ...]) -> list[coordinator_pb2.TaskRef]:
@@ -33,10 +68,7 @@ def _refs(items: list[ReportedTask] | tuple[ReportedTask, ...]) -> list[coordina
 
 
 def _node_name(node: str) -> str:
-    name = node.strip()
-    if not name or len(name) > 255:
-        raise InvalidArgumentError("node", "must be 1 to 255 characters")
-    return name
+    return fields.name(node, "node", NODE_MAX)
 
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
@@ -47,22 +79,24 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def RegisterWorker(
         self, request: coordinator_pb2.RegisterWorkerRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.RegisterWorkerResponse:
-        self.parts.auth.worker(metadata(context))
+        node = _node_name(request.node)
         if not request.address.strip():
             raise InvalidArgumentError("address", "the worker's host:port is required")
-        indices = [g.index for g in request.gpus]
-        if len(set(indices)) != len(indices):
-            raise InvalidArgumentError("gpus", f"GPU indices repeat: {indices}")
-        for i, gpu in enumerate(request.gpus):
-            if not gpu.type.strip():
-                raise InvalidArgumentError(f"gpus[{i}].type", "must not be empty")
+        address = fields.name(request.address, "address", ADDRESS_MAX)
+        if len(request.workloads) > WORKLOADS_MAX:
+            raise InvalidArgumentError("workloads", f"at most {WORKLOADS_MAX} workloads")
+        workloads = tuple(
+            fields.name(w, f"workloads[{i}]", WORKLOAD_MAX) for i, w in enumerate(request.workloads)
+        )
         result = self.parts.registry.register(
             Registration(
-                node=_node_name(request.node),
-                address=request.address.strip(),
-                gpus=tuple(gpu_from_pb(g) for g in request.gpus),
-                agent_version=request.agent_version,
-                workloads=tuple(request.workloads),
+                node=node,
+                address=address,
+                gpus=_gpus(list(request.gpus)),
+                agent_version=fields.text(
+                    request.agent_version, "agent_version", AGENT_VERSION_MAX
+                ),
+                workloads=workloads,
                 tasks=_reported(list(request.tasks)),
             )
         )
@@ -76,11 +110,10 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def Heartbeat(
         self, request: coordinator_pb2.HeartbeatRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.HeartbeatResponse:
-        self.parts.auth.worker(metadata(context))
         reregister, stop = self.parts.registry.heartbeat(
             _node_name(request.node),
             _reported(list(request.tasks)),
-            [gpu_from_pb(g) for g in request.gpus],
+            list(_gpus(list(request.gpus))),
         )
         return coordinator_pb2.HeartbeatResponse(
             reregister=reregister,
@@ -92,20 +125,22 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def ReportProgress(
         self, request: coordinator_pb2.ReportProgressRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.ReportProgressResponse:
-        self.parts.auth.worker(metadata(context))
+        node = _node_name(request.node)
         updates = [
             ProgressUpdate(
-                job_id=r.job_id,
-                task_index=r.task_index,
-                lease=r.lease,
-                iterations_done=r.iterations_done,
+                job_id=fields.int64(r.job_id, f"reports[{i}].job_id"),
+                task_index=fields.int32(r.task_index, f"reports[{i}].task_index"),
+                lease=fields.int64(r.lease, f"reports[{i}].lease"),
+                iterations_done=fields.int64(r.iterations_done, f"reports[{i}].iterations_done"),
                 iterations_per_s=r.iterations_per_s,
-                checkpoint_iterations=r.checkpoint_iterations,
-                gpu_type=r.gpu_type,
+                checkpoint_iterations=fields.int64(
+                    r.checkpoint_iterations, f"reports[{i}].checkpoint_iterations"
+                ),
+                gpu_type=fields.text(r.gpu_type, f"reports[{i}].gpu_type", GPU_TYPE_MAX).strip(),
             )
-            for r in request.reports
+            for i, r in enumerate(request.reports)
         ]
-        stale = self.parts.jobs.report_progress(_node_name(request.node), updates)
+        stale = self.parts.jobs.report_progress(node, updates)
         return coordinator_pb2.ReportProgressResponse(
             acks=[
                 coordinator_pb2.ProgressAck(
@@ -119,21 +154,22 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def TaskExited(
         self, request: coordinator_pb2.TaskExitedRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.TaskExitedResponse:
-        self.parts.auth.worker(metadata(context))
         kind = EXIT_KIND_FROM_PB.get(request.kind)
         if kind is None:
             raise InvalidArgumentError("kind", "an exit kind is required")
         accepted = self.parts.jobs.task_exited(
             TaskExit(
                 node=_node_name(request.node),
-                job_id=request.job_id,
-                task_index=request.task_index,
-                lease=request.lease,
+                job_id=fields.int64(request.job_id, "job_id"),
+                task_index=fields.int32(request.task_index, "task_index"),
+                lease=fields.int64(request.lease, "lease"),
                 kind=kind,
                 exit_code=request.exit_code if request.HasField("exit_code") else None,
                 signal=request.signal,
-                iterations_done=request.iterations_done,
-                message=request.message,
+                iterations_done=fields.int64(request.iterations_done, "iterations_done"),
+                # A process may write anything to stderr: keep the report, drop what the
+                # store cannot hold (NULs, more than a tail).
+                message=request.message.replace("\0", "\ufffd")[-EXIT_MESSAGE_MAX:],
             )
         )
         return coordinator_pb2.TaskExitedResponse(accepted=accepted)
@@ -142,12 +178,15 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def ReportProfile(
         self, request: coordinator_pb2.ReportProfileRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.ReportProfileResponse:
-        self.parts.auth.worker(metadata(context))
         for i, entry in enumerate(request.entries):
             if not entry.gpu_type:
                 raise InvalidArgumentError(f"entries[{i}].gpu_type", "must not be empty")
+            fields.name(entry.gpu_type, f"entries[{i}].gpu_type", GPU_TYPE_MAX)
             if entry.num_gpus < 1:
                 raise InvalidArgumentError(f"entries[{i}].num_gpus", "must be >= 1")
+            fields.int32(entry.num_gpus, f"entries[{i}].num_gpus")
+            fields.text(entry.job_type, f"entries[{i}].job_type", JOB_TYPE_MAX)
+            fields.text(entry.workload, f"entries[{i}].workload", WORKLOAD_MAX)
             if not entry.iterations_per_s > 0 or entry.iterations_per_s == float("inf"):
                 raise InvalidArgumentError(
                     f"entries[{i}].iterations_per_s", "must be positive and finite"

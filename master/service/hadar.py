@@ -12,10 +12,12 @@ from typing import Any
 import grpc
 import structlog
 
+from master import fields
 from master.components import Components
 from master.errors import InvalidArgumentError, PermissionDeniedError, UnavailableError
 from master.jobs import Caller
 from master.metrics import MasterMetrics
+from master.service.access import current_caller
 from master.service.codec import (
     JOB_STATE_FROM_PB,
     JOB_STATE_TO_PB,
@@ -25,7 +27,7 @@ from master.service.codec import (
     timestamp,
     token_to_pb,
 )
-from master.service.status import metadata, streaming, unary
+from master.service.status import streaming, unary
 from master.snapshot import with_measurements
 from master.workers import WorkerUnreachableError
 from master.workloads import workload_info
@@ -36,6 +38,13 @@ from store.states import GpuHealth, JobState, NodeState
 
 log = structlog.get_logger(__name__)
 
+# Sizes of the store's columns (store/models.py).
+USER_MAX = 64
+NODE_MAX = 255
+DESCRIPTION_MAX = 256
+TOKEN_ID_MAX = 64
+# Reasons people give end up in job events and node records.
+REASON_MAX = 1024
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 WATCH_POLL_S = 1.0
@@ -51,11 +60,8 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _caller(self, context: grpc.ServicerContext) -> Caller:
-        return self.parts.auth.user(metadata(context))
-
-    def _admin(self, context: grpc.ServicerContext, what: str) -> Caller:
-        caller = self._caller(context)
+    def _admin(self, what: str) -> Caller:
+        caller = current_caller()
         if not caller.admin:
             raise PermissionDeniedError(f"only admins may {what}")
         return caller
@@ -85,7 +91,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def SubmitJob(
         self, request: hadar_pb2.SubmitJobRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.SubmitJobResponse:
-        caller = self._caller(context)
+        caller = current_caller()
         if not request.HasField("spec"):
             raise InvalidArgumentError("spec", "a job spec is required")
         job, _ = self.parts.jobs.submit(caller, request.spec, request.idempotency_key)
@@ -95,8 +101,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def GetJob(
         self, request: hadar_pb2.GetJobRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.GetJobResponse:
-        self._caller(context)
-        job, tasks = self.parts.jobs.get(request.job_id)
+        job, tasks = self.parts.jobs.get(fields.int64(request.job_id, "job_id"))
         out = job_to_pb(job, tasks, self._throughputs(job))
         events = self.parts.jobs.events(job.id) if request.include_events else []
         return hadar_pb2.GetJobResponse(job=out, events=[event_to_pb(e) for e in events])
@@ -105,15 +110,15 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def ListJobs(
         self, request: hadar_pb2.ListJobsRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.ListJobsResponse:
-        self._caller(context)
         size = request.page_size or DEFAULT_PAGE
         if size > MAX_PAGE:
             raise InvalidArgumentError("page_size", f"must be at most {MAX_PAGE}")
         after = 0
         if request.page_token:
-            if not request.page_token.isdigit():
+            if not (request.page_token.isascii() and request.page_token.isdigit()):
                 raise InvalidArgumentError("page_token", "not a token from a previous response")
-            after = int(request.page_token)
+            after = fields.int64(int(request.page_token), "page_token")
+        user = fields.text(request.user, "user", USER_MAX)
         states = []
         for i, state in enumerate(request.states):
             if state not in JOB_STATE_FROM_PB:
@@ -121,7 +126,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             states.append(JOB_STATE_FROM_PB[state])
 
         def read(uow: UnitOfWork) -> hadar_pb2.ListJobsResponse:
-            jobs = uow.jobs.query(user=request.user, states=states, after_id=after, limit=size + 1)
+            jobs = uow.jobs.query(user=user, states=states, after_id=after, limit=size + 1)
             more = len(jobs) > size
             jobs = jobs[:size]
             return hadar_pb2.ListJobsResponse(
@@ -135,16 +140,19 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def CancelJob(
         self, request: hadar_pb2.CancelJobRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.CancelJobResponse:
-        caller = self._caller(context)
-        job = self.parts.jobs.cancel(caller, request.job_id, request.reason.strip())
+        caller = current_caller()
+        job = self.parts.jobs.cancel(
+            caller,
+            fields.int64(request.job_id, "job_id"),
+            fields.text(request.reason, "reason", REASON_MAX).strip(),
+        )
         return hadar_pb2.CancelJobResponse(job=job_to_pb(job))
 
     @streaming(_metrics)
     def WatchJobs(
         self, request: hadar_pb2.WatchJobsRequest, context: grpc.ServicerContext
     ) -> Iterator[hadar_pb2.WatchJobsResponse]:
-        self._caller(context)
-        wanted = set(request.job_ids)
+        wanted = {fields.int64(j, f"job_ids[{i}]") for i, j in enumerate(request.job_ids)}
         changes = self.parts.changes
         generation = changes.generation
 
@@ -191,10 +199,11 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def StreamLogs(
         self, request: hadar_pb2.StreamLogsRequest, context: grpc.ServicerContext
     ) -> Iterator[common_pb2.LogChunk]:
-        self._caller(context)
+
+        job_id = fields.int64(request.job_id, "job_id")
 
         def read(uow: UnitOfWork) -> tuple[Job, list[Task], dict[str, str]]:
-            job = uow.jobs.get(request.job_id)
+            job = uow.jobs.get(job_id)
             tasks = uow.tasks.active_for_job(job.id)
             if not tasks:
                 # Finished or waiting: its last placement's logs are still on its workers.
@@ -261,7 +270,6 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def ListNodes(
         self, request: hadar_pb2.ListNodesRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.ListNodesResponse:
-        self._caller(context)
         nodes, tasks = self.parts.registry.nodes()
         jobs_by_gpu: dict[tuple[str, int], list[int]] = {}
         for task in tasks:
@@ -273,23 +281,25 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def DrainNode(
         self, request: hadar_pb2.DrainNodeRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.DrainNodeResponse:
-        self._admin(context, "drain nodes")
-        node = self.parts.registry.drain(request.node, request.reason.strip())
+        self._admin("drain nodes")
+        node = self.parts.registry.drain(
+            fields.text(request.node, "node", NODE_MAX),
+            fields.text(request.reason, "reason", REASON_MAX).strip(),
+        )
         return hadar_pb2.DrainNodeResponse(node=node_to_pb(node, {}))
 
     @unary(_metrics)
     def ResumeNode(
         self, request: hadar_pb2.ResumeNodeRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.ResumeNodeResponse:
-        self._admin(context, "resume nodes")
-        node = self.parts.registry.resume(request.node)
+        self._admin("resume nodes")
+        node = self.parts.registry.resume(fields.text(request.node, "node", NODE_MAX))
         return hadar_pb2.ResumeNodeResponse(node=node_to_pb(node, {}))
 
     @unary(_metrics)
     def GetClusterStatus(
         self, request: hadar_pb2.GetClusterStatusRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.GetClusterStatusResponse:
-        self._caller(context)
 
         def read(uow: UnitOfWork) -> hadar_pb2.GetClusterStatusResponse:
             nodes = uow.nodes.all()
@@ -347,7 +357,6 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def ListWorkloads(
         self, request: hadar_pb2.ListWorkloadsRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.ListWorkloadsResponse:
-        self._caller(context)
         names = self.parts.tx.read(
             lambda uow: sorted(
                 {
@@ -377,21 +386,19 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def WhoAmI(
         self, request: hadar_pb2.WhoAmIRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.WhoAmIResponse:
-        caller = self._caller(context)
+        caller = current_caller()
         return hadar_pb2.WhoAmIResponse(user=caller.user, admin=caller.admin)
 
     @unary(_metrics)
     def CreateToken(
         self, request: hadar_pb2.CreateTokenRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.CreateTokenResponse:
-        caller = self._caller(context)
+        caller = current_caller()
         user = request.user.strip() or caller.user
         if (user != caller.user or request.admin) and not caller.admin:
             raise PermissionDeniedError("only admins may create tokens for others or admin tokens")
-        if len(user) > 64:
-            raise InvalidArgumentError("user", "must be at most 64 characters")
-        if len(request.description) > 256:
-            raise InvalidArgumentError("description", "must be at most 256 characters")
+        user = fields.name(user, "user", USER_MAX)
+        fields.text(request.description, "description", DESCRIPTION_MAX)
         issued = self.parts.tx.write(
             lambda uow: uow.tokens.create(
                 user, admin=request.admin, description=request.description
@@ -405,8 +412,8 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def ListTokens(
         self, request: hadar_pb2.ListTokensRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.ListTokensResponse:
-        caller = self._caller(context)
-        user = request.user.strip()
+        caller = current_caller()
+        user = fields.text(request.user, "user", USER_MAX).strip()
         if not caller.admin:
             if user and user != caller.user:
                 raise PermissionDeniedError("only admins may list other users' tokens")
@@ -418,9 +425,10 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def RevokeToken(
         self, request: hadar_pb2.RevokeTokenRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.RevokeTokenResponse:
-        caller = self._caller(context)
+        caller = current_caller()
         if not request.id.strip():
             raise InvalidArgumentError("id", "a token id is required")
+        fields.text(request.id, "id", TOKEN_ID_MAX)
 
         def change(uow: UnitOfWork) -> hadar_pb2.TokenInfo:
             token = uow.tokens.get(request.id.strip())

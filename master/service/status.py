@@ -18,6 +18,7 @@ from master.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     PermissionDeniedError,
+    ResourceExhaustedError,
     UnauthenticatedError,
     UnavailableError,
 )
@@ -27,6 +28,7 @@ from store.errors import AlreadyExistsError, ConflictError, InvalidTransitionErr
 log = structlog.get_logger(__name__)
 
 FIELD_METADATA_KEY = "x-hadar-field"
+RETRY_AFTER_METADATA_KEY = "x-hadar-retry-after-s"
 
 STATUS_BY_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
@@ -38,6 +40,7 @@ STATUS_BY_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
     (ConflictError, grpc.StatusCode.ABORTED),
     (UnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (ResourceExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
 )
 
 Servicer = TypeVar("Servicer")
@@ -59,13 +62,16 @@ def metadata(context: grpc.ServicerContext) -> dict[str, str]:
     }
 
 
-def _abort(context: grpc.ServicerContext, method: str, exc: Exception) -> NoReturn:
+def abort_with(context: grpc.ServicerContext, method: str, exc: Exception) -> NoReturn:
+    """End the call with `exc`'s status code (INTERNAL, logged, for an unexpected error)."""
     code = status_for(exc)
     if code is None:
         log.exception("unexpected error serving a call", method=method)
         context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}; see the master's log")
     if isinstance(exc, InvalidArgumentError):
         context.set_trailing_metadata(((FIELD_METADATA_KEY, exc.field),))
+    if isinstance(exc, ResourceExhaustedError) and exc.retry_after_s is not None:
+        context.set_trailing_metadata(((RETRY_AFTER_METADATA_KEY, f"{exc.retry_after_s:g}"),))
     context.abort(code, str(exc))
 
 
@@ -91,7 +97,7 @@ def unary(
             except Exception as exc:
                 found = status_for(exc)
                 code = found.name if found else "INTERNAL"
-                _abort(context, name, exc)
+                abort_with(context, name, exc)
             finally:
                 metrics(self).rpc_latency.labels(name, code).observe(time.perf_counter() - started)
 
@@ -124,7 +130,7 @@ def streaming(
             except Exception as exc:
                 found = status_for(exc)
                 code = found.name if found else "INTERNAL"
-                _abort(context, name, exc)
+                abort_with(context, name, exc)
             finally:
                 metrics(self).rpc_latency.labels(name, code).observe(time.perf_counter() - started)
 

@@ -87,12 +87,21 @@ class JobRepository:
         query = select(JobRow).where(JobRow.id.in_(list(job_ids)))
         return {row.id: convert.job(self._keep(row)) for row in self._session.scalars(query)}
 
-    def count_by_state(self) -> dict[JobState, int]:
-        rows = self._session.execute(select(JobRow.state, func.count()).group_by(JobRow.state))
+    def count_by_state(self, *, user: str = "") -> dict[JobState, int]:
+        """Jobs per state, of one user when `user` is given."""
+        query = select(JobRow.state, func.count()).group_by(JobRow.state)
+        if user:
+            query = query.where(JobRow.user == user)
+        rows = self._session.execute(query)
         counts = dict.fromkeys(JobState, 0)
         for state, count in rows:
             counts[JobState(state)] = int(count)
         return counts
+
+    def find_by_idempotency_key(self, user: str, key: str) -> Job | None:
+        """The job `user` submitted with this idempotency key, if any."""
+        existing = self._session.get(IdempotencyKeyRow, (user, key))
+        return self.get(existing.job_id) if existing is not None else None
 
     # -- writing -----------------------------------------------------------------------
 

@@ -1,4 +1,6 @@
-"""End-to-end fixtures: a real local cluster (master and worker processes, real training)."""
+"""End-to-end fixtures: a real local cluster (master and worker processes, real training),
+with token authentication: workers join with the cluster token, the tests call the API and
+run ``hctl`` with the admin token of the cluster's hctl config."""
 
 from __future__ import annotations
 
@@ -41,7 +43,8 @@ class Cluster:
     @property
     def client(self) -> HadarClient:
         if self._client is None:
-            self._client = HadarClient(address=self.address, timeout=10.0)
+            # The admin token `hctl local up` made for the person starting the cluster.
+            self._client = self.local.client(timeout=10.0)
         return self._client
 
     def reconnect(self) -> None:
@@ -82,7 +85,10 @@ class Cluster:
         return seen[-1]
 
     def hctl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "HADAR_MASTER": self.address}
+        env = {
+            **{k: v for k, v in os.environ.items() if k not in ("HADAR_MASTER", "HADAR_TOKEN")},
+            "HADAR_CONFIG": str(self.local.config_path),
+        }
         return subprocess.run(
             [sys.executable, "-m", "clients.cli.main", *args],
             capture_output=True,

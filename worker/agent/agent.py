@@ -4,7 +4,8 @@ Two threads do the work besides gRPC's own: the supervision thread polls the tas
 (every 0.1 s), and the master thread registers (retrying with exponential backoff and
 jitter), heartbeats, relays progress in batches and sends exit reports until acknowledged.
 A master that restarts or forgets the node (``reregister``) makes the master thread register
-again with the tasks still running; tasks keep running meanwhile.
+again with the tasks still running; tasks keep running meanwhile. An agent that starts on
+the state directory of one that died adopts the tasks it left running.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from worker.agent.progressfile import ProgressTail
 from worker.agent.service import TokenInterceptor, WorkerService
 from worker.agent.state import RunningTaskRecord, StateStore
 from worker.agent.supervisor import Supervisor, SupervisorConfig
+from worker.agent.systemd import NOTIFY_VARIABLES
 from worker.agent.users import SystemUsers, UserDirectory
 from worker.gpus import GpuInfo, GpuProvider
 from worker.settings import ENV_PREFIX, WorkerSettings, parse_host_port
@@ -84,9 +86,12 @@ def gpu_to_proto(gpu: GpuInfo, utilization: float | None = None) -> common_pb2.G
 
 
 def job_base_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The agent's environment minus its own settings (the cluster token must not leak)."""
+    """The agent's environment minus its own settings (the cluster token must not leak) and
+    systemd's notification variables (a job must not speak for the agent)."""
     env = dict(os.environ if environ is None else environ)
-    return {k: v for k, v in env.items() if not k.startswith(ENV_PREFIX)}
+    return {
+        k: v for k, v in env.items() if not k.startswith(ENV_PREFIX) and k not in NOTIFY_VARIABLES
+    }
 
 
 class JitterSource(Protocol):
@@ -150,6 +155,7 @@ class WorkerAgent:
                 grace_s=settings.grace_s,
                 checkpoint_interval_s=settings.checkpoint_interval_s,
                 failure_tail_lines=settings.failure_tail_lines,
+                allow_root_jobs=settings.allow_root_jobs,
                 workloads=known,
                 base_env=job_base_env(),
             ),
@@ -165,6 +171,8 @@ class WorkerAgent:
         self._server: grpc.Server | None = None
         self._threads: list[threading.Thread] = []
         self._started_at = Timestamp()
+        # When the supervision loop last completed a pass (monotonic), for the watchdog.
+        self._supervised_at = time.monotonic()
         self.port = 0
         self.address = ""
 
@@ -172,18 +180,22 @@ class WorkerAgent:
 
     def start(self) -> None:
         self._started_at.FromSeconds(int(time.time()))
-        self._reap_orphans()
+        self._recover_tasks()
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="worker-rpc"),
             interceptors=[TokenInterceptor(self.settings.token)] if self.settings.token else [],
+            options=self.settings.server_options(),
         )
         worker_pb2_grpc.add_WorkerServicer_to_server(  # type: ignore[no-untyped-call]
             WorkerService(self, self._stopping), server
         )
-        host, _ = parse_host_port(self.settings.listen, "listen")
+        host, port = parse_host_port(self.settings.listen, "listen")
         bind = f"[{host}]" if ":" in host else host
-        self.port = server.add_insecure_port(
-            f"{bind}:{parse_host_port(self.settings.listen, 'listen')[1]}"
+        credentials = self.settings.server_credentials()
+        self.port = (
+            server.add_secure_port(f"{bind}:{port}", credentials)
+            if credentials is not None
+            else server.add_insecure_port(f"{bind}:{port}")
         )
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
@@ -202,8 +214,8 @@ class WorkerAgent:
 
     def stop(self, stop_tasks: bool = True, grace_s: float | None = None) -> None:
         """Shuts down. With stop_tasks, asks tasks to checkpoint and waits for their exits
-        (and a last attempt to report them); without, leaves them running (for tests of a
-        crashed agent: the next agent on this state dir cleans them up)."""
+        (and a last attempt to report them); without, leaves them running for the next agent
+        on this state directory to adopt (a restart, or a test of a crashed agent)."""
         if stop_tasks and self._threads:
             grace = grace_s if grace_s is not None else self.settings.grace_s
             self.supervisor.stop_all(graceful=True, grace_s=grace, reason="worker shutting down")
@@ -286,6 +298,11 @@ class WorkerAgent:
     def pending_exits(self) -> list[coordinator_pb2.TaskExitedRequest]:
         return self._state.pending_exits()
 
+    @property
+    def supervised_at(self) -> float:
+        """time.monotonic() of the supervision loop's last completed pass."""
+        return self._supervised_at
+
     def wait_registered(self, timeout_s: float, at_least: int = 1) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -310,6 +327,8 @@ class WorkerAgent:
                         log.info("task_logs_pruned", count=len(removed))
             except Exception:
                 log.exception("supervise_failed")
+            else:
+                self._supervised_at = time.monotonic()
             self._threads_stop.wait(SUPERVISE_INTERVAL_S)
 
     # -- master thread
@@ -482,15 +501,24 @@ class WorkerAgent:
 
     # -- recovery after an agent restart
 
-    def _reap_orphans(self) -> None:
+    def _recover_tasks(self) -> None:
+        """Takes over the tasks a previous agent on this state directory left: adopts them
+        (``adopt_on_restart``), so they run on and are reported as if never interrupted;
+        stops those it cannot or may not adopt."""
+        orphans: list[RunningTaskRecord] = []
+        for record in self._state.running():
+            if self.settings.adopt_on_restart and self.supervisor.adopt(record):
+                log.info("task_adopted", job=record.job_id, lease=record.lease, pids=record.pids)
+            else:
+                orphans.append(record)
+        if orphans:
+            self._reap_orphans(orphans)
+
+    def _reap_orphans(self, records: list[RunningTaskRecord]) -> None:
         """Stops the processes of tasks a previous agent left behind and reports their exits.
 
-        They cannot be supervised (they are not our children), so they are asked to
-        checkpoint (SIGTERM), killed after the grace period, and reported; the master then
-        places the job again from its checkpoint."""
-        records = self._state.running()
-        if not records:
-            return
+        They are asked to checkpoint (SIGTERM), killed after the grace period, and
+        reported; the master then places the job again from its checkpoint."""
         alive: dict[tuple[int, int], list[int]] = {}
         for record in records:
             pids = [p for p in record.pids if _is_task_process(p, record)]
@@ -565,7 +593,8 @@ def _signal_group(pid: int, sig: int) -> None:
 def settings_for_test(
     master: str, state_dir: Path, fake_gpus: str = "v100:2", **overrides: Any
 ) -> WorkerSettings:
-    """Settings for an in-process worker in tests: listen on 127.0.0.1 port 0, short timers."""
+    """Settings for an in-process worker in tests: listen on 127.0.0.1 port 0, short timers;
+    jobs may run as root (tests submit them as whoever runs the tests)."""
     values: dict[str, object] = {
         "master": master,
         "listen": "127.0.0.1:0",
@@ -578,6 +607,7 @@ def settings_for_test(
         "register_backoff_initial_s": 0.05,
         "register_backoff_max_s": 0.5,
         "rpc_timeout_s": 2.0,
+        "allow_root_jobs": True,
     }
     values.update(overrides)
     return WorkerSettings(**values).validate()  # type: ignore[arg-type]

@@ -160,6 +160,48 @@ class SubprocessLauncher:
         return _Subprocess(popen)
 
 
+class AdoptedProcess:
+    """A task process that a previous agent started: not our child, so it is watched by pid,
+    and only while /proc shows the same process (its environment names the job and the
+    lease it was started for; a reused pid does not). It leaves no exit status:
+    :meth:`poll` answers 0 once it is gone, and the exit is read from its progress file."""
+
+    def __init__(self, pid: int, job_id: int, lease: int) -> None:
+        self._pid = pid
+        self._markers = (f"HADAR_JOB_ID={job_id}".encode(), f"HADAR_LEASE={lease}".encode())
+        self._gone = False
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def alive(self) -> bool:
+        if not self._gone:
+            self._gone = not is_process_of(self._pid, *self._markers)
+        return not self._gone
+
+    def poll(self) -> int | None:
+        return None if self.alive() else 0
+
+    def signal_group(self, sig: int) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._pid, sig)
+
+
+def is_process_of(pid: int, *markers: bytes) -> bool:
+    """Whether `pid` is a live (not zombie) process whose environment holds every marker."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        stat = (proc / "stat").read_text()
+        environ = (proc / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        return False
+    return all(marker in environ for marker in markers)
+
+
 @dataclass
 class FakeProcess:
     """A process that exits when the test says so, or on a signal it is set to obey."""

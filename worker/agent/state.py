@@ -1,6 +1,6 @@
 """What the agent keeps on disk so a restart loses nothing: the highest lease applied per job
-(fencing), exit reports the master has not acknowledged, and the processes of running tasks
-(so a restarted agent can clean up after its predecessor).
+(fencing), exit reports the master has not acknowledged, and the processes and assignments
+of running tasks (so a restarted agent can adopt them).
 
 Each file is rewritten whole and atomically (temporary file, fsync, rename) before the agent
 acts on the change it records.
@@ -8,6 +8,7 @@ acts on the change it records.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -67,6 +68,9 @@ class RunningTaskRecord:
     task_dir: str
     # Rank-0 progress file, read for the exit of a task whose agent died.
     progress_file: str
+    # The TaskAssignment that started the task (serialized), so a restarted agent can adopt
+    # it; empty in records of agents that did not keep it.
+    assignment: bytes = b""
 
 
 class StateStore:
@@ -114,6 +118,7 @@ class StateStore:
                 pids=tuple(int(p) for p in raw["pids"]),
                 task_dir=str(raw["task_dir"]),
                 progress_file=str(raw["progress_file"]),
+                assignment=base64.b64decode(raw.get("assignment", "")),
             )
             self._running[(record.job_id, record.lease)] = record
 
@@ -211,6 +216,7 @@ class StateStore:
                         "pids": list(r.pids),
                         "task_dir": r.task_dir,
                         "progress_file": r.progress_file,
+                        "assignment": base64.b64encode(r.assignment).decode(),
                     }
                     for r in self._running.values()
                 ]

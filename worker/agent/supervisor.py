@@ -20,16 +20,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from protos.hadar.v1 import common_pb2, coordinator_pb2, worker_pb2
 from worker.agent.clock import Clock
-from worker.agent.processes import ProcessHandle, ProcessLauncher, ProcessSpec, RunAs
+from worker.agent.processes import (
+    AdoptedProcess,
+    ProcessHandle,
+    ProcessLauncher,
+    ProcessSpec,
+    RunAs,
+)
 from worker.agent.progressfile import ProgressTail, tail_lines
 from worker.agent.state import RunningTaskRecord, StateStore
 from worker.agent.users import UnknownUserError, UserDirectory
 from worker.gpus import GpuInfo
 from worker.runtime import contract
+from worker.runtime.contract import ProgressRecord
 
 APPLIED = worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
 STALE = worker_pb2.ASSIGNMENT_OUTCOME_STALE
@@ -83,6 +91,8 @@ class SupervisorConfig:
     workloads: frozenset[str] | None = None
     # Environment every job process starts from (the agent's, minus its own settings).
     base_env: Mapping[str, str] = field(default_factory=dict)
+    # A root agent runs jobs submitted as root only when this is set.
+    allow_root_jobs: bool = False
 
 
 @dataclass
@@ -115,6 +125,9 @@ class Task:
     # Progress already sent to the master (at of the last record relayed).
     reported_at: float = -math.inf
     iterations_done: int = 0
+    # Started by a previous agent and adopted: its processes are not our children, so
+    # their exit statuses are unknown and the progress file's exit record says how it ended.
+    adopted: bool = False
 
     @property
     def key(self) -> tuple[int, int]:
@@ -298,9 +311,15 @@ class Supervisor:
         if not a.user:
             raise AssignmentRefusedError("the worker runs as root and the assignment names no user")
         try:
-            return self._users.lookup(a.user)
+            run_as = self._users.lookup(a.user)
         except UnknownUserError as exc:
             raise AssignmentRefusedError(f"cannot run as the submitting user: {exc}") from exc
+        if run_as.uid == 0 and not self._config.allow_root_jobs:
+            raise AssignmentRefusedError(
+                f"user {a.user!r} is root (uid 0): this worker runs no job as root "
+                "unless its allow_root_jobs setting is true"
+            )
+        return run_as
 
     def _new_task(self, a: worker_pb2.TaskAssignment) -> Task:
         task_dir = (
@@ -429,8 +448,54 @@ class Supervisor:
                 pids=tuple(p.handle.pid for p in task.processes),
                 task_dir=str(task.task_dir),
                 progress_file=str(task.progress.path),
+                assignment=task.assignment.SerializeToString(),
             )
         )
+
+    # -- adopting what a previous agent left running
+
+    def adopt(self, record: RunningTaskRecord) -> bool:
+        """Supervises a task a previous agent started (from its running record): its
+        processes keep running, are watched by pid, and can be stopped as usual; once they
+        are gone the task is reported like any other. False (and nothing adopted) when the
+        record lacks the assignment or does not match it."""
+        if not record.assignment:
+            return False
+        assignment = worker_pb2.TaskAssignment()
+        try:
+            assignment.ParseFromString(record.assignment)
+        except DecodeError:
+            return False
+        if (
+            assignment.job_id != record.job_id
+            or len(record.pids) != len(assignment.gpu_indices)
+            or not record.pids
+        ):
+            return False
+        task = Task(
+            job_id=record.job_id,
+            task_index=record.task_index,
+            lease=record.lease,
+            assignment=assignment,
+            managed=assignment.spec.WhichOneof("program") != "command",
+            task_dir=Path(record.task_dir),
+            progress=ProgressTail(Path(record.progress_file)),
+            iterations_done=assignment.iterations_done,
+            adopted=True,
+        )
+        for local_rank, (pid, gpu_index) in enumerate(
+            zip(record.pids, assignment.gpu_indices, strict=True)
+        ):
+            rank = assignment.rendezvous.rank_offset + local_rank
+            # The process's environment names the lease it was started with, which an
+            # extension may since have replaced in the record.
+            handle = AdoptedProcess(pid, record.job_id, assignment.lease)
+            task.processes.append(
+                RankProcess(rank, local_rank, gpu_index, handle, task.task_dir / f"rank-{rank}.log")
+            )
+        with self._lock:
+            self._tasks[task.key] = task
+        return True
 
     # -- stopping
 
@@ -521,6 +586,9 @@ class Supervisor:
             if code is None:
                 continue
             process.returncode = code
+            if task.adopted:
+                # No status to judge by: the progress file tells how it ended.
+                continue
             expected = task.stop_requested and code in (-signal.SIGTERM, -signal.SIGKILL)
             if code != 0 and not expected and task.failure is None:
                 task.failure = (process.rank, code)
@@ -538,7 +606,9 @@ class Supervisor:
             task.iterations_done = max(task.iterations_done, record.iterations_done)
         report.iterations_done = checkpointed
         codes = [p.returncode for p in task.processes]
-        if not task.processes:
+        if task.adopted:
+            self._finish_adopted(task, report, record, checkpointed)
+        elif not task.processes:
             report.kind = common_pb2.EXIT_KIND_STOPPED
             report.message = f"stopped before it started ({task.stop_reason})"
         elif task.failure is not None:
@@ -577,6 +647,29 @@ class Supervisor:
             report.message = f"terminated on request without a checkpoint ({task.stop_reason})"
         self._tasks.pop(task.key, None)
         self._emit_exit(task, report)
+
+    def _finish_adopted(
+        self,
+        task: Task,
+        report: coordinator_pb2.TaskExitedRequest,
+        record: ProgressRecord | None,
+        checkpointed: int,
+    ) -> None:
+        if record is not None and record.event == "exit" and record.exit_reason:
+            report.kind = _EXIT_KINDS[record.exit_reason]
+            if record.exit_reason == "completed":
+                report.iterations_done = max(checkpointed, record.iterations_done)
+        elif task.killed:
+            report.kind = common_pb2.EXIT_KIND_KILLED
+            report.signal = signal.SIGKILL
+            report.message = f"killed after the grace period ({task.stop_reason})"
+        else:
+            report.kind = common_pb2.EXIT_KIND_KILLED
+            report.message = (
+                "exit status unknown: the task's processes, adopted after a restart of the "
+                "worker agent, ended without an exit record in their progress file"
+                + (f" ({task.stop_reason})" if task.stop_requested else "")
+            )
 
     def _emit_exit(self, task: Task, report: coordinator_pb2.TaskExitedRequest) -> None:
         report.node = self._config.node

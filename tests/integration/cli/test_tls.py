@@ -57,7 +57,6 @@ def tls_master(tmp_path: Path, quiet_master_logs: None) -> Iterator[tuple[Master
         Settings(
             listen="127.0.0.1:0",
             database=f"sqlite:///{tmp_path / 'hadar.db'}",
-            auth="none",
             policy="fifo",
             cluster_token="cluster",
             cluster_token_file=str(tmp_path / "cluster-token"),
@@ -75,16 +74,18 @@ def tls_master(tmp_path: Path, quiet_master_logs: None) -> Iterator[tuple[Master
 
 
 def test_tls_with_the_right_ca_works_and_a_wrong_one_is_refused(tls_master, tmp_path: Path):
-    """The master's own certificate as CA: calls succeed; another CA: Unavailable."""
+    """The master's own certificate as CA: calls succeed (the token travels inside TLS);
+    another CA: Unavailable."""
     master, cert = tls_master
+    token = master.create_token("tess")
     config = tmp_path / "config.toml"
-    config.write_text(f'master = "{master.address}"\nca_file = "{cert}"\n')
+    config.write_text(f'master = "{master.address}"\nca_file = "{cert}"\ntoken = "{token}"\n')
     env = {"HADAR_CONFIG": str(config), "HOME": str(tmp_path)}
-    with HadarClient(config=resolve(env=env), user="tess") as hadar:
+    with HadarClient(config=resolve(env=env)) as hadar:
         assert hadar.whoami().user == "tess"
 
     _, other = self_signed(tmp_path, "other")
-    config.write_text(f'master = "{master.address}"\nca_file = "{other}"\n')
+    config.write_text(f'master = "{master.address}"\nca_file = "{other}"\ntoken = "{token}"\n')
     with (
         HadarClient(config=resolve(timeout_s=1, env=env)) as hadar,
         pytest.raises(Unavailable),

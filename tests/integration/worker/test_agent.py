@@ -3,6 +3,7 @@ running real subprocesses of a tiny contract-following job."""
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import pwd
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -475,11 +477,74 @@ def test_unsent_exit_survives_an_agent_restart(tmp_path: Path) -> None:
         up.stop()
 
 
+def test_restarted_agent_adopts_the_task_its_predecessor_left(
+    master: FakeMaster, tmp_path: Path
+) -> None:
+    """A task left running by an agent that died runs on under the next agent on the same
+    state directory: the same process, registered with its pid, its progress relayed, and
+    its completion reported exactly once."""
+    agent = make_agent(master.address, tmp_path / "state")
+    agent.start()
+    apply(stub_for(agent), assignment(26, 1, iterations=120, env={"STEP_S": "0.04"}))
+    eventually(lambda: master.progress_for(26))
+    (task,) = agent.supervisor.snapshot()
+    pid = task.pids[0]
+    agent.stop(stop_tasks=False)
+    progressed = max(r.iterations_done for r in master.progress_for(26))
+    registered = master.registration_count()
+
+    again = make_agent(master.address, tmp_path / "state")
+    again.start()
+    try:
+        (adopted,) = again.supervisor.snapshot()
+        assert list(adopted.pids) == [pid]
+        eventually(lambda: master.registration_count() > registered)
+        (listed,) = master.registrations[-1].tasks
+        assert (listed.job_id, listed.lease, list(listed.pids)) == (26, 1, [pid])
+        eventually(lambda: master.exits_for(26), timeout_s=30)
+        assert max(r.iterations_done for r in master.progress_for(26)) > progressed
+        heartbeats = len(master.heartbeats)
+        eventually(lambda: len(master.heartbeats) >= heartbeats + 3)
+        (report,) = master.exits_for(26)
+        assert report.kind == common_pb2.EXIT_KIND_COMPLETED, report.message
+        assert report.iterations_done == 120
+        assert again.pending_exits() == []
+        (resent,) = apply(stub_for(again), assignment(26, 1, iterations=120))
+        assert "already ran and exited" in resent.message
+    finally:
+        again.stop(grace_s=1.0)
+
+
+def test_adopted_task_is_stopped_on_the_masters_order(master: FakeMaster, tmp_path: Path) -> None:
+    """An adopted task takes SIGTERM (to its process group) from a stop, checkpoints and is
+    reported STOPPED; its log is still served."""
+    agent = make_agent(master.address, tmp_path / "state")
+    agent.start()
+    apply(stub_for(agent), assignment(27, 1, iterations=100_000))
+    eventually(lambda: master.progress_for(27))
+    agent.stop(stop_tasks=False)
+
+    again = make_agent(master.address, tmp_path / "state")
+    again.start()
+    try:
+        stub = stub_for(again)
+        stop = assignment(27, 2, action=worker_pb2.ASSIGNMENT_ACTION_STOP)
+        (result,) = apply(stub, stop)
+        assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED, result.message
+        eventually(lambda: master.exits_for(27))
+        (report,) = master.exits_for(27)
+        assert report.kind == common_pb2.EXIT_KIND_STOPPED, report.message
+        assert report.iterations_done > 0
+        assert "ENV " in logs(stub, 27)[0].decode()
+    finally:
+        again.stop(grace_s=1.0)
+
+
 def test_restarted_agent_stops_tasks_its_predecessor_left(
     master: FakeMaster, tmp_path: Path
 ) -> None:
-    """Processes left by an agent that died are asked to checkpoint and reported by the next
-    agent, so the master can place the job again."""
+    """Without adopt_on_restart, processes left by an agent that died are asked to
+    checkpoint and reported by the next agent, so the master can place the job again."""
     agent = make_agent(master.address, tmp_path / "state")
     agent.start()
     apply(stub_for(agent), assignment(24, 1, iterations=100_000))
@@ -487,7 +552,7 @@ def test_restarted_agent_stops_tasks_its_predecessor_left(
     pid = agent.supervisor.snapshot()[0].pids[0]
     agent.stop(stop_tasks=False)
 
-    again = make_agent(master.address, tmp_path / "state")
+    again = make_agent(master.address, tmp_path / "state", adopt_on_restart=False)
     again.start()
     try:
         eventually(lambda: master.exits_for(24))
@@ -622,5 +687,78 @@ def test_root_agent_runs_jobs_as_the_submitting_user(master: FakeMaster, shared_
         (refused,) = apply(stub, stranger)
         assert refused.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED
         assert "no Unix user 'no-such-user-here'" in refused.message
+    finally:
+        agent.stop(grace_s=2.0)
+
+
+@pytest.fixture
+def unix_user() -> Iterator[tuple[str, str]]:
+    """A real Unix user (no home) with its own primary group and one supplementary group;
+    removed afterwards. Yields (user, supplementary group)."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a Unix user needs root")
+    if not all(shutil.which(tool) for tool in ("useradd", "groupadd", "userdel", "groupdel")):
+        pytest.skip("useradd/groupadd are not installed")
+    suffix = uuid.uuid4().hex[:8]
+    user, primary, extra = f"hadar-u{suffix}", f"hadar-p{suffix}", f"hadar-s{suffix}"
+    created: list[list[str]] = []
+    try:
+        for group in (primary, extra):
+            subprocess.run(["groupadd", group], check=True, capture_output=True)
+            created.append(["groupdel", group])
+        subprocess.run(
+            ["useradd", "-M", "-s", "/usr/sbin/nologin", "-g", primary, "-G", extra, user],
+            check=True,
+            capture_output=True,
+        )
+        created.append(["userdel", user])
+        yield user, extra
+    finally:
+        for command in reversed(created):
+            subprocess.run(command, check=False, capture_output=True)
+
+
+def test_root_agent_runs_jobs_as_a_real_user_with_its_groups(
+    master: FakeMaster, shared_dir: Path, unix_user: tuple[str, str]
+) -> None:
+    """As root, a job runs with its user's uid, primary gid and supplementary groups, and the
+    working and checkpoint directories the agent makes for it are that user's (the job can
+    write in both); a job submitted as root is refused unless allow_root_jobs is set."""
+    name, extra_group = unix_user
+    entry = pwd.getpwnam(name)
+    extra_gid = grp.getgrnam(extra_group).gr_gid
+    agent = make_agent(master.address, shared_dir / "state", allow_root_jobs=False)
+    agent.start()
+    try:
+        stub = stub_for(agent)
+        a = assignment(42, 1, command=True, iterations=1)
+        a.user = name
+        a.spec.command.argv[:] = [
+            "/usr/bin/python3",
+            "-c",
+            "import os, pathlib\n"
+            "print('ids', os.getuid(), os.getgid(), sorted(os.getgroups()), flush=True)\n"
+            "pathlib.Path('made-by-job').write_text('x')\n"
+            "(pathlib.Path(os.environ['HADAR_CHECKPOINT_DIR']) / 'ckpt').write_text('x')\n",
+        ]
+        (result,) = apply(stub, a)
+        assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED, result.message
+        eventually(lambda: master.exits_for(42))
+        report = master.exits_for(42)[0]
+        assert report.kind == common_pb2.EXIT_KIND_COMPLETED, report.message
+        output = logs(stub, 42)[0].decode()
+        groups = sorted({entry.pw_gid, extra_gid})
+        assert f"ids {entry.pw_uid} {entry.pw_gid} {groups}" in output, output
+        workdir = agent.settings.resolved_jobs_dir() / "job-42"
+        checkpoints = agent.settings.resolved_checkpoint_dir() / "job-42"
+        for path in (workdir, checkpoints, workdir / "made-by-job", checkpoints / "ckpt"):
+            owner = path.stat()
+            assert (owner.st_uid, owner.st_gid) == (entry.pw_uid, entry.pw_gid), path
+
+        as_root = assignment(43, 1)
+        as_root.user = "root"
+        (refused,) = apply(stub, as_root)
+        assert refused.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+        assert "allow_root_jobs" in refused.message
     finally:
         agent.stop(grace_s=2.0)

@@ -110,3 +110,18 @@ def test_grpc_target_uris_pass_through(tmp_path):
         resolve("unix:/run/hadar.sock", env={"HOME": str(tmp_path)}).address
         == "unix:/run/hadar.sock"
     )
+
+
+def test_client_certificate_needs_its_key_and_tls(tmp_path):
+    """cert_file and key_file go together and need ca_file; given, they are resolved."""
+    config = tmp_path / "config.toml"
+    env = {"HADAR_CONFIG": str(config), "HOME": str(tmp_path)}
+    config.write_text('ca_file = "/ca.pem"\ncert_file = "/c.pem"\n')
+    with pytest.raises(ConfigError, match="cert_file and key_file go together"):
+        resolve(env=env)
+    config.write_text('cert_file = "/c.pem"\nkey_file = "/k.pem"\n')
+    with pytest.raises(ConfigError, match="cert_file needs ca_file"):
+        resolve(env=env)
+    config.write_text('ca_file = "/ca.pem"\ncert_file = "/c.pem"\nkey_file = "/k.pem"\n')
+    resolved = resolve(env=env)
+    assert (resolved.cert_file, resolved.key_file) == (Path("/c.pem"), Path("/k.pem"))

@@ -38,6 +38,7 @@ class FailedCall(grpc.RpcError):
         (grpc.StatusCode.ABORTED, errors.Conflict),
         (grpc.StatusCode.FAILED_PRECONDITION, errors.Conflict),
         (grpc.StatusCode.UNAVAILABLE, errors.Unavailable),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.ResourceExhausted),
         (grpc.StatusCode.DEADLINE_EXCEEDED, errors.DeadlineExceeded),
         (grpc.StatusCode.INTERNAL, errors.HadarError),
     ],
@@ -81,6 +82,22 @@ def test_invalid_argument_prefers_the_field_in_trailing_metadata():
     )
     assert isinstance(error, errors.InvalidArgument)
     assert error.field == "spec.iterations"
+
+
+def test_resource_exhausted_carries_the_retry_hint_from_trailing_metadata():
+    """The seconds the master says to wait come from x-hadar-retry-after-s; none: None."""
+    hinted = errors.from_rpc_error(
+        FailedCall(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "too fast",
+            [(errors.RETRY_AFTER_METADATA_KEY, "2.5")],
+        )
+    )
+    assert isinstance(hinted, errors.ResourceExhausted)
+    assert hinted.retry_after_s == 2.5
+    plain = errors.from_rpc_error(FailedCall(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many"))
+    assert isinstance(plain, errors.ResourceExhausted)
+    assert plain.retry_after_s is None
 
 
 def test_empty_details_fall_back_to_the_code_name():

@@ -124,3 +124,12 @@ def test_master_tls_flags(tmp_path: Path) -> None:
         load_settings({"master": "m:1"}, environ={"HADAR_WORKER_MASTER_TLS": "maybe"})
     with pytest.raises(SettingsError, match="master_ca_file"):
         load_settings({"master": "m:1", "master_ca_file": tmp_path / "nope.pem"}, environ={})
+
+
+def test_allow_root_jobs_is_off_unless_set() -> None:
+    """Jobs submitted as root are refused by default; the setting is a boolean."""
+    assert not load_settings({"master": "m:1"}, environ={}).allow_root_jobs
+    env = {"HADAR_WORKER_ALLOW_ROOT_JOBS": "true"}
+    assert load_settings({"master": "m:1"}, environ=env).allow_root_jobs
+    with pytest.raises(SettingsError, match="allow_root_jobs must be true or false"):
+        load_settings({"master": "m:1"}, environ={"HADAR_WORKER_ALLOW_ROOT_JOBS": "root"})

@@ -3,6 +3,8 @@ escalation, failures, ordering of leases, running as the submitting user, durabl
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import signal
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 from protos.hadar.v1 import common_pb2, worker_pb2
 from worker.agent.clock import FakeClock
 from worker.agent.processes import FakeLauncher, RunAs
-from worker.agent.state import StateStore
+from worker.agent.state import RunningTaskRecord, StateStore
 from worker.agent.supervisor import Supervisor, SupervisorConfig
 from worker.agent.users import FakeUsers
 from worker.gpus import FakeGpuProvider
@@ -31,13 +33,17 @@ class Rig:
         self.clock = FakeClock()
         self.launcher = FakeLauncher()
         self.users = FakeUsers(
-            root, {"alice": RunAs("alice", 1001, 1001, (1001, 27), "/home/alice")}
+            root,
+            {
+                "alice": RunAs("alice", 1001, 1001, (1001, 27), "/home/alice"),
+                "root": RunAs("root", 0, 0, (0,), "/root"),
+            },
         )
         self.state = StateStore(tmp_path / "state")
         self.exits_signalled = 0
         self.supervisor = self.make()
 
-    def make(self) -> Supervisor:
+    def make(self, allow_root_jobs: bool = False) -> Supervisor:
         def on_exit() -> None:
             self.exits_signalled += 1
 
@@ -50,6 +56,7 @@ class Rig:
                 python="/usr/bin/python3",
                 grace_s=30.0,
                 workloads=frozenset({"resnet"}),
+                allow_root_jobs=allow_root_jobs,
             ),
             FakeGpuProvider.from_spec("v100:2,k80:2", reference_speed=1.0).discover(),
             self.launcher,
@@ -239,6 +246,24 @@ def test_root_runs_as_the_submitting_user_or_refuses(tmp_path: Path) -> None:
     assert "names no user" in nobody.message
 
 
+def test_root_agent_refuses_jobs_of_root_unless_allowed(tmp_path: Path) -> None:
+    """A job submitted as root is refused with a message naming the setting; with
+    allow_root_jobs it runs as root."""
+    rig = Rig(tmp_path, root=True)
+    refused = rig.supervisor.apply(start(1, 1, user="root"))
+    assert refused.outcome == FAILED
+    assert "allow_root_jobs" in refused.message
+    assert rig.launcher.processes == []
+    assert rig.supervisor.apply(start(2, 1, user="alice")).outcome == APPLIED
+
+    allowed = Rig(tmp_path / "allowed", root=True)
+    allowed.supervisor = allowed.make(allow_root_jobs=True)
+    assert allowed.supervisor.apply(start(1, 1, user="root")).outcome == APPLIED
+    (process,) = allowed.launcher.processes
+    assert process.spec.run_as is not None
+    assert process.spec.run_as.uid == 0
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -336,3 +361,34 @@ def test_resent_start_of_an_exited_lease_is_a_no_op_after_a_restart(tmp_path: Pa
     assert len(rig.launcher.processes) == 1
     assert again.apply(start(1, 4)).outcome == APPLIED
     assert len(rig.launcher.processes) == 2
+
+
+def test_adopted_task_that_ends_without_an_exit_record_is_reported_killed_unknown(
+    tmp_path: Path,
+) -> None:
+    """A running record with its assignment is adopted; a process that is not (or no longer)
+    the task's, and left no exit record, is reported KILLED with a message saying the status
+    is unknown. A record without an assignment is not adopted."""
+    rig = Rig(tmp_path)
+    a = start(5, 2, gpus=(1,))
+    task_dir = tmp_path / "state" / "tasks" / "job-5.task-0.lease-2"
+    record = RunningTaskRecord(
+        job_id=5,
+        task_index=0,
+        lease=2,
+        # This test's own process: alive, but its environment names no job.
+        pids=(os.getpid(),),
+        task_dir=str(task_dir),
+        progress_file=str(task_dir / "progress-rank0.jsonl"),
+        assignment=a.SerializeToString(),
+    )
+    # The lease ledger on disk is the previous agent's.
+    rig.state.record_lease(5, 2)
+    assert not rig.supervisor.adopt(dataclasses.replace(record, assignment=b""))
+    assert rig.supervisor.adopt(record)
+    assert rig.supervisor.is_running(5, 2)
+    rig.supervisor.poll()
+    (report,) = rig.state.pending_exits()
+    assert report.kind == common_pb2.EXIT_KIND_KILLED
+    assert "exit status unknown" in report.message
+    assert rig.state.lease_exit(5, 2) == common_pb2.EXIT_KIND_KILLED

@@ -1,0 +1,50 @@
+"""Checks that a request's values fit what the store can hold, each failure naming its field.
+
+Protobuf lets a client send a uint64 the database's BIGINT cannot hold, a uint32 past an
+INTEGER column, text with NUL characters (which PostgreSQL refuses) or longer than its
+column: without these checks such a request reaches the database and fails as an internal
+error instead of INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+from master.errors import InvalidArgumentError
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def at_most(value: int, limit: int, field: str) -> int:
+    if value > limit:
+        raise InvalidArgumentError(field, f"must be at most {limit}")
+    return value
+
+
+def int64(value: int, field: str) -> int:
+    """A count or id the store keeps in a BIGINT column."""
+    return at_most(value, INT64_MAX, field)
+
+
+def int32(value: int, field: str) -> int:
+    """A count or index the store keeps in an INTEGER column."""
+    return at_most(value, INT32_MAX, field)
+
+
+def text(value: str, field: str, max_chars: int) -> str:
+    """Free text of at most `max_chars` characters, without NUL."""
+    if len(value) > max_chars:
+        raise InvalidArgumentError(field, f"must be at most {max_chars} characters")
+    if "\0" in value:
+        raise InvalidArgumentError(field, "must not contain NUL characters")
+    return value
+
+
+def name(value: str, field: str, max_chars: int) -> str:
+    """An identifier (a node, a GPU type): 1 to `max_chars` characters after stripping
+    surrounding blanks, no control characters."""
+    stripped = value.strip()
+    if not 1 <= len(stripped) <= max_chars:
+        raise InvalidArgumentError(field, f"must be 1 to {max_chars} characters")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in stripped):
+        raise InvalidArgumentError(field, "must not contain control characters")
+    return stripped

@@ -1,0 +1,184 @@
+"""Who may call which method of the master: one server interceptor in front of every service.
+
+Every method is looked up in a table built from the service descriptors: Hadar methods
+need a user's API token, Coordinator methods the cluster token, health and reflection stay
+open so that load balancers and grpcurl can probe. A method the table does not name is
+refused, so nothing new is left open by accident.
+
+gRPC runs interceptors on its single polling thread, so checking a token there (a database
+read on a cache miss) would stall every call: the interceptor only wraps the handler, and
+the check runs first thing in the wrapped handler on the server's thread pool, before the
+request is looked at. The authenticated caller reaches the servicer through a context
+variable that lives only for the call's own code (see :func:`current_caller`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import grpc
+import structlog
+from google.protobuf.descriptor import ServiceDescriptor
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
+
+from master.auth import Authenticator
+from master.errors import PermissionDeniedError, UnauthenticatedError
+from master.jobs import Caller
+from master.metrics import MasterMetrics
+from master.service.status import abort_with, metadata, status_for
+from protos.hadar.v1 import coordinator_pb2, hadar_pb2
+
+log = structlog.get_logger(__name__)
+
+
+class Access(enum.Enum):
+    """What a method asks of its caller."""
+
+    OPEN = "open"
+    USER = "user"
+    WORKER = "worker"
+
+
+SERVICE_ACCESS: tuple[tuple[ServiceDescriptor, Access], ...] = (
+    (hadar_pb2.DESCRIPTOR.services_by_name["Hadar"], Access.USER),
+    (coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"], Access.WORKER),
+    (health_pb2.DESCRIPTOR.services_by_name["Health"], Access.OPEN),
+    (reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"], Access.OPEN),
+)
+
+# Workers act for the cluster, not for a person.
+WORKER = Caller(user="", admin=False)
+
+_CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("hadar_caller")
+
+
+def method_path(service: ServiceDescriptor, method: str) -> str:
+    """The path gRPC names a method by: ``/hadar.v1.Hadar/SubmitJob``."""
+    return f"/{service.full_name}/{method}"
+
+
+def access_table(
+    services: tuple[tuple[ServiceDescriptor, Access], ...] = SERVICE_ACCESS,
+) -> dict[str, Access]:
+    """Every method of every listed service, by path."""
+    return {
+        method_path(service, method.name): access
+        for service, access in services
+        for method in service.methods
+    }
+
+
+def current_caller() -> Caller:
+    """The caller the interceptor authenticated for the call being served.
+
+    Fails closed: a servicer reached without the interceptor (a wiring mistake) refuses the
+    call instead of serving it anonymously.
+    """
+    try:
+        return _CALLER.get()
+    except LookupError:
+        log.error("a user call reached its servicer without an authenticated caller")
+        raise UnauthenticatedError("no authenticated caller") from None
+
+
+class AccessInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Authenticates every call by its method's :class:`Access` before the handler runs."""
+
+    def __init__(
+        self,
+        auth: Authenticator,
+        metrics: MasterMetrics,
+        table: Mapping[str, Access] | None = None,
+    ) -> None:
+        self._auth = auth
+        self._metrics = metrics
+        self._table = dict(access_table() if table is None else table)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None  # gRPC answers UNIMPLEMENTED
+        path = handler_call_details.method
+        access = self._table.get(path)
+        if access is Access.OPEN:
+            return handler
+        return _wrap(handler, lambda context: self._check(path, access, context))
+
+    def _check(self, path: str, access: Access | None, context: grpc.ServicerContext) -> Caller:
+        """The caller of a call to `path`, or the call is aborted with the refusal's status."""
+        started = time.perf_counter()
+        try:
+            if access is None:
+                raise PermissionDeniedError(f"{path} is open to nobody")
+            if access is Access.WORKER:
+                self._auth.worker(metadata(context))
+                return WORKER
+            return self._auth.user(metadata(context))
+        except Exception as exc:
+            code = status_for(exc)
+            name = path.rsplit("/", 1)[-1]
+            self._metrics.rpc_latency.labels(name, code.name if code else "INTERNAL").observe(
+                time.perf_counter() - started
+            )
+            abort_with(context, name, exc)
+
+
+def _wrap(
+    handler: grpc.RpcMethodHandler[Any, Any],
+    check: Callable[[grpc.ServicerContext], Caller],
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """`handler` with `check` run before its behaviour, the caller visible inside it only."""
+
+    def entered(context: grpc.ServicerContext) -> contextvars.Context:
+        caller = check(context)
+        scope = contextvars.copy_context()
+        scope.run(_CALLER.set, caller)
+        return scope
+
+    def unary(behaviour: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
+        def call(request: Any, context: grpc.ServicerContext) -> Any:
+            return entered(context).run(behaviour, request, context)
+
+        return call
+
+    def streaming(behaviour: Callable[[Any, grpc.ServicerContext], Iterator[Any]]) -> Any:
+        def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            scope = entered(context)
+            responses = scope.run(lambda: iter(behaviour(request, context)))
+            # Each step runs in the call's scope, so the caller never leaks into whatever
+            # the pool thread serves next, even when the client walks away mid-stream.
+            try:
+                while True:
+                    try:
+                        item = scope.run(next, responses)
+                    except StopIteration:
+                        return
+                    yield item
+            finally:
+                close = getattr(responses, "close", None)
+                if callable(close):
+                    scope.run(close)
+
+        return call
+
+    options = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **options)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), **options)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **options)
+    assert handler.stream_stream is not None
+    return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), **options)
