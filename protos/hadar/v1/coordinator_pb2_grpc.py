@@ -66,7 +66,9 @@ class CoordinatorServicer:
 
     def RegisterWorker(self, request, context):
         """Joins (or rejoins) the cluster. Upserts the node and its GPUs; the answer says which of
-        the tasks the worker still runs the master wants kept.
+        the tasks the worker still runs the master wants kept. An UNREACHABLE node becomes READY
+        again; a draining or drained one stays so. Tasks the master placed there that the worker
+        no longer reports lose their placement. Safe to repeat.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -80,21 +82,25 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReportProgress(self, request, context):
-        """Progress of running tasks, batched. Reports from stale leases are ignored.
+        """Progress of running tasks, batched. Reports from stale leases are ignored and acknowledged
+        as stale. A job whose reported iterations reach its total is marked COMPLETED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def TaskExited(self, request, context):
-        """A task's processes have all exited.
+        """A task's processes have all exited. Decides what happens to the job (completed, retried or
+        failed, waiting for its next placement); a report for a stale lease is ignored
+        (accepted = false).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ReportProfile(self, request, context):
-        """Throughputs measured by `hadar-worker profile`.
+        """Throughputs measured by `hadar-worker profile`, stored as the throughput model's profile
+        entries; they never replace throughputs measured from running jobs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -116,26 +116,35 @@ class HadarServicer:
     """Missing associated documentation comment in .proto file."""
 
     def SubmitJob(self, request, context):
-        """Accepts a job; INVALID_ARGUMENT names the first bad field.
+        """Accepts a job for the caller. INVALID_ARGUMENT names the first bad field (also in the
+        `x-hadar-field` trailer); RESOURCE_EXHAUSTED when the user submits faster than allowed
+        (`x-hadar-retry-after-s` trailer says when to retry) or has too many jobs waiting;
+        FAILED_PRECONDITION while the master shuts down.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One job, with its current tasks and the modelled throughput on each GPU type of the
+        cluster it may use. NOT_FOUND for an unknown id.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Jobs of all users, filtered and paged in id order. INVALID_ARGUMENT for a page_size above
+        the maximum, a page_token not from a previous response, or an unknown state.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CancelJob(self, request, context):
-        """Cancels a job the caller owns (admins: any job). Idempotent on terminal jobs.
+        """Cancels a job the caller owns (admins: any job) and stops its tasks without a checkpoint.
+        Idempotent on terminal jobs. NOT_FOUND for an unknown id; PERMISSION_DENIED for another
+        user's job.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -149,40 +158,48 @@ class HadarServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamLogs(self, request, context):
-        """Streams a job's output, relayed from its workers.
+        """Streams a job's output, relayed from its workers: its current tasks, or those of its last
+        placement when none runs (nothing for a job never placed). UNAVAILABLE when a worker
+        cannot be reached.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListNodes(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every registered node, by name, with its GPUs and the jobs using each.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DrainNode(self, request, context):
-        """Admin: stop placing new tasks on a node; running tasks finish their lease.
+        """Admin: stop placing new tasks on a node; running tasks finish their lease. The node goes
+        straight to DRAINED when it runs nothing. Idempotent; FAILED_PRECONDITION for an
+        UNREACHABLE node.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ResumeNode(self, request, context):
-        """Admin: make a drained node schedulable again.
+        """Admin: make a drained node schedulable again. Idempotent; FAILED_PRECONDITION for an
+        UNREACHABLE node (it becomes READY when its worker registers again).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetClusterStatus(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A summary of the cluster: GPUs per type by availability, jobs per state, the scheduling
+        policy and the last and next rounds.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListWorkloads(self, request, context):
-        """Built-in workloads the registered workers can run.
+        """Built-in workloads the registered workers can run (unreachable nodes not counted).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -196,20 +213,26 @@ class HadarServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateToken(self, request, context):
-        """Admin: token management. The plaintext token is returned once and stored hashed.
+        """Issues an API token. Anyone may issue a non-admin token for themselves; a token for
+        another user or with admin rights needs an admin (PERMISSION_DENIED otherwise). The
+        plaintext token is returned once and stored hashed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListTokens(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Token metadata (never the plaintext), revoked tokens included, oldest first. Non-admins
+        see only their own tokens (PERMISSION_DENIED when asking for another user's).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RevokeToken(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Revokes a token by its public id; its owner or an admin may. Idempotent: revoking again
+        keeps the first revocation time. NOT_FOUND for an unknown id. Takes effect at once.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

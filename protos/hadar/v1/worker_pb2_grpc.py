@@ -63,28 +63,34 @@ class WorkerServicer:
     def ApplyAssignments(self, request, context):
         """Applies one round's decisions for this node. Idempotent: each entry is keyed by job and
         lease, and resending a round changes nothing. An entry older than a lease already
-        applied for the same job is refused (fencing).
+        applied for the same job is refused (fencing). INVALID_ARGUMENT when an entry has no
+        job_id or lease.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def StopTask(self, request, context):
-        """Stops one task now (cancel, or a reconciliation outside a round).
+        """Stops one task now (cancel, or a reconciliation outside a round). Idempotent.
+        INVALID_ARGUMENT when job_id is 0 or grace_s is negative.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def StreamTaskLogs(self, request, context):
-        """Streams a task's output from its log files.
+        """Streams a task's output from its log files: the job's task with the newest lease on this
+        node, running or exited. NOT_FOUND when the job has no task here, or when the requested
+        rank has no log and the task has ended.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetWorkerStatus(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The worker's own view: its GPUs, the tasks it supervises and whether it reaches the
+        master. For diagnostics; scheduling rounds do not use it.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
