@@ -13,7 +13,9 @@ utility gains sum highest within its idle GPUs (a copy uses the job's full GPU c
 that one server, so GPUs a set leaves over stay idle; a job has at most one copy per
 server, and only jobs whose first copy sits on one server are forked, since each copy
 must be one server's group).
-A job that Hadar left waiting may also start there as its first copy. The gain of a copy
+A job that Hadar left waiting may also start there as its first copy. Shareable jobs
+still waiting once every idle GPU is used may share a placed job's GPUs by SJF-BSBF's
+best-sharing-benefit rule (see :mod:`master.scheduling.policies.sjf_bsbf`). The gain of a copy
 of speed ``r`` for a job already at combined speed ``S`` is
 ``w * round_s / remaining * (e * (S + r) - S_now)`` where ``S_now`` is ``S`` for a job
 with one copy and ``e * S`` with several; a copy is only added when that gain is positive.
@@ -30,8 +32,10 @@ from master.scheduling.policies._speeds import (
     allowed_types,
     job_rate,
     keep_pinned,
+    remaining_seconds,
 )
 from master.scheduling.policies.hadar import Decision, PrimalDual
+from master.scheduling.policies.sjf_bsbf import Sharing, SjfBsbfPolicy, residents_of
 from master.scheduling.rates import copy_throughput
 from master.scheduling.views import JobView, Snapshot
 
@@ -66,6 +70,8 @@ class HadarEPolicy:
         per_type_bounds: bool = False,
         fork_in_pass: bool = False,
         max_copies: int = 16,
+        share: bool = True,
+        assumed_pair_slowdown: float = 0.0,
     ) -> None:
         if not 0 < copy_efficiency <= 1:
             raise ValueError(f"copy_efficiency must be in (0, 1], got {copy_efficiency}")
@@ -82,6 +88,8 @@ class HadarEPolicy:
         )
         self.copy_efficiency = copy_efficiency
         self.last_decisions: dict[int, Decision] = {}
+        self._sharer = SjfBsbfPolicy(assumed_pair_slowdown=assumed_pair_slowdown) if share else None
+        self.last_sharing: list[Sharing] = []
 
     def _combined(self, rates: list[float]) -> float:
         if not rates:
@@ -138,7 +146,32 @@ class HadarEPolicy:
                 reasons.pop(job_id, None)
         for job_id, alloc in placed.items():
             allocations.setdefault(job_id, alloc)
+        self.last_sharing = []
+        if self._sharer is not None:
+            self._share(snapshot, allocations, reasons)
         return Plan(allocations, reasons)
+
+    def _share(
+        self, snapshot: Snapshot, allocations: dict[int, Allocation], reasons: dict[int, str]
+    ) -> None:
+        """Let shareable jobs still waiting share a placed job's GPUs, shortest first, when
+        SJF-BSBF's rule says the pair's average JCT is lower co-located than one after the
+        other (the sharer runs a sub-batch with gradient accumulation)."""
+        assert self._sharer is not None
+        jobs = {job.id: job for job in snapshot.jobs}
+        residents = residents_of(self._sharer, snapshot, jobs, allocations)
+        waiting = sorted(
+            (jobs[j] for j in reasons if jobs[j].shareable),
+            key=lambda j: (remaining_seconds(snapshot, j), j.arrival_time, j.id),
+        )
+        for job in waiting:
+            sharing = self._sharer.best_partner(snapshot, job, residents)
+            if sharing is None:
+                continue
+            self._sharer.pair(snapshot, allocations, jobs, sharing)
+            residents.shared.add(sharing.partner)
+            reasons.pop(job.id, None)
+            self.last_sharing.append(sharing)
 
     def _fill(self, snapshot: Snapshot, free: FreeGpus, forkable: dict[int, _Forked]) -> None:
         """Give every server's idle GPUs to the copies that together gain most.
@@ -241,6 +274,8 @@ def make(
     per_type_bounds: bool = False,
     fork_in_pass: bool = False,
     max_copies: int = 16,
+    share: bool = True,
+    assumed_pair_slowdown: float = 0.0,
 ) -> HadarEPolicy:
     return HadarEPolicy(
         floor_fraction=floor_fraction,
@@ -253,4 +288,6 @@ def make(
         per_type_bounds=per_type_bounds,
         fork_in_pass=fork_in_pass,
         max_copies=max_copies,
+        share=share,
+        assumed_pair_slowdown=assumed_pair_slowdown,
     )

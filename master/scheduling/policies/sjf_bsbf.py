@@ -191,7 +191,7 @@ class SjfBsbfPolicy:
             (j for j in snapshot.jobs if j.id not in allocations),
             key=lambda j: (remaining_seconds(snapshot, j), j.arrival_time, j.id),
         )
-        residents = _Residents(self, snapshot)
+        residents = Residents(self, snapshot)
         for job_id, alloc in allocations.items():
             residents.add(jobs[job_id], alloc)
         for job in waiting:
@@ -203,35 +203,45 @@ class SjfBsbfPolicy:
                 allocations[job.id] = allocation_on(snapshot, job, slots)
                 residents.add(job, allocations[job.id])
                 continue
-            sharing = self._best_partner(snapshot, job, residents)
+            sharing = self.best_partner(snapshot, job, residents)
             if sharing is None:
                 reasons[job.id] = (
                     "waiting: no free GPUs, and sharing with no running job would lower the "
                     "pair's average JCT (sjf-bsbf)"
                 )
                 continue
-            partner_alloc = allocations[sharing.partner]
-            partner = jobs[sharing.partner]
-            allocations[sharing.partner] = Allocation(
-                copies=partner_alloc.copies,
-                batch_shares=partner_alloc.batch_shares,
-                accumulation_steps=partner_alloc.accumulation_steps,
-                shared_with=job.id,
-            )
-            allocations[job.id] = allocation_on(
-                snapshot,
-                job,
-                partner_alloc.slots,
-                accumulation_steps=sharing.accumulation_steps,
-                shared_with=partner.id,
-            )
+            self.pair(snapshot, allocations, jobs, sharing)
             self.last_sharing.append(sharing)
-            residents.shared.add(partner.id)
+            residents.shared.add(sharing.partner)
         return Plan(allocations, reasons)
 
-    def _best_partner(
-        self, snapshot: Snapshot, job: JobView, residents: _Residents
+    @staticmethod
+    def pair(
+        snapshot: Snapshot,
+        allocations: dict[int, Allocation],
+        jobs: Mapping[int, JobView],
+        sharing: Sharing,
+    ) -> None:
+        """Co-locate ``sharing.job`` on its partner's GPUs, with its accumulation steps."""
+        partner_alloc = allocations[sharing.partner]
+        allocations[sharing.partner] = Allocation(
+            copies=partner_alloc.copies,
+            batch_shares=partner_alloc.batch_shares,
+            accumulation_steps=partner_alloc.accumulation_steps,
+            shared_with=sharing.job,
+        )
+        allocations[sharing.job] = allocation_on(
+            snapshot,
+            jobs[sharing.job],
+            partner_alloc.slots,
+            accumulation_steps=sharing.accumulation_steps,
+            shared_with=sharing.partner,
+        )
+
+    def best_partner(
+        self, snapshot: Snapshot, job: JobView, residents: Residents
     ) -> Sharing | None:
+        """The resident whose pairing with ``job`` lowers the pair's average JCT most."""
         if not job.shareable:
             return None
         model = snapshot.throughput
@@ -282,7 +292,7 @@ class _Resident:
     consolidated: bool
 
 
-class _Residents:
+class Residents:
     """Jobs that could host a sharer, by (GPU count, GPU type); built once per round."""
 
     def __init__(self, policy: SjfBsbfPolicy, snapshot: Snapshot) -> None:
@@ -327,3 +337,18 @@ def make(
         state_fraction=state_fraction,
         assumed_pair_slowdown=assumed_pair_slowdown,
     )
+
+
+def residents_of(
+    policy: SjfBsbfPolicy,
+    snapshot: Snapshot,
+    jobs: Mapping[int, JobView],
+    allocations: Mapping[int, Allocation],
+) -> Residents:
+    """The jobs of ``allocations`` that could host a sharer (shared ones marked taken)."""
+    residents = Residents(policy, snapshot)
+    for job_id, alloc in allocations.items():
+        residents.add(jobs[job_id], alloc)
+        if alloc.shared_with is not None:
+            residents.shared.add(job_id)
+    return residents

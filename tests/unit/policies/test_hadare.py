@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from master.scheduling.policies.hadare import HadarEPolicy
+from master.scheduling.views import Snapshot
 from master.sim.engine import SimConfig, simulate
 from master.sim.trace import TraceJob
-from tests.unit.policies.builders import job, model, snapshot
+from tests.unit.policies.builders import SPEEDS, job, model, snapshot
 
 
 def test_idle_servers_get_copies_each_on_its_own_server() -> None:
@@ -84,3 +85,49 @@ def test_a_server_goes_to_the_copies_that_gain_most_in_total_not_per_gpu() -> No
     # Only the three GPUs beside the one-GPU job, which nothing else fits, stay idle.
     assert {s.node for s in four.slots}.isdisjoint({s.node for s in one.slots})
     assert one.num_gpus + four.num_gpus == 9
+
+
+def _pair_on_one_v100(pair_speed: float, *, shareable: bool = True) -> Snapshot:
+    v100 = SPEEDS["vision"]["v100"]
+    pairs = {("vision", "vision", "v100", 1): (v100 * pair_speed, v100 * pair_speed)}
+    jobs = [
+        job(1, total_iterations=v100 * 36_000, shareable=shareable),  # 10 h alone
+        job(2, total_iterations=v100 * 36_000, shareable=True),
+    ]
+    return snapshot({"v100": 1}, jobs, throughput=model(pairs))
+
+
+def test_a_waiting_job_shares_when_co_location_lowers_the_pairs_jct() -> None:
+    """One v100 and two 10-hour jobs slowed 1.25x together (both done in 12.5 h, against
+    10 h and 20 h one after the other): the job the Hadar pass leaves waiting shares the
+    other's GPU (mutual links, same GPU)."""
+    snap = _pair_on_one_v100(0.8)
+    policy = HadarEPolicy()
+    plan = policy.plan(snap, 0.0)
+    assert plan.violations(snap) == []
+    first, second = plan.get(1), plan.get(2)
+    assert first is not None and second is not None
+    assert first.shared_with == 2 and second.shared_with == 1
+    assert first.slots == second.slots
+    (decision,) = policy.last_sharing
+    assert decision.paired < decision.sequential
+    assert {decision.job, decision.partner} == {1, 2}
+    sharer = plan.get(decision.job)
+    assert sharer is not None and sharer.accumulation_steps == decision.accumulation_steps
+
+
+@pytest.mark.parametrize(
+    ("pair_speed", "shareable", "share"),
+    [(0.5, True, True), (0.8, False, True), (0.8, True, False)],
+    ids=["sequential-is-better", "not-shareable", "sharing-off"],
+)
+def test_a_waiting_job_does_not_share_otherwise(
+    pair_speed: float, shareable: bool, share: bool
+) -> None:
+    """A 2x slowdown for both (20 h each, against 10 h and 20 h in turn), a job that is
+    not shareable, or sharing turned off: one job runs alone and the other waits."""
+    snap = _pair_on_one_v100(pair_speed, shareable=shareable)
+    plan = HadarEPolicy(share=share).plan(snap, 0.0)
+    assert len(plan.allocations) == 1
+    (alloc,) = plan.allocations.values()
+    assert alloc.shared_with is None
