@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import structlog
 
 from master.dispatch import Dispatcher
-from master.errors import FailedPreconditionError, PermissionDeniedError
+from master.errors import PermissionDeniedError, UnavailableError
 from master.lifecycle import (
     StopOrder,
     fail_attempt,
@@ -130,7 +130,12 @@ class JobManager:
         self, caller: Caller, spec: common_pb2.JobSpec, idempotency_key: str = ""
     ) -> tuple[Job, bool]:
         if not self._accepting:
-            raise FailedPreconditionError("the master is shutting down; submit again shortly")
+            # UNAVAILABLE, not FAILED_PRECONDITION: nothing is wrong with the request, and
+            # clients retry UNAVAILABLE: a resend that outlasts the restart is accepted.
+            raise UnavailableError(
+                "the master is shutting down and accepts no new jobs (nothing was stored); "
+                "submit again when it is back up"
+            )
         key = validate_idempotency_key(idempotency_key)
         facts = self._facts()
         validated = validate_spec(spec, facts)
