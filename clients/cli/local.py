@@ -86,7 +86,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "demo",
         help="run a mix of built-in workloads on a fresh local cluster",
         description="Start a local cluster, submit a mix of built-in workloads (several "
-        "models, 1 to 4 GPUs, a shareable pair), show the queue until all complete, print a "
+        "models, 1 to 4 GPUs, most of them shareable), show the queue until all complete, print a "
         "summary and stop the cluster.",
         epilog="example:\n  hctl local demo --policy gavel",
         formatter_class=argparse.RawDescriptionHelpFormatter,
