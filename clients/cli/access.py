@@ -1,4 +1,4 @@
-"""Identity and API tokens: whoami, token create/list/revoke."""
+"""Identity and API tokens: whoami, admin token create/list/revoke (``token`` for short)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,31 @@ def _run_whoami(args: argparse.Namespace, ctx: Context) -> int:
     return ExitCode.OK
 
 
-# -- token ------------------------------------------------------------------------------------
+# -- admin token ------------------------------------------------------------------------------
+
+TOKEN_HELP = "API tokens: create, list and revoke your own; admins manage everyone's"
+TOKEN_EXAMPLES = (
+    "examples:\n"
+    "  hctl admin token create alice --description laptop\n"
+    "  hctl admin token list --user alice\n"
+    "  hctl admin token revoke 3f2a9c1e"
+)
+
+
+def _configure_admin(parser: argparse.ArgumentParser) -> None:
+    areas = parser.add_subparsers(dest="admin_area", metavar="AREA", required=True)
+    token = areas.add_parser(
+        "token",
+        help=TOKEN_HELP,
+        description=f"{TOKEN_HELP}. `hctl token ...` is the same command, for short.",
+        epilog=TOKEN_EXAMPLES,
+        formatter_class=parser.formatter_class,
+    )
+    _configure_token(token)
+
+
+def _run_admin(args: argparse.Namespace, ctx: Context) -> int:
+    return _run_token(args, ctx)
 
 
 def _configure_token(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +85,7 @@ def _configure_token(parser: argparse.ArgumentParser) -> None:
         help="create a token for a user; the plaintext is printed once",
         description="Create an API token. The plaintext token is printed once on stdout; "
         "only its hash is stored.",
-        epilog='example:\n  hctl token create alice --description "alice laptop"',
+        epilog='example:\n  hctl admin token create alice --description "alice laptop"',
         formatter_class=parser.formatter_class,
     )
     create.add_argument("user", metavar="USER", help="the token's user")
@@ -73,7 +97,7 @@ def _configure_token(parser: argparse.ArgumentParser) -> None:
         help="list tokens (never their plaintext)",
         description="List API tokens: id, user, role, creation and last use, whether revoked. "
         "Users see their own tokens, admins everyone's.",
-        epilog="examples:\n  hctl token list\n  hctl token list --user alice --json",
+        epilog="examples:\n  hctl admin token list\n  hctl admin token list --user alice --json",
         formatter_class=parser.formatter_class,
     )
     listing.add_argument("-u", "--user", help="only this user's tokens")
@@ -82,10 +106,10 @@ def _configure_token(parser: argparse.ArgumentParser) -> None:
         "revoke",
         help="revoke a token by its id",
         description="Revoke a token: the master refuses it from now on.",
-        epilog="example:\n  hctl token revoke 3f2a9c1e",
+        epilog="example:\n  hctl admin token revoke 3f2a9c1e",
         formatter_class=parser.formatter_class,
     )
-    revoke.add_argument("id", metavar="ID", help="token id from `hctl token list`")
+    revoke.add_argument("id", metavar="ID", help="token id from `hctl admin token list`")
 
 
 def _run_token(args: argparse.Namespace, ctx: Context) -> int:
@@ -130,7 +154,9 @@ def _run_token(args: argparse.Namespace, ctx: Context) -> int:
             info = client.revoke_token(args.id)
     except NotFound:
         raise CliError(
-            f"token {args.id} not found", ExitCode.NOT_FOUND, "list tokens with `hctl token list`"
+            f"token {args.id} not found",
+            ExitCode.NOT_FOUND,
+            "list tokens with `hctl admin token list`",
         ) from None
     ctx.say(f"revoked token {info.id} of {info.user}")
     return ExitCode.OK
@@ -145,13 +171,20 @@ COMMANDS = [
         epilog="examples:\n  hctl whoami\n  hctl whoami --json",
     ),
     Command(
+        "admin",
+        "Admin: API tokens (create, list, revoke; your own, or everyone's for admins)",
+        _configure_admin,
+        _run_admin,
+        epilog=TOKEN_EXAMPLES,
+    ),
+    # The short form, kept for scripts written against it; not listed in --help or the docs.
+    Command(
         "token",
-        "API tokens: create and revoke (admins), list (your own, or everyone's for admins)",
+        TOKEN_HELP,
         _configure_token,
         _run_token,
-        epilog="examples:\n"
-        "  hctl token create alice --description laptop\n"
-        "  hctl token list --user alice\n"
-        "  hctl token revoke 3f2a9c1e",
+        description=f"{TOKEN_HELP}. The short form of `hctl admin token`.",
+        epilog=TOKEN_EXAMPLES,
+        listed=False,
     ),
 ]

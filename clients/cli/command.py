@@ -85,6 +85,9 @@ class Command:
     # part of the system (the simulator's policies, say) are only named there, so that part
     # can change without making this reference stale.
     full_reference: bool = True
+    # Whether `hctl --help`, docs/cli.md and shell completion show it. An unlisted command
+    # still runs: it keeps an older spelling working for scripts (`hctl token`).
+    listed: bool = True
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """``hctl completion bash|zsh``: shell completion scripts generated from the parser itself.
 
-The script knows every subcommand (nested ones such as ``token create`` too), their options,
-which options take a value, and the values some of them accept, so it cannot go stale: it is
-regenerated from whatever ``hctl`` is installed.
+The script knows every listed subcommand (nested ones such as ``admin token create`` too),
+their options, which options take a value, and the values some of them accept, so it cannot go
+stale: it is regenerated from whatever ``hctl`` is installed.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ def command_tree(parser: argparse.ArgumentParser) -> CommandNode:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
+                command = sub.get_default("_command")
+                if isinstance(command, Command) and not command.listed:
+                    continue
                 node.subcommands[name] = command_tree(sub)
             continue
         choices = tuple(str(c) for c in (action.choices or ()))

@@ -51,6 +51,8 @@ def _subparsers(parser: argparse.ArgumentParser) -> Iterable[tuple[str, argparse
 
 def _help_sections(parser: argparse.ArgumentParser) -> Iterable[tuple[str, str]]:
     command = parser.get_default("_command")
+    if isinstance(command, Command) and not command.listed:
+        return
     if isinstance(command, Command) and not command.full_reference:
         yield (
             parser.prog,

@@ -16,7 +16,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from functools import partial
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from clients.cli.command import CliError, Command, Context, ExitCode
 from clients.config import ConfigError, config_path
@@ -147,13 +147,15 @@ def build_parser(
     add_global_options(parser, suppress_defaults=False)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for command in load_commands():
+        # Without `help`, argparse leaves a subcommand out of the list in --help.
+        listing: dict[str, Any] = {"help": command.help} if command.listed else {}
         sub = subparsers.add_parser(
             command.name,
             aliases=list(command.aliases),
-            help=command.help,
             description=command.description or command.help,
             epilog=command.epilog or None,
             formatter_class=formatter,
+            **listing,
         )
         sub.set_defaults(_command=command)
         if all_commands if selected is None else selected in (command.name, *command.aliases):
@@ -165,7 +167,7 @@ def build_parser(
 
 def _add_global_options_everywhere(parser: argparse.ArgumentParser) -> None:
     add_global_options(parser, suppress_defaults=True)
-    for action in parser._actions:  # nested subcommands, e.g. `token create`
+    for action in parser._actions:  # nested subcommands, e.g. `admin token create`
         if isinstance(action, argparse._SubParsersAction):
             # Aliases map to the same parser object: visit each once.
             for sub in {id(p): p for p in action.choices.values()}.values():

@@ -153,8 +153,8 @@ OUTPUTS: dict[str, Obj] = {
         master=Scalar("string"),
         token_source=Scalar("string"),
     ),
-    "token list": obj("TokenListOutput", tokens=ListOf(shape_of(model.TokenInfo))),
-    "token create": obj("TokenCreateOutput", token=Scalar("string"), info=model.TokenInfo),
+    "admin token list": obj("TokenListOutput", tokens=ListOf(shape_of(model.TokenInfo))),
+    "admin token create": obj("TokenCreateOutput", token=Scalar("string"), info=model.TokenInfo),
     "submit": obj("SubmitOutput", job=model.Job),
 }
 

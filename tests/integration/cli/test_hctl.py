@@ -102,8 +102,8 @@ def test_json_outputs_match_their_documented_shapes(hctl: Hctl, cluster: Cluster
         "status": hctl("status", "--json"),
         "workloads": hctl("workloads", "--json"),
         "whoami": hctl("whoami", "--json"),
-        "token list": hctl("token", "list", "--json", user="root"),
-        "token create": hctl("token", "create", "carol", "--json", user="root"),
+        "admin token list": hctl("admin", "token", "list", "--json", user="root"),
+        "admin token create": hctl("admin", "token", "create", "carol", "--json", user="root"),
         "submit": hctl("submit", "--workload", "resnet", "--iterations", "9", "--json"),
     }
     documents = {}
@@ -131,8 +131,8 @@ def test_json_outputs_match_their_documented_shapes(hctl: Hctl, cluster: Cluster
         "master": cluster.address,
         "token_source": "argument",
     }
-    assert documents["token create"]["token"]
-    assert documents["token create"]["info"]["user"] == "carol"
+    assert documents["admin token create"]["token"]
+    assert documents["admin token create"]["info"]["user"] == "carol"
 
 
 def test_wait_exit_codes_tell_how_the_job_ended(hctl: Hctl, cluster: Cluster):
@@ -236,26 +236,30 @@ def test_admin_commands_and_permissions(hctl: Hctl, cluster: Cluster):
         ["gpu-b", "1", "k80"],
     ]
 
-    own = hctl("token", "list")
+    own = hctl("admin", "token", "list")
     assert own.code == 0
     assert [line.split()[1] for line in own.lines()[1:]] == ["alice"]
-    assert hctl("token", "create", "mallory", user="alice").code == ExitCode.PERMISSION_DENIED
-    created = hctl("token", "create", "dave", "--description", "laptop", user="root")
+    denied = hctl("admin", "token", "create", "mallory", user="alice")
+    assert denied.code == ExitCode.PERMISSION_DENIED
+    created = hctl("admin", "token", "create", "dave", "--description", "laptop", user="root")
     assert created.code == 0
     token = created.out.strip()
     assert "shown once" in created.err
+    # `hctl token` is the short form of `hctl admin token`.
     listed = hctl("token", "list", "--user", "dave", "--json", user="root")
     (info,) = json.loads(listed.out)["tokens"]
     assert (info["user"], info["description"], info["revoked"]) == ("dave", "laptop", False)
 
     cluster.tokens["dave"] = token
     assert hctl("whoami", user="dave").out.startswith("dave (user) at ")
-    assert hctl("token", "revoke", info["id"], user="root").code == 0
+    assert hctl("admin", "token", "revoke", info["id"], user="root").code == 0
     cluster.master.auth.forget()  # revocation is immediate on the next check
     refused = hctl("whoami", user="dave")
     assert refused.code == ExitCode.PERMISSION_DENIED
     assert refused.err.startswith("error: the master did not accept your credentials")
-    assert hctl("token", "revoke", "nope", user="root").code == ExitCode.NOT_FOUND
+    unknown = hctl("admin", "token", "revoke", "nope", user="root")
+    assert unknown.code == ExitCode.NOT_FOUND
+    assert "`hctl admin token list`" in unknown.err
 
 
 def test_status_and_workloads_read_like_the_cluster(hctl: Hctl, cluster: Cluster):

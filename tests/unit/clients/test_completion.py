@@ -38,7 +38,8 @@ def test_command_names_complete(script):
     """`hctl qu<TAB>` offers queue; `hctl <TAB>` offers every command."""
     assert complete(script, ["hctl", "qu"]) == ["queue"]
     everything = complete(script, ["hctl", ""])
-    assert {"submit", "queue", "show", "token", "completion"} <= set(everything)
+    assert {"submit", "queue", "show", "admin", "completion"} <= set(everything)
+    assert "token" not in everything  # the unlisted short form of `admin token`
 
 
 def test_options_of_the_current_command_complete_past_global_options(script):
@@ -48,8 +49,11 @@ def test_options_of_the_current_command_complete_past_global_options(script):
 
 
 def test_nested_commands_and_values_complete(script):
-    """`token cr` completes to create; `queue -t` offers the states; completion its shells."""
-    assert complete(script, ["hctl", "token", "cr"]) == ["create"]
+    """`admin token cr` completes to create; `queue -t` offers the states; completion its
+    shells."""
+    assert complete(script, ["hctl", "admin", ""]) == ["token"]
+    assert complete(script, ["hctl", "admin", "token", "cr"]) == ["create"]
+    assert "--admin" in complete(script, ["hctl", "admin", "token", "create", "--ad"])
     assert "preempted" in complete(script, ["hctl", "queue", "-t", ""])
     assert complete(script, ["hctl", "completion", ""]) == ["bash", "zsh"]
 

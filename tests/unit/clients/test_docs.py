@@ -35,7 +35,9 @@ def test_reference_lists_every_command_exit_code_and_json_shape():
         "resume",
         "workloads",
         "whoami",
-        "token create",
+        "admin token create",
+        "admin token list",
+        "admin token revoke",
         "completion",
     ):
         assert f"#### `hctl {command}`" in text

@@ -78,8 +78,10 @@ def test_global_options_work_before_and_after_the_command():
     assert (before.master, before.rpc_timeout) == ("m:1", 3.0)
     after = parse("queue", "--master", "m:2", "--token", "t")
     assert (after.master, after.token) == ("m:2", "t")
-    nested = parse("token", "list", "--master", "m:3")
+    nested = parse("admin", "token", "list", "--master", "m:3")
     assert nested.master == "m:3"
+    short = parse("token", "list", "--master", "m:4")
+    assert short.master == "m:4"
     wait = parse("--timeout", "4", "wait", "7", "--timeout", "60")
     assert (wait.rpc_timeout, wait.wait_timeout, wait.job) == (4.0, 60.0, 7)
 
