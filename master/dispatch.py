@@ -79,7 +79,7 @@ class Dispatcher:
         return job.spec.checkpoint_dir or f"{self._settings.checkpoint_dir}/job-{job.id}"
 
     def _expiry(self, now: datetime) -> datetime:
-        return now + timedelta(seconds=self._settings.round_seconds * self._settings.lease_rounds)
+        return now + timedelta(seconds=self._settings.lease_s)
 
     def start(
         self,

@@ -347,7 +347,20 @@ class JobManager:
             if task is None or task.node != report.node:
                 return False, []
             if not task.active:
-                return self._late_completion(uow, task, report, now), []
+                if self._late_completion(uow, task, report, now):
+                    return True, []
+                if task.state is TaskState.LOST and report.message:
+                    # Ignored, but why it ended (its lease ran out) belongs in the history.
+                    first = report.message.strip().splitlines()[0]
+                    uow.jobs.note(
+                        task.job_id,
+                        kind="late_exit",
+                        reason=f"task on {report.node} in lease {task.lease}, written off "
+                        f"earlier, ended ({report.kind.value.lower()}): {first}",
+                        at=now,
+                        set_reason=False,
+                    )
+                return False, []
             was_stopping = task.state is TaskState.STOPPING
             uow.tasks.set_state(
                 task.id,

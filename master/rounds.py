@@ -76,6 +76,28 @@ def keep_non_preemptible(inp: RoundInput, plan: Plan) -> Plan:
     return Plan(allocations, reasons)
 
 
+def hold_lost_leases(inp: RoundInput, plan: Plan) -> Plan:
+    """A preemptible job whose lease may still run on a lost node is not placed elsewhere
+    until that lease is over (its worker stops the task then): it never runs twice.
+
+    Opaque commands are exempt: their workers run them to completion whatever the lease,
+    so waiting would not make them safe."""
+    allocations = dict(plan.allocations)
+    reasons = dict(plan.reasons)
+    for job_id, lost in inp.lost.items():
+        job = inp.jobs.get(job_id)
+        if job is None or not job.spec.preemptible or job_id in inp.current:
+            continue
+        allocations.pop(job_id, None)
+        reasons[job_id] = (
+            f"waiting: lease {lost.lease} on {lost.node} (lost) ends at "
+            f"{lost.ends_at.astimezone(UTC):%H:%M:%S} UTC"
+        )
+    if reasons == dict(plan.reasons):
+        return plan
+    return Plan(allocations, reasons)
+
+
 def split_tasks(
     alloc: Allocation, snapshot: Snapshot
 ) -> list[tuple[int, str, str, list[int], list[int], int]]:
@@ -131,16 +153,22 @@ class RoundRunner:
     def policy_name(self) -> str:
         return self._policy.name
 
-    def run(self) -> RoundResult:
-        """Run one round now (waits for a round in progress to finish first)."""
+    def run(self, now: datetime | None = None) -> RoundResult:
+        """Run one round now (waits for a round in progress to finish first). `now`, the
+        round's time (for tests), is the clock's by default."""
         with self._lock:
-            return self._run()
+            return self._run(now or datetime.now(UTC))
 
-    def _run(self) -> RoundResult:
+    def _run(self, now: datetime) -> RoundResult:
         started = time.monotonic()
-        now = datetime.now(UTC)
         inp = self._tx.read(
-            lambda uow: read_round_input(uow, self._base_model, self._settings.round_seconds)
+            lambda uow: read_round_input(
+                uow,
+                self._base_model,
+                self._settings.round_seconds,
+                lost_hold_s=self._settings.lost_lease_hold_s,
+                now=now,
+            )
         )
         read_s = time.monotonic() - started
         plan = self._plan(inp, now)
@@ -209,7 +237,7 @@ class RoundRunner:
                 problems=problems[:10],
             )
             return keep
-        return keep_non_preemptible(inp, plan)
+        return hold_lost_leases(inp, keep_non_preemptible(inp, plan))
 
     def _persist(
         self,

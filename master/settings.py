@@ -56,7 +56,10 @@ class Settings:
     early_rounds: bool = True
     early_round_delay_s: float = 1.0
     # A lease lasts this many rounds unless extended; a worker keeps running its tasks that
-    # long while the master is away (a restart, an upgrade).
+    # long while the master is away (a restart, an upgrade), then stops its preemptible
+    # ones. A lost node's preemptible jobs start elsewhere only once their leases are over
+    # (lost_lease_hold_s): a longer lease survives a longer master outage, a shorter one
+    # recovers sooner from a lost worker.
     lease_rounds: int = 5
     min_migration_gain: float = 0.1
     # Gavel-format throughputs JSON used before measurements exist; empty: priors only.
@@ -103,6 +106,18 @@ class Settings:
     log_format: LogFormat = "auto"
     log_level: str = "info"
     grpc_threads: int = 16
+
+    @property
+    def lease_s(self) -> float:
+        """How long a lease lasts unless extended."""
+        return self.round_seconds * self.lease_rounds
+
+    @property
+    def lost_lease_hold_s(self) -> float:
+        """How long after a node is lost its preemptible tasks may still run: the lease
+        (sent at the latest as the node was lost), the worker's grace to stop them, and one
+        round of margin (clock differences, a round in flight as the node was lost)."""
+        return self.lease_s + self.grace_s + self.round_seconds
 
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.throughput import ThroughputModel
@@ -18,6 +19,16 @@ from store.states import GpuHealth, JobState, NodeState, TaskState
 PLACED_STATES = (TaskState.ASSIGNED, TaskState.STARTING, TaskState.RUNNING)
 
 
+@dataclass(frozen=True, slots=True)
+class LostLease:
+    """A lease that may still run on a lost node: its worker stops the task by `ends_at`."""
+
+    job_id: int
+    node: str
+    lease: int
+    ends_at: datetime
+
+
 @dataclass(frozen=True)
 class RoundInput:
     snapshot: Snapshot
@@ -25,6 +36,34 @@ class RoundInput:
     current: Mapping[int, Allocation]
     tasks: Mapping[int, tuple[Task, ...]]
     nodes: Mapping[str, Node]
+    # Per job, the last-ending lease on an unreachable node not yet over (see lost_leases).
+    lost: Mapping[int, LostLease] = field(default_factory=dict)
+
+
+def lost_leases(
+    uow: UnitOfWork, nodes: Iterable[Node], hold_s: float, now: datetime
+) -> dict[int, LostLease]:
+    """Leases that tasks on unreachable nodes may still be running under.
+
+    A worker that cannot hear from the master stops its preemptible tasks when their lease
+    ends, then kills them after the grace period. The master does not store when each
+    lease ends, but every lease it sent for a task ended at most `hold_s` (lease length,
+    grace and a margin) after the task was written off: nothing is sent for a LOST task.
+    """
+    if hold_s <= 0:
+        return {}
+    unreachable = [n.name for n in nodes if n.state is NodeState.UNREACHABLE]
+    held: dict[int, LostLease] = {}
+    for task in uow.tasks.lost_on_nodes(unreachable, now - timedelta(seconds=hold_s)):
+        if task.finished_at is None:
+            continue
+        ends = task.finished_at + timedelta(seconds=hold_s)
+        if ends <= now:
+            continue
+        known = held.get(task.job_id)
+        if known is None or ends > known.ends_at:
+            held[task.job_id] = LostLease(task.job_id, task.node, task.lease, ends)
+    return held
 
 
 def with_measurements(
@@ -89,14 +128,22 @@ def current_allocation(job: Job, tasks: Iterable[Task]) -> Allocation | None:
 
 
 def read_round_input(
-    uow: UnitOfWork, base_model: ThroughputModel, round_seconds: float
+    uow: UnitOfWork,
+    base_model: ThroughputModel,
+    round_seconds: float,
+    *,
+    lost_hold_s: float = 0.0,
+    now: datetime | None = None,
 ) -> RoundInput:
+    """The round's views. With `lost_hold_s` and `now`, also the leases that may still run
+    on lost nodes (:func:`lost_leases`)."""
     nodes = uow.nodes.all()
     jobs = uow.jobs.list_unfinished()
     tasks_by_job: dict[int, list[Task]] = defaultdict(list)
     for task in uow.tasks.active():
         tasks_by_job[task.job_id].append(task)
     model = with_measurements(base_model, uow.throughput.all())
+    lost = lost_leases(uow, nodes, lost_hold_s, now) if now is not None else {}
     current: dict[int, Allocation] = {}
     views: list[JobView] = []
     for job in jobs:
@@ -104,6 +151,9 @@ def read_round_input(
         if alloc is not None:
             current[job.id] = alloc
         spec = job.spec
+        if alloc is None and job.id in lost and spec.preemptible:
+            # Its lease may still run on a lost node: the policy does not see it this round.
+            continue
         views.append(
             JobView(
                 id=job.id,
@@ -137,4 +187,5 @@ def read_round_input(
         current=current,
         tasks={k: tuple(v) for k, v in tasks_by_job.items()},
         nodes={n.name: n for n in nodes},
+        lost=lost,
     )

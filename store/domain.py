@@ -120,6 +120,8 @@ class Task:
     acknowledged_at: datetime | None
     exit_kind: ExitKind | None
     exit_code: int | None
+    # When it exited or was written off (EXITED, LOST).
+    finished_at: datetime | None = None
 
     @property
     def active(self) -> bool:

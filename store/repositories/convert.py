@@ -149,6 +149,7 @@ def task(row: TaskRow) -> Task:
         acknowledged_at=row.acknowledged_at,
         exit_kind=ExitKind(row.exit_kind) if row.exit_kind else None,
         exit_code=row.exit_code,
+        finished_at=row.finished_at,
     )
 
 

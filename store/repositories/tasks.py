@@ -110,6 +110,21 @@ class TaskRepository:
         )
         return self._many(query)
 
+    def lost_on_nodes(self, nodes: Collection[str], since: datetime) -> list[Task]:
+        """Tasks on `nodes` written off (LOST) at or after `since`, newest first."""
+        if not nodes:
+            return []
+        query = (
+            select(TaskRow)
+            .where(
+                TaskRow.node_name.in_(list(nodes)),
+                TaskRow.state == TaskState.LOST.value,
+                TaskRow.finished_at >= since,
+            )
+            .order_by(TaskRow.finished_at.desc(), TaskRow.id)
+        )
+        return self._many(query)
+
     def for_job(self, job_id: int) -> list[Task]:
         """Every task the job ever had, oldest lease first."""
         query = select(TaskRow).where(TaskRow.job_id == job_id).order_by(TaskRow.id)

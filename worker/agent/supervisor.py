@@ -4,7 +4,15 @@ their progress files and turns their exits into exit reports.
 
 All methods are thread-safe; :meth:`Supervisor.poll` is called periodically (the agent's
 supervision thread) and does the time-driven work: reaping exits, escalating to SIGKILL,
-starting tasks that waited for an older lease of their job to stop.
+starting tasks that waited for an older lease of their job to stop, and stopping tasks
+whose lease ran out without renewal.
+
+Leases: every START and EXTEND carries the time its lease ends (``lease_expires_at``, Unix
+time on the master's clock). A preemptible task whose lease ends without a renewal (the
+master is down, or cannot reach this node) is stopped like a STOP would stop it: asked to
+checkpoint, killed after the grace period; its exit report says why. The master relies on
+this: it places a lost node's jobs elsewhere only after their leases (and grace) are over.
+Opaque commands are never preempted, so an expired lease does not stop them either.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
@@ -128,6 +137,8 @@ class Task:
     # Started by a previous agent and adopted: its processes are not our children, so
     # their exit statuses are unknown and the progress file's exit record says how it ended.
     adopted: bool = False
+    # Stopped by this worker because its lease ended without renewal.
+    lease_expired: bool = False
 
     @property
     def key(self) -> tuple[int, int]:
@@ -142,6 +153,13 @@ class Task:
 
     def alive(self) -> list[RankProcess]:
         return [p for p in self.processes if p.returncode is None]
+
+    def lease_ends_at(self) -> float | None:
+        """Unix time the lease ends unless renewed; None when the assignment set none."""
+        expires = self.assignment.lease_expires_at
+        if not self.assignment.HasField("lease_expires_at") or expires.ToNanoseconds() <= 0:
+            return None
+        return expires.ToNanoseconds() / 1e9
 
 
 class AssignmentRefusedError(Exception):
@@ -239,6 +257,9 @@ class Supervisor:
         if exited is not None:
             return APPLIED, f"already exited ({_kind_name(exited)})"
         current = self._current(a.job_id)
+        if current is not None and current.lease_expired:
+            # Too late: it is checkpointing. The master places the job again.
+            return STALE, f"{current.stop_reason}; the task is stopping"
         if current is None or current.phase in (Phase.STOPPING, Phase.EXITED):
             return FAILED, f"no running task of job {a.job_id} to extend"
         self._state.record_lease(a.job_id, a.lease)
@@ -549,6 +570,7 @@ class Supervisor:
 
     def poll(self) -> None:
         with self._lock:
+            self._expire_leases()
             now = self._clock.monotonic()
             for task in list(self._tasks.values()):
                 if task.phase == Phase.WAITING:
@@ -564,6 +586,24 @@ class Supervisor:
                     t.job_id == task.job_id and t.lease < task.lease for t in self._tasks.values()
                 ):
                     self._start_waiting(task)
+
+    def _expire_leases(self) -> None:
+        """Stops preemptible tasks whose lease has ended without renewal."""
+        wall = self._clock.time()
+        for task in list(self._tasks.values()):
+            if task.stop_requested or not task.preemptible:
+                continue
+            ends = task.lease_ends_at()
+            if ends is None or wall < ends:
+                continue
+            at = datetime.fromtimestamp(ends, UTC).isoformat(timespec="seconds")
+            task.lease_expired = True
+            self._request_stop(
+                task,
+                graceful=True,
+                grace_s=task.assignment.grace_s,
+                reason=f"lease {task.lease} expired at {at} without renewal from the master",
+            )
 
     def _start_waiting(self, task: Task) -> None:
         try:
@@ -645,6 +685,8 @@ class Supervisor:
             report.kind = common_pb2.EXIT_KIND_KILLED
             report.signal = signal.SIGTERM
             report.message = f"terminated on request without a checkpoint ({task.stop_reason})"
+        if task.lease_expired and not report.message:
+            report.message = f"stopped: {task.stop_reason}"
         self._tasks.pop(task.key, None)
         self._emit_exit(task, report)
 

@@ -3,9 +3,12 @@ completion, cancellation, lost nodes and master restarts."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import grpc
 import pytest
 
+from master.daemon import Master
 from protos.hadar.v1 import common_pb2, hadar_pb2, worker_pb2
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import wait_for
@@ -97,6 +100,57 @@ def test_cancel_while_running_stops_the_task(cluster: Cluster) -> None:
     assert again.state == common_pb2.JOB_STATE_CANCELLED
 
 
+def _lost(master: Master, api: Api, node: str) -> bool:
+    """Checks for lost nodes (the daemon's own periodic check may come first)."""
+    master.check_nodes(force=True)
+    nodes = {n.name: n.state for n in api.ListNodes(hadar_pb2.ListNodesRequest()).nodes}
+    return bool(nodes[node] == common_pb2.NODE_STATE_UNREACHABLE)
+
+
+def _past_lost_leases(master: Master) -> timedelta:
+    return timedelta(seconds=master.settings.lost_lease_hold_s + 1)
+
+
+def test_lost_nodes_job_starts_elsewhere_only_after_its_lease_is_over(cluster: Cluster) -> None:
+    """The lost node's worker may still run the job (a partition): it stops the task when
+    the lease ends unrenewed. Until then the job is not started anywhere else, and says why;
+    afterwards it is placed on the other node."""
+    master = cluster.master(heartbeat_timeout_s=2.0)
+    first = cluster.worker(master, "n1", num_gpus=2)
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in first.running_jobs(), what="START on n1")
+    start = next(a for a in first.applied if a.job_id == job.id)
+    second = cluster.worker(master, "n2", num_gpus=2)
+    second.start_heartbeats()
+    before = datetime.now(UTC)
+    wait_for(lambda: _lost(master, api, "n1"), what="node lost")
+    after = datetime.now(UTC)
+    hold = timedelta(seconds=master.settings.lost_lease_hold_s)
+    # Every lease sent ends within the hold: the lease, then the worker's grace.
+    sent_end = start.lease_expires_at.ToDatetime(tzinfo=UTC)
+    assert sent_end + timedelta(seconds=master.settings.grace_s) <= before + hold
+
+    for offset in (timedelta(0), hold - timedelta(seconds=1)):
+        result = master.rounds.run(now=before + offset)
+        assert result.started == ()
+        got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job
+        assert got.state == common_pb2.JOB_STATE_PREEMPTED
+        assert got.reason.startswith(f"waiting: lease {start.lease} on n1 (lost) ends at ")
+        seconds = range(-1, int((after - before).total_seconds()) + 2)
+        ends = {f"{before + hold + timedelta(seconds=s):%H:%M:%S} UTC" for s in seconds}
+        assert got.reason.split(" ends at ")[1] in ends
+    assert job.id not in second.running_jobs()
+    assert not any(a.job_id == job.id for a in second.applied)
+
+    result = master.rounds.run(now=after + hold + timedelta(seconds=1))
+    assert result.started == (job.id,)
+    wait_for(lambda: job.id in second.running_jobs(), what="START on n2")
+    restart = next(a for a in second.applied if a.job_id == job.id)
+    assert restart.lease > start.lease
+
+
 def test_lost_node_preempts_and_job_is_placed_elsewhere(cluster: Cluster) -> None:
     """A node silent past the timeout becomes UNREACHABLE, its job goes to PREEMPTED with
     the reason, the next round places it on another node with a higher lease, and the lost
@@ -113,8 +167,7 @@ def test_lost_node_preempts_and_job_is_placed_elsewhere(cluster: Cluster) -> Non
     second = cluster.worker(master, "n2", num_gpus=2)
     second.start_heartbeats()
     # n1 stays silent; n2 keeps beating.
-    lost = wait_for(lambda: master.check_nodes(force=True), what="node lost")
-    assert lost == ["n1"]
+    wait_for(lambda: _lost(master, api, "n1"), what="node lost")
     got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True))
     assert got.job.state == common_pb2.JOB_STATE_PREEMPTED
     assert got.job.reason == "node n1 lost"
@@ -122,7 +175,8 @@ def test_lost_node_preempts_and_job_is_placed_elsewhere(cluster: Cluster) -> Non
     nodes = {n.name: n for n in api.ListNodes(hadar_pb2.ListNodesRequest()).nodes}
     assert nodes["n1"].state == common_pb2.NODE_STATE_UNREACHABLE
 
-    result = master.run_round()
+    # Once n1's lease is surely over (see the next test for the wait itself).
+    result = master.rounds.run(now=datetime.now(UTC) + _past_lost_leases(master))
     assert result.started == (job.id,)
     wait_for(lambda: job.id in second.running_jobs(), what="START on n2")
     restart = next(a for a in second.applied if a.job_id == job.id)

@@ -392,3 +392,80 @@ def test_adopted_task_that_ends_without_an_exit_record_is_reported_killed_unknow
     assert report.kind == common_pb2.EXIT_KIND_KILLED
     assert "exit status unknown" in report.message
     assert rig.state.lease_exit(5, 2) == common_pb2.EXIT_KIND_KILLED
+
+
+def _expiring(
+    job: int,
+    lease: int,
+    ends: float,
+    gpus: tuple[int, ...] = (0,),
+    action: int = START,
+    **fields: object,
+) -> worker_pb2.TaskAssignment:
+    """An assignment whose lease ends at Unix time `ends`."""
+    a = start(job, lease, gpus, action, **fields)
+    a.lease_expires_at.FromNanoseconds(int(ends * 1e9))
+    return a
+
+
+def test_task_whose_lease_ends_without_renewal_is_stopped_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    """A lease that ends without renewal stops the task like a STOP (SIGTERM, SIGKILL after
+    the grace); its exit report says the lease expired. A renewed task keeps running."""
+    rig = Rig(tmp_path)
+    rig.launcher.on_sigterm = None
+    now = rig.clock.time()
+    rig.supervisor.apply(_expiring(1, 4, now + 10, gpus=(0,), grace_s=5.0))
+    rig.supervisor.apply(_expiring(2, 7, now + 10, gpus=(1,)))
+    lapsing, renewed = rig.launcher.processes
+    rig.clock.advance(9)
+    rig.supervisor.poll()
+    assert lapsing.signals == [] and renewed.signals == []
+    extension = _expiring(2, 7, now + 20, gpus=(1,), action=EXTEND)
+    assert rig.supervisor.apply(extension).outcome == APPLIED
+    rig.clock.advance(1)
+    rig.supervisor.poll()
+    assert lapsing.signals == [signal.SIGTERM]
+    assert renewed.signals == []
+    assert rig.supervisor.running_keys() == [(1, 4), (2, 7)]
+    # Renewal comes too late once the task is stopping: the master learns it has gone.
+    late = rig.supervisor.apply(_expiring(1, 4, now + 30, gpus=(0,), action=EXTEND))
+    assert late.outcome == STALE
+    assert "lease 4 expired" in late.message
+    rig.clock.advance(5.1)
+    rig.supervisor.poll()
+    rig.supervisor.poll()
+    assert lapsing.signals == [signal.SIGTERM, signal.SIGKILL]
+    (report,) = rig.state.pending_exits()
+    assert (report.job_id, report.lease, report.kind) == (1, 4, common_pb2.EXIT_KIND_KILLED)
+    assert "lease 4 expired at 2023-11-14T22:13:30+00:00 without renewal" in report.message
+    assert rig.supervisor.running_keys() == [(2, 7)]
+    assert renewed.signals == []
+
+
+def test_expired_lease_of_a_checkpointing_task_is_reported_stopped(tmp_path: Path) -> None:
+    """A task that checkpoints and exits on SIGTERM after its lease ended: STOPPED, with the
+    lease's end as the message."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(_expiring(1, 2, rig.clock.time() + 1))
+    rig.clock.advance(1)
+    rig.supervisor.poll()
+    rig.supervisor.poll()
+    (report,) = rig.state.pending_exits()
+    assert report.kind == common_pb2.EXIT_KIND_STOPPED
+    assert report.message.startswith("stopped: lease 2 expired at ")
+    assert report.message.endswith("without renewal from the master")
+
+
+def test_opaque_command_runs_on_past_its_lease(tmp_path: Path) -> None:
+    """Opaque commands are never preempted: an expired lease does not stop them."""
+    rig = Rig(tmp_path)
+    command = _expiring(1, 1, rig.clock.time() + 1)
+    command.spec.command.argv.append("/bin/true")
+    rig.supervisor.apply(command)
+    rig.supervisor.apply(start(2, 1, gpus=(1,)))  # no lease end: runs until told
+    rig.clock.advance(3600)
+    rig.supervisor.poll()
+    assert [p.signals for p in rig.launcher.processes] == [[], []]
+    assert rig.supervisor.running_keys() == [(1, 1), (2, 1)]
