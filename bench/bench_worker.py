@@ -124,6 +124,8 @@ def main() -> None:
         )
         agent.start()
         stub = worker_pb2_grpc.WorkerStub(grpc.insecure_channel(agent.address))  # type: ignore[no-untyped-call]
+        # The agent's cluster token (settings_for_test makes one), as the master sends it.
+        auth = (("authorization", f"Bearer {agent.settings.token}"),)
         user = pwd.getpwuid(os.geteuid()).pw_name
         applies: list[float] = []
         stops: list[float] = []
@@ -147,7 +149,7 @@ def main() -> None:
                     ]
                 )
                 began = time.monotonic()
-                stub.ApplyAssignments(request, timeout=10)
+                stub.ApplyAssignments(request, metadata=auth, timeout=10)
                 applies.append(time.monotonic() - began)
                 if finish:
                     wait(lambda j=job_id: j in recorder.exits)
@@ -160,6 +162,7 @@ def main() -> None:
                 wall = time.time()
                 stub.StopTask(
                     worker_pb2.StopTaskRequest(job_id=job_id, checkpoint=True, grace_s=10),
+                    metadata=auth,
                     timeout=10,
                 )
                 wait(lambda j=job_id: j in recorder.exits)

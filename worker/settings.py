@@ -4,8 +4,8 @@ and command-line flags (later sources win).
 TOML keys are the field names below (``master = "head:7000"``), plus two tables:
 ``[gpu_names]`` (NVML name pattern -> GPU type, tried before the built-in table) and
 ``[fake_gpu_speeds]`` (type -> relative speed). Environment variables are
-``HADAR_WORKER_<FIELD>`` in upper case (``HADAR_WORKER_MASTER``); the cluster token may also
-come from ``HADAR_WORKER_TOKEN`` or a file (``token_file``), which keeps it out of ``ps``.
+``HADAR_WORKER_<FIELD>`` in upper case (``HADAR_WORKER_MASTER``). The cluster token is required
+to run: ``HADAR_WORKER_TOKEN`` or, better, a file (``token_file``), which keeps it out of ``ps``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,13 @@ MIN_MESSAGE_BYTES = 64 * 1024
 
 class SettingsError(ValueError):
     """A setting is missing or malformed; the message names it."""
+
+
+TOKEN_REQUIRED = (
+    "token: required (the cluster token, which the master calls the worker with and the "
+    "worker presents to the master); set token_file / --token-file / "
+    "HADAR_WORKER_TOKEN_FILE to a file holding it (or token / --token / HADAR_WORKER_TOKEN)"
+)
 
 
 def parse_host_port(value: str, what: str, allow_zero_port: bool = True) -> tuple[str, int]:
@@ -84,7 +91,7 @@ class WorkerSettings:
     checkpoint_dir: Path | None = None
     # Default working directory root (<jobs_dir>/job-<id>); empty means <state_dir>/jobs.
     jobs_dir: Path | None = None
-    # Cluster token: sent to the master and required on incoming calls when set.
+    # Cluster token (required to run): sent to the master and required on every incoming call.
     token: str = ""
     token_file: Path | None = None
     # Seconds a stopping task has to checkpoint when the master gives no grace.
@@ -125,7 +132,9 @@ class WorkerSettings:
         return self.jobs_dir or self.state_dir / "jobs"
 
     def validate(self, require_master: bool = True) -> WorkerSettings:
-        """Checks every field; returns self with the token file read in."""
+        """Checks every field; returns self with the token file read in. A worker that talks
+        to a master (`require_master`) needs the cluster token: its Worker service never
+        serves unauthenticated calls."""
         if not self.master and require_master:
             raise SettingsError(
                 "master: required (HOST:PORT of the master), e.g. --master head:7000"
@@ -191,6 +200,8 @@ class WorkerSettings:
                 raise SettingsError(f"token_file: cannot read {self.token_file}: {exc}") from exc
             if not token:
                 raise SettingsError(f"token_file: {self.token_file} is empty")
+        if not token and require_master:
+            raise SettingsError(TOKEN_REQUIRED)
         return replace(self, token=token)
 
     def server_options(self) -> list[tuple[str, int]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import secrets
 import signal
 import socket
 import sys
@@ -40,7 +41,13 @@ from worker.agent.supervisor import Supervisor, SupervisorConfig
 from worker.agent.systemd import NOTIFY_VARIABLES
 from worker.agent.users import SystemUsers, UserDirectory
 from worker.gpus import GpuInfo, GpuProvider
-from worker.settings import ENV_PREFIX, WorkerSettings, parse_host_port
+from worker.settings import (
+    ENV_PREFIX,
+    TOKEN_REQUIRED,
+    SettingsError,
+    WorkerSettings,
+    parse_host_port,
+)
 
 log = structlog.get_logger("hadar.worker")
 
@@ -128,6 +135,9 @@ class WorkerAgent:
         workloads: Iterable[str] | None = None,
         rng: JitterSource | None = None,
     ) -> None:
+        if not settings.token:
+            # The Worker service starts and stops processes: it never serves open.
+            raise SettingsError(TOKEN_REQUIRED)
         self.settings = settings
         self.node = settings.node_name()
         self._gpu_provider = gpus
@@ -183,7 +193,7 @@ class WorkerAgent:
         self._recover_tasks()
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="worker-rpc"),
-            interceptors=[TokenInterceptor(self.settings.token)] if self.settings.token else [],
+            interceptors=[TokenInterceptor(self.settings.token)],
             options=self.settings.server_options(),
         )
         worker_pb2_grpc.add_WorkerServicer_to_server(  # type: ignore[no-untyped-call]
@@ -590,13 +600,20 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
+# The cluster token of in-process test workers (and of the tests' fake masters and callers):
+# made afresh for each test process, so no test worker serves open or with a known token.
+TEST_CLUSTER_TOKEN = secrets.token_urlsafe(24)
+
+
 def settings_for_test(
     master: str, state_dir: Path, fake_gpus: str = "v100:2", **overrides: Any
 ) -> WorkerSettings:
-    """Settings for an in-process worker in tests: listen on 127.0.0.1 port 0, short timers;
-    jobs may run as root (tests submit them as whoever runs the tests)."""
+    """Settings for an in-process worker in tests: listen on 127.0.0.1 port 0, short timers,
+    the cluster token TEST_CLUSTER_TOKEN (unless overridden); jobs may run as root (tests
+    submit them as whoever runs the tests)."""
     values: dict[str, object] = {
         "master": master,
+        "token": TEST_CLUSTER_TOKEN,
         "listen": "127.0.0.1:0",
         "node": "test-node",
         "fake_gpus": fake_gpus,
@@ -614,6 +631,7 @@ def settings_for_test(
 
 
 __all__: Sequence[str] = [
+    "TEST_CLUSTER_TOKEN",
     "WorkerAgent",
     "agent_version",
     "available_workloads",

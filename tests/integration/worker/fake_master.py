@@ -1,6 +1,7 @@
 """An in-process Coordinator (the master's API for workers) that records what workers send
 and answers as a test scripts it. Serves on 127.0.0.1, port 0 unless a port is given (to
-play a restarted master on the same address)."""
+play a restarted master on the same address). Like a real master it requires the cluster
+token, the test workers' one unless told otherwise; `worker_stub` calls a worker with it."""
 
 from __future__ import annotations
 
@@ -8,17 +9,19 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
+from typing import Any
 
 import grpc
 
-from protos.hadar.v1 import coordinator_pb2, coordinator_pb2_grpc
+from protos.hadar.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_pb2_grpc
+from worker.agent.agent import TEST_CLUSTER_TOKEN
 
 
 class FakeMaster(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(
         self,
         port: int = 0,
-        token: str = "",
+        token: str = TEST_CLUSTER_TOKEN,
         heartbeat_interval_s: float = 0.3,
         tls: tuple[bytes, bytes] | None = None,
     ) -> None:
@@ -61,7 +64,7 @@ class FakeMaster(coordinator_pb2_grpc.CoordinatorServicer):
         presented = dict(context.invocation_metadata()).get("authorization", "")
         with self.lock:
             self.auth_seen.append(str(presented))
-        if self.token and presented != f"Bearer {self.token}":
+        if presented != f"Bearer {self.token}":
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad cluster token")
 
     def RegisterWorker(self, request, context):
@@ -148,3 +151,39 @@ def eventually(predicate: Callable[[], object], timeout_s: float = 10.0) -> None
             return
         time.sleep(0.02)
     assert predicate(), f"condition not met within {timeout_s}s"
+
+
+class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
+    """Adds `authorization: Bearer <token>` to every call."""
+
+    def __init__(self, token: str) -> None:
+        self._metadata = ("authorization", f"Bearer {token}")
+
+    def _details(self, details: Any) -> Any:
+        metadata = [*(details.metadata or ()), self._metadata]
+        return details._replace(metadata=metadata)
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+
+def worker_channel(
+    address: str,
+    token: str = TEST_CLUSTER_TOKEN,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> grpc.Channel:
+    """A channel to a worker that presents the cluster token on every call."""
+    channel = (
+        grpc.secure_channel(address, credentials)
+        if credentials is not None
+        else grpc.insecure_channel(address)
+    )
+    return grpc.intercept_channel(channel, _Bearer(token))
+
+
+def worker_stub(address: str, token: str = TEST_CLUSTER_TOKEN) -> worker_pb2_grpc.WorkerStub:
+    """A Worker stub that presents the cluster token (the test workers' one by default)."""
+    return worker_pb2_grpc.WorkerStub(worker_channel(address, token))  # type: ignore[no-untyped-call]

@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from protos.hadar.v1 import common_pb2, coordinator_pb2, worker_pb2, worker_pb2_grpc
-from tests.integration.worker.fake_master import FakeMaster, eventually
+from tests.integration.worker.fake_master import FakeMaster, eventually, worker_stub
 from worker.agent.agent import WorkerAgent, settings_for_test
 from worker.gpus import FakeGpuProvider
 
@@ -52,8 +52,8 @@ def worker(master: FakeMaster, tmp_path: Path) -> Iterator[WorkerAgent]:
 
 
 def stub_for(agent: WorkerAgent) -> worker_pb2_grpc.WorkerStub:
-    channel = grpc.insecure_channel(agent.address)
-    return worker_pb2_grpc.WorkerStub(channel)  # type: ignore[no-untyped-call]
+    """A stub presenting the agent's cluster token."""
+    return worker_stub(agent.address, agent.settings.token)
 
 
 def assignment(
@@ -571,14 +571,16 @@ def test_restarted_agent_stops_tasks_its_predecessor_left(
 
 
 def test_calls_without_the_cluster_token_are_refused(tmp_path: Path) -> None:
-    """With a token configured, the worker refuses calls without it and sends it to the
-    master."""
+    """The worker refuses calls without its cluster token or with another one, and sends it
+    to the master."""
     fake = FakeMaster(token="s3cret").start()
     agent = make_agent(fake.address, tmp_path / "state", token="s3cret")
     agent.start()
     try:
         eventually(lambda: fake.registration_count() >= 1)
-        stub = stub_for(agent)
+        stub = worker_pb2_grpc.WorkerStub(  # type: ignore[no-untyped-call]
+            grpc.insecure_channel(agent.address)
+        )
         with pytest.raises(grpc.RpcError) as refused:
             stub.GetWorkerStatus(worker_pb2.GetWorkerStatusRequest(), timeout=5)
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -15,7 +15,8 @@ from pathlib import Path
 import grpc
 
 from protos.hadar.v1 import common_pb2, worker_pb2, worker_pb2_grpc
-from tests.integration.worker.fake_master import FakeMaster, eventually
+from tests.integration.worker.fake_master import FakeMaster, eventually, worker_stub
+from worker.agent.agent import TEST_CLUSTER_TOKEN
 
 JOB_SCRIPT = Path(__file__).with_name("contract_job.py")
 
@@ -45,6 +46,7 @@ def start_daemon(
             ],
             env={
                 **os.environ,
+                "HADAR_WORKER_TOKEN": master.token,
                 "HADAR_WORKER_PROGRESS_INTERVAL_S": "0.2",
                 # Jobs are submitted as whoever runs the tests, root included.
                 "HADAR_WORKER_ALLOW_ROOT_JOBS": "true",
@@ -55,7 +57,7 @@ def start_daemon(
         )
 
 
-def start_job(address: str, job_id: int, token: str = "") -> None:
+def start_job(address: str, job_id: int, token: str = TEST_CLUSTER_TOKEN) -> None:
     """Applies a START of a long contract job (lease 1, GPU 0) through the Worker API."""
     stub = worker_pb2_grpc.WorkerStub(  # type: ignore[no-untyped-call]
         grpc.insecure_channel(address)
@@ -76,7 +78,7 @@ def start_job(address: str, job_id: int, token: str = "") -> None:
             )
         ]
     )
-    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    metadata = (("authorization", f"Bearer {token}"),)
     (result,) = stub.ApplyAssignments(request, metadata=metadata, timeout=5).results
     assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED, result.message
 
@@ -188,9 +190,7 @@ def test_jobs_survive_a_killed_daemon_and_a_restart_on_sigusr2(tmp_path: Path) -
         progress_after(seen)
         assert master.exits_for(3) == []
 
-        stub = worker_pb2_grpc.WorkerStub(  # type: ignore[no-untyped-call]
-            grpc.insecure_channel(address)
-        )
+        stub = worker_stub(address)
         stub.StopTask(worker_pb2.StopTaskRequest(job_id=3, checkpoint=True), timeout=5)
         eventually(lambda: master.exits_for(3), timeout_s=30)
         heartbeats = len(master.heartbeats)

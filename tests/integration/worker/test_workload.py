@@ -9,11 +9,10 @@ import pwd
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
-from protos.hadar.v1 import common_pb2, worker_pb2, worker_pb2_grpc
-from tests.integration.worker.fake_master import FakeMaster, eventually
+from protos.hadar.v1 import common_pb2, worker_pb2
+from tests.integration.worker.fake_master import FakeMaster, eventually, worker_stub
 from worker.agent.agent import WorkerAgent, settings_for_test
 from worker.gpus import FakeGpuProvider
 
@@ -36,9 +35,7 @@ def test_resnet_lease_then_resume_to_completion(master: FakeMaster, tmp_path: Pa
     )
     agent.start()
     try:
-        stub = worker_pb2_grpc.WorkerStub(  # type: ignore[no-untyped-call]
-            grpc.insecure_channel(agent.address)
-        )
+        stub = worker_stub(agent.address)
         spec = common_pb2.JobSpec(name="resnet", num_gpus=1, iterations=6, batch_size=8)
         spec.workload.name = "resnet"
 

@@ -8,6 +8,9 @@ import pytest
 
 from worker.settings import SettingsError, load_settings, parse_host_port
 
+# A master and the cluster token: what every worker that runs needs.
+MASTER = {"master": "m:1", "token": "t"}
+
 
 def test_sources_override_in_order(tmp_path: Path) -> None:
     """Flags beat the environment, which beats the TOML file, which beats the defaults."""
@@ -22,7 +25,12 @@ def test_sources_override_in_order(tmp_path: Path) -> None:
         "[fake_gpu_speeds]\n"
         "k80 = 0.3\n"
     )
-    env = {"HADAR_WORKER_NODE": "env-node", "HADAR_WORKER_GRACE_S": "20", "PATH": "/bin"}
+    env = {
+        "HADAR_WORKER_NODE": "env-node",
+        "HADAR_WORKER_GRACE_S": "20",
+        "HADAR_WORKER_TOKEN": "t",
+        "PATH": "/bin",
+    }
     settings = load_settings({"grace_s": 45.0, "master": None}, environ=env, config_path=config)
     assert settings.master == "toml-master:7000"
     assert settings.node == "env-node"
@@ -39,7 +47,9 @@ def test_config_path_may_come_from_the_environment(tmp_path: Path) -> None:
     """HADAR_WORKER_CONFIG names the TOML file when --config is absent."""
     config = tmp_path / "w.toml"
     config.write_text('master = "m:1"\n')
-    settings = load_settings({}, environ={"HADAR_WORKER_CONFIG": str(config)})
+    settings = load_settings(
+        {}, environ={"HADAR_WORKER_CONFIG": str(config), "HADAR_WORKER_TOKEN": "t"}
+    )
     assert settings.master == "m:1"
 
 
@@ -52,6 +62,23 @@ def test_token_is_read_from_its_file(tmp_path: Path) -> None:
     token.write_text("\n")
     with pytest.raises(SettingsError, match="is empty"):
         load_settings({"master": "m:1", "token_file": token}, environ={})
+
+
+def test_running_needs_the_cluster_token(tmp_path: Path) -> None:
+    """A worker that talks to a master refuses to start without the cluster token, naming
+    the setting and where it may come from; only commands without a master (`gpus`, a dry
+    `profile`) do without one."""
+    for environ in ({}, {"HADAR_WORKER_TOKEN": ""}):
+        with pytest.raises(SettingsError, match="token: required") as refused:
+            load_settings({"master": "m:1"}, environ=environ)
+        for name in ("HADAR_WORKER_TOKEN_FILE", "--token-file", "HADAR_WORKER_TOKEN"):
+            assert name in str(refused.value)
+    assert load_settings({}, environ={}, require_master=False).token == ""
+    token = tmp_path / "token"
+    token.write_text("from-file\n")
+    env = {"HADAR_WORKER_TOKEN_FILE": str(token)}
+    assert load_settings({"master": "m:1"}, environ=env).token == "from-file"
+    assert load_settings({"master": "m:1", "token": "t"}, environ={}).token == "t"
 
 
 @pytest.mark.parametrize(
@@ -108,7 +135,7 @@ def test_shipped_example_configs_load() -> None:
             env[key] = value
     env.pop("HADAR_WORKER_CONFIG")
     env.pop("HADAR_WORKER_TOKEN_FILE")
-    settings = load_settings({}, environ=env)
+    settings = load_settings({"token": "t"}, environ=env)
     assert settings.fake_gpus == "v100:2,k80:4"
     assert settings.grace_s == 30
 
@@ -116,20 +143,20 @@ def test_shipped_example_configs_load() -> None:
 def test_master_tls_flags(tmp_path: Path) -> None:
     """master_tls parses as a boolean; a CA file must exist and implies TLS."""
     env = {"HADAR_WORKER_MASTER_TLS": "yes"}
-    settings = load_settings({"master": "m:1"}, environ=env)
+    settings = load_settings(MASTER, environ=env)
     assert settings.master_tls
     assert settings.master_credentials() is not None
-    assert load_settings({"master": "m:1"}, environ={}).master_credentials() is None
+    assert load_settings(MASTER, environ={}).master_credentials() is None
     with pytest.raises(SettingsError, match="master_tls must be true or false"):
-        load_settings({"master": "m:1"}, environ={"HADAR_WORKER_MASTER_TLS": "maybe"})
+        load_settings(MASTER, environ={"HADAR_WORKER_MASTER_TLS": "maybe"})
     with pytest.raises(SettingsError, match="master_ca_file"):
-        load_settings({"master": "m:1", "master_ca_file": tmp_path / "nope.pem"}, environ={})
+        load_settings({**MASTER, "master_ca_file": tmp_path / "nope.pem"}, environ={})
 
 
 def test_allow_root_jobs_is_off_unless_set() -> None:
     """Jobs submitted as root are refused by default; the setting is a boolean."""
-    assert not load_settings({"master": "m:1"}, environ={}).allow_root_jobs
+    assert not load_settings(MASTER, environ={}).allow_root_jobs
     env = {"HADAR_WORKER_ALLOW_ROOT_JOBS": "true"}
-    assert load_settings({"master": "m:1"}, environ=env).allow_root_jobs
+    assert load_settings(MASTER, environ=env).allow_root_jobs
     with pytest.raises(SettingsError, match="allow_root_jobs must be true or false"):
-        load_settings({"master": "m:1"}, environ={"HADAR_WORKER_ALLOW_ROOT_JOBS": "root"})
+        load_settings(MASTER, environ={"HADAR_WORKER_ALLOW_ROOT_JOBS": "root"})

@@ -20,7 +20,7 @@ def pem(tmp_path: Path) -> Path:
 
 
 def load(**flags: object) -> object:
-    return load_settings({"master": "head:7000", **flags}, environ={})
+    return load_settings({"master": "head:7000", "token": "t", **flags}, environ={})
 
 
 def test_pairs_and_requirements(pem: Path) -> None:
@@ -44,7 +44,7 @@ def test_files_must_be_readable_pem(pem: Path, tmp_path: Path) -> None:
 def test_environment_names_and_credentials(pem: Path) -> None:
     """HADAR_WORKER_TLS_* variables set the paths; a client certificate implies TLS."""
     settings = load_settings(
-        {"master": "head:7000"},
+        {"master": "head:7000", "token": "t"},
         environ={
             "HADAR_WORKER_MASTER_CLIENT_CERT": str(pem),
             "HADAR_WORKER_MASTER_CLIENT_KEY": str(pem),
