@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hmac
+import math
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -10,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from protos.hadar.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from worker.agent.progressfile import tail_offset
@@ -58,6 +62,77 @@ class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         return grpc.unary_unary_rpc_method_handler(deny)
 
 
+# The range of a valid google.protobuf.Timestamp (years 1 to 9999).
+_MIN_SECONDS = -62_135_596_800
+_MAX_SECONDS = 253_402_300_799
+_ACTIONS = frozenset(
+    {
+        worker_pb2.ASSIGNMENT_ACTION_START,
+        worker_pb2.ASSIGNMENT_ACTION_EXTEND,
+        worker_pb2.ASSIGNMENT_ACTION_STOP,
+    }
+)
+
+
+def _nul_field(message: Message, prefix: str = "") -> str | None:
+    """The first text field (map keys and values included, nested messages too) that holds
+    a NUL character, which no argv, environment, path or user name can carry."""
+    for field, value in message.ListFields():
+        name = f"{prefix}{field.name}"
+        entry = field.message_type
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            if entry is not None and entry.GetOptions().map_entry:
+                for key, item in value.items():
+                    if (isinstance(key, str) and "\0" in key) or (
+                        isinstance(item, str) and "\0" in item
+                    ):
+                        return name
+                    if isinstance(item, Message) and _nul_field(item) is not None:
+                        return name
+                continue
+            items = value if field.is_repeated else [value]
+            for item in items:
+                found = _nul_field(item, f"{name}.")
+                if found is not None:
+                    return found
+        elif field.type == FieldDescriptor.TYPE_STRING:
+            items = value if field.is_repeated else [value]
+            if any("\0" in item for item in items):
+                return name
+    return None
+
+
+def assignment_problem(a: worker_pb2.TaskAssignment) -> str | None:
+    """What makes an assignment impossible to carry out, as ``field: reason`` (the field
+    relative to the assignment); None when it is well formed."""
+    if a.job_id == 0:
+        return "job_id: must be set"
+    if a.lease == 0:
+        return "lease: must be set"
+    if a.action not in _ACTIONS:
+        return f"action: unknown action {a.action}"
+    if not (math.isfinite(a.grace_s) and a.grace_s >= 0):
+        return "grace_s: must be a finite number >= 0"
+    if a.HasField("lease_expires_at"):
+        ends = a.lease_expires_at
+        if not (_MIN_SECONDS <= ends.seconds <= _MAX_SECONDS and 0 <= ends.nanos < 10**9):
+            return "lease_expires_at: not a valid timestamp"
+    nul = _nul_field(a)
+    if nul is not None:
+        return f"{nul}: must not contain a NUL character"
+    for key in a.spec.env:
+        if not key or "=" in key:
+            return f"spec.env: variable name {key!r} is empty or contains '='"
+    for name, path in (
+        ("checkpoint_dir", a.checkpoint_dir),
+        ("spec.checkpoint_dir", a.spec.checkpoint_dir),
+        ("spec.workdir", a.spec.workdir),
+    ):
+        if path and not Path(path).is_absolute():
+            return f"{name}: must be an absolute path, got {path!r}"
+    return None
+
+
 class WorkerService(worker_pb2_grpc.WorkerServicer):
     # Method names are the gRPC service's.
 
@@ -68,15 +143,12 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     def ApplyAssignments(  # noqa: N802
         self, request: worker_pb2.ApplyAssignmentsRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ApplyAssignmentsResponse:
+        # Refused as a whole before anything is applied: a malformed assignment is the
+        # master's bug, and nothing of the call may have started by then.
         for i, assignment in enumerate(request.assignments):
-            if assignment.job_id == 0:
-                context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"assignments[{i}].job_id: must be set"
-                )
-            if assignment.lease == 0:
-                context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"assignments[{i}].lease: must be set"
-                )
+            problem = assignment_problem(assignment)
+            if problem is not None:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"assignments[{i}].{problem}")
         results = [self._agent.apply(a) for a in request.assignments]
         return worker_pb2.ApplyAssignmentsResponse(results=results)
 
@@ -85,8 +157,8 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     ) -> worker_pb2.StopTaskResponse:
         if request.job_id == 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job_id: must be set")
-        if request.grace_s < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "grace_s: must be >= 0")
+        if not (math.isfinite(request.grace_s) and request.grace_s >= 0):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "grace_s: must be a finite number >= 0")
         was_running = self._agent.stop_task(
             request.job_id,
             lease=request.lease,
@@ -158,6 +230,9 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
 def _read_from(path: Path, offsets: dict[int, int], rank: int) -> Iterator[bytes]:
     try:
         with path.open("rb") as handle:
+            # An offset past the end reads nothing (seeking there may fail: EINVAL).
+            if offsets[rank] >= os.fstat(handle.fileno()).st_size:
+                return
             handle.seek(offsets[rank])
             while True:
                 data = handle.read(CHUNK_BYTES)

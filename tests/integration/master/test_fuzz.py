@@ -2,7 +2,8 @@
 
 Every request is answered, or refused with a specific status (INVALID_ARGUMENT naming its
 field in the message and the x-hadar-field trailer); never INTERNAL or UNKNOWN. A refused
-submission stores nothing, and the master stays healthy throughout. One master serves the
+submission and a refused worker call store nothing (no row of nodes, GPUs, jobs, tasks,
+events or throughputs changes), and the master stays healthy throughout. One master serves the
 whole module to keep the run short.
 """
 
@@ -21,6 +22,7 @@ from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import text
 
 from master.daemon import Master
 from master.jobs import Caller
@@ -42,6 +44,8 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 Code = grpc.StatusCode
+# What a worker call may change in the store.
+WORKER_TABLES = ("nodes", "gpus", "jobs", "tasks", "job_events", "throughputs")
 # A request is served, names its bad field, or is too large for gRPC to take at all.
 ALLOWED = frozenset({Code.OK, Code.INVALID_ARGUMENT, Code.RESOURCE_EXHAUSTED})
 # Reads and admin calls may also name something that does not exist or is in the wrong
@@ -103,6 +107,17 @@ class Target:
 
     def job_count(self) -> int:
         return self.master.tx.read(lambda uow: sum(uow.jobs.count_by_state().values()))
+
+    def rows(self) -> dict[str, list[str]]:
+        """Every row of the tables a worker call may write, to compare before and after."""
+        with self.master.database.engine.connect() as connection:
+            return {
+                table: sorted(
+                    repr(tuple(row))
+                    for row in connection.execute(text(f"SELECT * FROM {table}")).all()
+                )
+                for table in WORKER_TABLES
+            }
 
 
 def _brief(request: Message) -> str:
@@ -367,7 +382,8 @@ def test_every_worker_call_is_covered() -> None:
 
 @pytest.mark.parametrize("method", [m.name for m in COORDINATOR.methods])
 def test_worker_calls_survive_malformed_requests(target: Target, method: str) -> None:
-    """Fuzzed worker calls are answered or refused with a named field, never a crash."""
+    """Fuzzed worker calls are answered or refused with a named field, never a crash; a
+    refused call changes no row."""
     real = a_running_task(target)
     strategy = worker_requests(real)[method]
     seen: dict[str, int] = {}
@@ -375,12 +391,17 @@ def test_worker_calls_survive_malformed_requests(target: Target, method: str) ->
     @FUZZ
     @given(request=strategy)
     def send(request: Message) -> None:
+        before = target.rows()
         code = target.call(COORDINATOR, method, request, bearer(CLUSTER_TOKEN))
         seen[code.name] = seen.get(code.name, 0) + 1
+        if code is not Code.OK:
+            assert target.rows() == before, f"a refused {method} changed the store"
 
     for request in found_worker_requests(real)[method]:
+        before = target.rows()
         code = target.call(COORDINATOR, method, request, bearer(CLUSTER_TOKEN))
         assert code is Code.INVALID_ARGUMENT, (method, request)
+        assert target.rows() == before, f"a refused {method} changed the store"
     send()
     assert seen.get("OK", 0) > 0, seen
     assert_healthy(target.master, target.channel, target.user)
