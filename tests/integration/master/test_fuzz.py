@@ -33,7 +33,7 @@ from store.testing import backends, temporary_database_url
 from tests.integration.master.conftest import CLUSTER_TOKEN, make_settings
 from tests.integration.master.fakes import FakeWorker, wait_for
 from tests.integration.master.protostrategies import around, of
-from tests.integration.rpcs import Metadata, bearer, code_of
+from tests.integration.rpcs import Metadata, bearer, call, code_of
 
 HADAR = hadar_pb2.DESCRIPTOR.services_by_name["Hadar"]
 COORDINATOR = coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"]
@@ -77,33 +77,14 @@ class Target:
     ) -> Code:
         """Send `request` (reading a streamed answer up to its first message); check the
         status is allowed and that an INVALID_ARGUMENT names its field. Returns the status."""
-        descriptor = service.methods_by_name[method]
-        path = f"/{service.full_name}/{method}"
-        serialize = type(request).SerializeToString
-        deserialize = GetMessageClass(descriptor.output_type).FromString
-        try:
-            if descriptor.server_streaming:
-                stream = self.channel.unary_stream(path, serialize, deserialize)(
-                    request, metadata=metadata, timeout=timeout
-                )
-                for _ in stream:
-                    break
-                stream.cancel()  # type: ignore[no-untyped-call]
-            else:
-                self.channel.unary_unary(path, serialize, deserialize)(
-                    request, metadata=metadata, timeout=timeout
-                )
-        except grpc.RpcError as exc:
-            error: Any = exc
-            code: Code = error.code()
-            details = error.details() or ""
-            assert code in allowed, f"{method}: {code.name} {details!r} for {_brief(request)}"
-            if code is Code.INVALID_ARGUMENT:
-                field = dict(error.trailing_metadata() or ()).get(FIELD_METADATA_KEY, "")
-                assert field, f"{method}: no field named for {details!r}"
-                assert details.startswith(f"{field}: "), (field, details)
-            return code
-        return Code.OK
+        outcome = call(self.channel, service.methods_by_name[method], request, metadata, timeout)
+        code, details = outcome.code, outcome.details
+        assert code in allowed, f"{method}: {code.name} {details!r} for {_brief(request)}"
+        if code is Code.INVALID_ARGUMENT:
+            field = dict(outcome.trailing).get(FIELD_METADATA_KEY, "")
+            assert field, f"{method}: no field named for {details!r}"
+            assert details.startswith(f"{field}: "), (field, details)
+        return code
 
     def job_count(self) -> int:
         return self.master.tx.read(lambda uow: sum(uow.jobs.count_by_state().values()))

@@ -25,13 +25,12 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.message import Message
-from google.protobuf.message_factory import GetMessageClass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protos.hadar.v1 import common_pb2, worker_pb2
 from tests.integration.master.protostrategies import around, of
-from tests.integration.rpcs import bearer
+from tests.integration.rpcs import bearer, call
 from tests.integration.worker.fake_master import FakeMaster, eventually
 from worker.agent.agent import WorkerAgent, settings_for_test
 from worker.agent.processes import ProcessHandle, ProcessSpec, SubprocessLauncher
@@ -100,32 +99,18 @@ class Target:
         """Sends `request` with the cluster token (a streamed answer is read up to its first
         message); checks the status is allowed and that INVALID_ARGUMENT names a field.
         Returns the status and the response (None for a stream or an error)."""
-        descriptor = WORKER.methods_by_name[method]
-        path = f"/{WORKER.full_name}/{method}"
-        serialize = type(request).SerializeToString
-        deserialize = GetMessageClass(descriptor.output_type).FromString
-        metadata = bearer(self.agent.settings.token)
-        try:
-            if descriptor.server_streaming:
-                stream = self.channel.unary_stream(path, serialize, deserialize)(
-                    request, metadata=metadata, timeout=timeout
-                )
-                for _ in stream:
-                    break
-                stream.cancel()  # type: ignore[no-untyped-call]
-                return Code.OK, None
-            response = self.channel.unary_unary(path, serialize, deserialize)(
-                request, metadata=metadata, timeout=timeout
-            )
-        except grpc.RpcError as exc:
-            error: Any = exc
-            code: Code = error.code()
-            details = error.details() or ""
-            assert code in allowed, f"{method}: {code.name} {details!r} for {_brief(request)}"
-            if code is Code.INVALID_ARGUMENT:
-                assert FIELD.match(details), f"{method}: no field named in {details!r}"
-            return code, None
-        return Code.OK, response
+        outcome = call(
+            self.channel,
+            WORKER.methods_by_name[method],
+            request,
+            bearer(self.agent.settings.token),
+            timeout,
+        )
+        code, details = outcome.code, outcome.details
+        assert code in allowed, f"{method}: {code.name} {details!r} for {_brief(request)}"
+        if code is Code.INVALID_ARGUMENT:
+            assert FIELD.match(details), f"{method}: no field named in {details!r}"
+        return code, outcome.response
 
     def table(self) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
         """The agent's task table: (job, task, lease, state, GPUs) of every task."""
