@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from worker.gpus import GpuError, GpuInfo, GpuProvider, make_gpu_provider
-from worker.settings import SettingsError, WorkerSettings, load_settings
+from worker.settings import PEM_FIELDS, SettingsError, WorkerSettings, load_settings
 
 if TYPE_CHECKING:
     from worker.agent.agent import WorkerAgent
@@ -74,12 +74,7 @@ def _settings_flags(parser: argparse.ArgumentParser, daemon: bool) -> None:
 _SETTINGS_ARGS = {
     "master",
     "master_tls",
-    "master_ca_file",
-    "master_client_cert",
-    "master_client_key",
-    "tls_cert",
-    "tls_key",
-    "tls_client_ca",
+    *PEM_FIELDS,
     "node",
     "fake_gpus",
     "fake_gpu_reference_speed",

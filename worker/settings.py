@@ -181,14 +181,7 @@ class WorkerSettings:
             raise SettingsError(
                 "tls_client_ca needs tls_cert and tls_key (client certificates need TLS)"
             )
-        for name in (
-            "master_ca_file",
-            "master_client_cert",
-            "master_client_key",
-            "tls_cert",
-            "tls_key",
-            "tls_client_ca",
-        ):
+        for name in PEM_FIELDS:
             path = getattr(self, name)
             if path is not None:
                 read_pem(path, name)
@@ -250,17 +243,21 @@ def read_pem(path: Path, setting: str) -> bytes:
     return data
 
 
-_PATH_FIELDS = {
-    "state_dir",
-    "checkpoint_dir",
-    "jobs_dir",
-    "token_file",
+#: Settings that name a PEM file (certificates and keys for TLS to and from the worker).
+PEM_FIELDS = (
     "master_ca_file",
     "master_client_cert",
     "master_client_key",
     "tls_cert",
     "tls_key",
     "tls_client_ca",
+)
+_PATH_FIELDS = {
+    "state_dir",
+    "checkpoint_dir",
+    "jobs_dir",
+    "token_file",
+    *PEM_FIELDS,
 }
 _BOOL_FIELDS = {"master_tls", "allow_root_jobs", "adopt_on_restart"}
 _TRUE = {"1", "true", "yes", "on"}
