@@ -53,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overhead", type=float, default=0.0, help="restart overhead per (re)start, s (0)"
     )
+    parser.add_argument(
+        "--early-rounds",
+        action="store_true",
+        help="re-plan as soon as a job's exit frees GPUs while jobs wait, as the daemon "
+        "does (default: only at round ends, as Gavel's simulator)",
+    )
     parser.add_argument("--gpus-per-server", type=int, default=4, help="GPUs per server (4)")
     parser.add_argument("--seed", type=int, default=0, help="seed for randomized policies")
     parser.add_argument(
@@ -144,7 +150,10 @@ def run(args: argparse.Namespace) -> int:
         if not math.isfinite(args.round) or args.round <= 0:
             raise ValueError("--round must be a positive number of seconds")
         config = SimConfig(
-            round_s=args.round, overhead_s=args.overhead, copy_efficiency=args.copy_efficiency
+            round_s=args.round,
+            overhead_s=args.overhead,
+            copy_efficiency=args.copy_efficiency,
+            early_rounds=args.early_rounds,
         )
         cluster = build_cluster(parse_cluster_spec(args.cluster), args.gpus_per_server)
         model = (

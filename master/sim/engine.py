@@ -8,7 +8,10 @@ overhead when its placement changed; a job that completes mid-round finishes at 
 time. Jobs arriving mid-round wait for the next round. When no job is active the clock
 jumps to the next arrival; when every job that ran in a round has finished before its end
 and jobs are waiting, the next round starts at once (``early_round_end``, as Gavel's
-simulator does; a daemon re-plans when its cluster goes idle).
+simulator does). With ``early_rounds`` the simulator follows the daemon instead: a job
+that finishes mid-round while others wait ends the round ``early_round_delay_s`` after
+its exit, as the daemon's early round does (``Settings.early_rounds``), so GPUs freed
+mid-round are not idle until the round's nominal end.
 
 Sharing: two allocations that name each other in ``shared_with`` progress at the
 profile's co-location throughputs; without a figure for the pair each gets half its
@@ -47,13 +50,17 @@ class SimConfig:
     counts, disallowed types) and raises :class:`SimulationError` on a violation.
     ``record_segments`` keeps every (job, interval, GPUs, iterations) piece of work.
     ``stall_rounds``: raise when this many consecutive rounds pass with jobs waiting, no
-    job running and no arrival to come.
+    job running and no arrival to come. ``early_rounds``: end a round
+    ``early_round_delay_s`` after the first job finishes in it while jobs wait, as the
+    daemon does; off by default, matching Gavel's simulator and its reference figures.
     """
 
     round_s: float = 360.0
     overhead_s: float = 0.0
     copy_efficiency: float = 0.9
     early_round_end: bool = True
+    early_rounds: bool = False
+    early_round_delay_s: float = 1.0
     validate_plans: bool = True
     record_segments: bool = False
     stall_rounds: int = 50
@@ -65,6 +72,8 @@ class SimConfig:
             raise ValueError(f"overhead must be >= 0 s, got {self.overhead_s}")
         if not 0 < self.copy_efficiency <= 1:
             raise ValueError(f"copy_efficiency must be in (0, 1], got {self.copy_efficiency}")
+        if self.early_round_delay_s < 0:
+            raise ValueError(f"early round delay must be >= 0 s, got {self.early_round_delay_s}")
         if self.stall_rounds < 1:
             raise ValueError("stall_rounds must be >= 1")
 
@@ -473,6 +482,22 @@ class Simulator:
                 placed.append((job, alloc, begin, shared_rate, alone_rate, partner))
                 if partner is not None and shared_rate > 0:
                     shared_end[job_id] = begin + (job.total - job.done) / shared_rate
+            waiting = len(active) > len(allocations)
+            if cfg.early_rounds and waiting:
+                # The daemon asks for a round as soon as a job's exit frees GPUs while jobs
+                # wait (Settings.early_rounds): the plan holds only until the first finish.
+                first = min(
+                    (
+                        _finish_time(
+                            job.total - job.done,
+                            begin,
+                            _pieces(shared_rate, alone_rate, partner, shared_end, round_end),
+                        )
+                        for job, _, begin, shared_rate, alone_rate, partner in placed
+                    ),
+                    default=math.inf,
+                )
+                round_end = min(round_end, first + cfg.early_round_delay_s)
             for job in active:
                 if job.current is not None and job.spec.id not in allocations:
                     job.preemptions += 1
@@ -491,10 +516,7 @@ class Simulator:
                 if alloc.num_copies > 1:
                     job.used_copies = True
                 # Piecewise rates: shared until the partner finishes, then alone.
-                pieces = [(round_end, shared_rate)]
-                if partner is not None:
-                    until = min(shared_end.get(partner, math.inf), round_end)
-                    pieces = [(until, shared_rate), (round_end, alone_rate)]
+                pieces = _pieces(shared_rate, alone_rate, partner, shared_end, round_end)
                 end, progress = self._advance(job, begin, pieces)
                 held = end - now
                 job.run_s += held
@@ -538,7 +560,6 @@ class Simulator:
                 busy_seconds += until - now
             any_ran = bool(placed)
             round_stop = round_end
-            waiting = len(active) > len(allocations)
             if cfg.early_round_end and any_ran and last_finish < round_end and waiting:
                 round_stop = last_finish
             self._contention += demand * (round_stop - now)
@@ -621,6 +642,37 @@ class Simulator:
             contention=job.contention_integral / lifetime if lifetime > 0 else 1.0,
             used_copies=job.used_copies,
         )
+
+
+def _pieces(
+    shared_rate: float,
+    alone_rate: float,
+    partner: int | None,
+    shared_end: dict[int, float],
+    end: float,
+) -> list[tuple[float, float]]:
+    """A placed job's rates this round as (until, rate): shared until its partner
+    finishes, then alone."""
+    if partner is None:
+        return [(end, shared_rate)]
+    until = min(shared_end.get(partner, math.inf), end)
+    return [(until, shared_rate), (end, alone_rate)]
+
+
+def _finish_time(remaining: float, begin: float, pieces: list[tuple[float, float]]) -> float:
+    """When a job with ``remaining`` iterations finishes under ``pieces`` (inf: not
+    within them)."""
+    t = begin
+    for until, rate in pieces:
+        if until <= t:
+            continue
+        if rate > 0:
+            needed = remaining / rate
+            if t + needed <= until:
+                return t + needed
+            remaining -= rate * (until - t)
+        t = until
+    return math.inf
 
 
 def simulate(

@@ -60,7 +60,7 @@ class HadarEPolicy:
     def __init__(
         self,
         *,
-        floor_fraction: float = 0.5,
+        floor_fraction: float = 0.9,
         mixed: bool = True,
         copy_efficiency: float = 0.9,
         completion_exponent: float = 2.0,
@@ -264,7 +264,7 @@ class HadarEPolicy:
 
 def make(
     *,
-    floor_fraction: float = 0.5,
+    floor_fraction: float = 0.9,
     mixed: bool = True,
     copy_efficiency: float = 0.9,
     completion_exponent: float = 2.0,

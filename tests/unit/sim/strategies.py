@@ -21,6 +21,7 @@ class Case:
     trace: tuple[TraceJob, ...]
     round_s: float
     overhead_s: float
+    early_rounds: bool = False
 
 
 @st.composite
@@ -87,4 +88,5 @@ def cases(draw: st.DrawFn, max_jobs: int = 8) -> Case:
         trace=tuple(jobs),
         round_s=draw(st.sampled_from([120.0, 360.0])),
         overhead_s=draw(st.sampled_from([0.0, 0.0, 20.0])),
+        early_rounds=draw(st.booleans()),
     )

@@ -125,6 +125,46 @@ def test_early_round_end_when_every_running_job_finished() -> None:
     assert [j.finish_s for j in fixed.jobs] == pytest.approx([100.0, 460.0])
 
 
+def test_early_rounds_replan_when_a_job_exits_while_others_wait() -> None:
+    """With early rounds a job's exit ends the round (after the delay) when jobs wait, so
+    the waiting job takes the freed GPU then, not at the round's nominal end; the running
+    job keeps its progress across the cut."""
+
+    def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
+        ids = sorted(j.id for j in s.jobs)
+        return {j: on([V[k]]) for k, j in enumerate(ids[:2])}
+
+    # One GPU in use per job; jobs 0 and 1 fill the two slots the policy hands out.
+    trace = [job(0, 1000.0), job(1, 20_000.0), job(2, 1000.0)]
+    fixed = simulate(ScriptedPolicy(decide), trace, cluster(), model())
+    assert [j.finish_s for j in fixed.jobs] == pytest.approx([100.0, 2000.0, 460.0])
+    early = simulate(
+        ScriptedPolicy(decide),
+        trace,
+        cluster(),
+        model(),
+        SimConfig(early_rounds=True, early_round_delay_s=1.0),
+    )
+    by_id = {j.id: j for j in early.jobs}
+    assert by_id[2].start_s == pytest.approx(101.0)
+    assert by_id[2].finish_s == pytest.approx(201.0)
+    assert by_id[1].finish_s == pytest.approx(2000.0)
+    assert early.rounds[0].end_s == pytest.approx(101.0)
+
+
+def test_early_rounds_do_not_cut_rounds_when_nobody_waits() -> None:
+    """Without waiting jobs a finish does not end the round: nothing could use the GPUs."""
+
+    def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
+        return {j.id: on([V[j.id]]) for j in s.jobs}
+
+    trace = [job(0, 1000.0), job(1, 20_000.0)]
+    result = simulate(
+        ScriptedPolicy(decide), trace, cluster(), model(), SimConfig(early_rounds=True)
+    )
+    assert [r.end_s for r in result.rounds[:2]] == pytest.approx([360.0, 720.0])
+
+
 def test_shared_gpus_progress_at_colocation_throughputs() -> None:
     """Jobs a and b sharing one v100 progress at 6 and 4 it/s (the profile's pair figures)."""
 
@@ -206,6 +246,8 @@ def test_bad_config_is_rejected() -> None:
         SimConfig(round_s=0)
     with pytest.raises(ValueError, match="overhead"):
         SimConfig(overhead_s=-1)
+    with pytest.raises(ValueError, match="early round delay"):
+        SimConfig(early_round_delay_s=-1)
 
 
 def test_a_failing_policy_is_named() -> None:

@@ -25,6 +25,7 @@ def run(case: Case, policy_name: str, seed: int = 7) -> SimResult:
     config = SimConfig(
         round_s=case.round_s,
         overhead_s=case.overhead_s,
+        early_rounds=case.early_rounds,
         validate_plans=True,
         record_segments=True,
         stall_rounds=200,
