@@ -146,8 +146,12 @@ class PrimalDual:
         exchange: bool = True,
         per_type_bounds: bool = True,
         capped: bool = True,
+        finish_weight: float = 0.1,
     ) -> None:
         self.capped = capped
+        if not 0.0 <= finish_weight <= 1.0:
+            raise ValueError(f"finish_weight must be in [0, 1], got {finish_weight}")
+        self.finish_weight = finish_weight
         self.exchange = exchange
         self.per_type_bounds = per_type_bounds
         if copy_efficiency is not None and not 0 < copy_efficiency <= 1:
@@ -204,15 +208,18 @@ class PrimalDual:
 
         Linear in the fraction ``x = rate * round_s / remaining`` of its remaining work the
         round completes, up to the whole of it; beyond that, speed only makes the job end
-        earlier within the round, saving ``(1 - 1/x)`` of a round: ``2 - 1/x``. Concave,
-        so a job about to finish is not given GPUs (or copies) it can barely use.
+        earlier within the round, saving ``(1 - 1/x)`` of a round, worth
+        ``1 + finish_weight * (1 - 1/x)``. Concave, so a job about to finish is not given
+        GPUs (or copies) it can barely use. The weight is small because a plan holds for
+        the round: GPUs a job frees mid-round wait for the next plan, while a job that
+        still has work would have used them all round.
         """
         if not self.capped:
             return self.scale(snapshot, job) * rate
         remaining = max(job.remaining_iterations, 1e-9)
         x = rate * snapshot.round_seconds / remaining
         weight = self.scale(snapshot, job) * remaining / snapshot.round_seconds
-        return weight * (x if x <= 1.0 else 2.0 - 1.0 / x)
+        return weight * (x if x <= 1.0 else 1.0 + self.finish_weight * (1.0 - 1.0 / x))
 
     def run(
         self, snapshot: Snapshot, free: FreeGpus, jobs: list[JobView]
@@ -582,6 +589,7 @@ class HadarPolicy:
         horizon_s: float | None = None,
         exchange: bool = True,
         per_type_bounds: bool = True,
+        finish_weight: float = 0.1,
     ) -> None:
         self._pass = PrimalDual(
             floor_fraction=floor_fraction,
@@ -591,6 +599,7 @@ class HadarPolicy:
             horizon_s=horizon_s,
             exchange=exchange,
             per_type_bounds=per_type_bounds,
+            finish_weight=finish_weight,
         )
         self.last_decisions: dict[int, Decision] = {}
 
@@ -613,6 +622,7 @@ def make(
     horizon_s: float | None = None,
     exchange: bool = True,
     per_type_bounds: bool = True,
+    finish_weight: float = 0.1,
 ) -> HadarPolicy:
     return HadarPolicy(
         floor_fraction=floor_fraction,
@@ -622,4 +632,5 @@ def make(
         horizon_s=horizon_s,
         exchange=exchange,
         per_type_bounds=per_type_bounds,
+        finish_weight=finish_weight,
     )

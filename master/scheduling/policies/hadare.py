@@ -72,6 +72,7 @@ class HadarEPolicy:
         max_copies: int = 16,
         share: bool = True,
         assumed_pair_slowdown: float = 0.0,
+        finish_weight: float = 0.1,
     ) -> None:
         if not 0 < copy_efficiency <= 1:
             raise ValueError(f"copy_efficiency must be in (0, 1], got {copy_efficiency}")
@@ -85,6 +86,7 @@ class HadarEPolicy:
             per_type_bounds=per_type_bounds,
             copy_efficiency=copy_efficiency if fork_in_pass else None,
             max_copies=max_copies,
+            finish_weight=finish_weight,
         )
         self.copy_efficiency = copy_efficiency
         self.last_decisions: dict[int, Decision] = {}
@@ -276,6 +278,7 @@ def make(
     max_copies: int = 16,
     share: bool = True,
     assumed_pair_slowdown: float = 0.0,
+    finish_weight: float = 0.1,
 ) -> HadarEPolicy:
     return HadarEPolicy(
         floor_fraction=floor_fraction,
@@ -290,4 +293,5 @@ def make(
         max_copies=max_copies,
         share=share,
         assumed_pair_slowdown=assumed_pair_slowdown,
+        finish_weight=finish_weight,
     )

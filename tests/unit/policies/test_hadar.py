@@ -141,10 +141,11 @@ def test_running_job_keeps_its_gpus_when_its_choice_is_unchanged() -> None:
 
 
 def test_utility_is_linear_until_the_job_can_finish_then_concave() -> None:
-    """Speed beyond finishing within the round only saves the rest of the round."""
+    """Speed beyond finishing within the round only saves the rest of the round, worth
+    ``finish_weight`` of a round's progress."""
     from master.scheduling.policies.hadar import PrimalDual
 
-    pd = PrimalDual(completion_exponent=1.0)
+    pd = PrimalDual(completion_exponent=1.0, finish_weight=1.0)
     j = job(1, total_iterations=3600.0, priority=2.0)
     snap = snapshot({"v100": 1}, [j], round_seconds=360.0)
     # 3600 iterations left: 5 it/s completes half of them in a round, 20 it/s all in
@@ -152,6 +153,11 @@ def test_utility_is_linear_until_the_job_can_finish_then_concave() -> None:
     assert pd.utility(snap, j, 5.0) == pytest.approx(2.0 * 0.5)
     assert pd.utility(snap, j, 10.0) == pytest.approx(2.0 * 1.0)
     assert pd.utility(snap, j, 20.0) == pytest.approx(2.0 * 1.5)
+    low = PrimalDual(completion_exponent=1.0, finish_weight=0.1)
+    assert low.utility(snap, j, 5.0) == pytest.approx(2.0 * 0.5)
+    assert low.utility(snap, j, 20.0) == pytest.approx(2.0 * (1.0 + 0.1 * 0.5))
+    with pytest.raises(ValueError, match="finish_weight"):
+        PrimalDual(finish_weight=1.5)
     assert pd.utility(snap, j, 40.0) - pd.utility(snap, j, 20.0) < (
         pd.utility(snap, j, 20.0) - pd.utility(snap, j, 10.0)
     )
