@@ -250,11 +250,18 @@ class SjfBsbfPolicy:
             if not job.allows(gpu_type):
                 continue
             solo_by_layout: dict[bool, float] = {}
+            remaining = job.remaining_iterations
+            # Residents repeat a few job types; look each pair figure up once.
+            pair_by_type: dict[str, tuple[float, float] | None] = {}
             for resident in group:
                 if resident.job.id in residents.shared:
                     continue
                 partner = resident.job
-                pair = model.colocated(partner.job_type, job.job_type, gpu_type, job.num_gpus)
+                if partner.job_type in pair_by_type:
+                    pair = pair_by_type[partner.job_type]
+                else:
+                    pair = model.colocated(partner.job_type, job.job_type, gpu_type, job.num_gpus)
+                    pair_by_type[partner.job_type] = pair
                 if pair is None and not self._assumed_pair_slowdown:
                     continue
                 k = self.accumulation_for(job, partner, resident.memory)
@@ -267,8 +274,8 @@ class SjfBsbfPolicy:
                 solo_b = resident.rate
                 if solo_a <= 0 or solo_b <= 0:
                     continue
-                e_a = job.remaining_iterations / solo_a
-                e_b = partner.remaining_iterations / solo_b
+                e_a = remaining / solo_a
+                e_b = resident.remaining / solo_b
                 if pair is None:
                     s_a = s_b = self._assumed_pair_slowdown
                 else:
@@ -290,6 +297,7 @@ class _Resident:
     rate: float
     memory: int
     consolidated: bool
+    remaining: float
 
 
 class Residents:
@@ -318,6 +326,7 @@ class Residents:
             allocation_rate(self._snapshot, job, alloc),
             self._policy.gpu_memory(self._snapshot, alloc),
             len(alloc.nodes) == 1,
+            job.remaining_iterations,
         )
         per_type = self._groups.setdefault(alloc.num_gpus, {})
         per_type.setdefault(next(iter(types)), []).append(resident)
