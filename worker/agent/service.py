@@ -143,13 +143,24 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     def ApplyAssignments(  # noqa: N802
         self, request: worker_pb2.ApplyAssignmentsRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ApplyAssignmentsResponse:
-        # Refused as a whole before anything is applied: a malformed assignment is the
-        # master's bug, and nothing of the call may have started by then.
+        # A malformed assignment fails alone: refusing the whole call would leave the
+        # node's other assignments unapplied on every resend, while a FAILED result lets
+        # the master end that one attempt with the reason.
+        results = []
         for i, assignment in enumerate(request.assignments):
             problem = assignment_problem(assignment)
-            if problem is not None:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"assignments[{i}].{problem}")
-        results = [self._agent.apply(a) for a in request.assignments]
+            if problem is None:
+                results.append(self._agent.apply(assignment))
+                continue
+            results.append(
+                worker_pb2.AssignmentResult(
+                    job_id=assignment.job_id,
+                    task_index=assignment.task_index,
+                    lease=assignment.lease,
+                    outcome=worker_pb2.ASSIGNMENT_OUTCOME_FAILED,
+                    message=f"malformed assignment: assignments[{i}].{problem}",
+                )
+            )
         return worker_pb2.ApplyAssignmentsResponse(results=results)
 
     def StopTask(  # noqa: N802

@@ -63,8 +63,8 @@ class WorkerServicer:
     def ApplyAssignments(self, request, context):
         """Applies one round's decisions for this node. Idempotent: each entry is keyed by job and
         lease, and resending a round changes nothing. An entry older than a lease already
-        applied for the same job is refused (fencing). INVALID_ARGUMENT when an entry has no
-        job_id or lease.
+        applied for the same job is refused (fencing). A malformed entry (no job_id or lease,
+        a relative path, a NUL character, ...) gets FAILED naming its field; the others apply.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -59,6 +59,9 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     applied: list[worker_pb2.TaskAssignment] = field(default_factory=list)
     stops: list[StopRecord] = field(default_factory=list)
     log_lines: dict[int, bytes] = field(default_factory=dict)
+    # START of these jobs is answered FAILED with this message (as a malformed assignment
+    # or a spawn error is on a real worker).
+    fail_starts: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
@@ -234,7 +237,11 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
                 key = (a.job_id, a.task_index)
                 current = self.tasks.get(key)
                 outcome = worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
-                if a.action == worker_pb2.ASSIGNMENT_ACTION_START:
+                message = ""
+                if a.action == worker_pb2.ASSIGNMENT_ACTION_START and a.job_id in self.fail_starts:
+                    outcome = worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+                    message = self.fail_starts[a.job_id]
+                elif a.action == worker_pb2.ASSIGNMENT_ACTION_START:
                     if current is not None and current.lease > a.lease:
                         outcome = worker_pb2.ASSIGNMENT_OUTCOME_STALE
                     else:
@@ -255,7 +262,11 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
                     to_exit.append(current)
                 results.append(
                     worker_pb2.AssignmentResult(
-                        job_id=a.job_id, task_index=a.task_index, lease=a.lease, outcome=outcome
+                        job_id=a.job_id,
+                        task_index=a.task_index,
+                        lease=a.lease,
+                        outcome=outcome,
+                        message=message,
                     )
                 )
         self._exit_later(to_exit)

@@ -71,6 +71,38 @@ def test_submit_schedule_push_progress_complete(cluster: Cluster) -> None:
     assert job_state(api, job.id) == common_pb2.JOB_STATE_COMPLETED
 
 
+def test_a_start_the_worker_fails_ends_that_attempt_with_its_reason(cluster: Cluster) -> None:
+    """A START answered FAILED (a malformed assignment, a spawn error) ends the attempt with
+    the worker's message as the reason; the other job of the same call starts, and the
+    failed one is placed again by a later round."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    bad = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec("bad"))).job
+    good = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec("good"))).job
+    problem = "malformed assignment: assignments[0].checkpoint_dir: must be an absolute path"
+    worker.fail_starts[bad.id] = problem
+
+    assert set(master.run_round().started) == {bad.id, good.id}
+    wait_for(lambda: good.id in worker.running_jobs(), what="START of the good job")
+
+    def retried() -> list[common_pb2.JobEvent]:
+        reply = api.GetJob(hadar_pb2.GetJobRequest(job_id=bad.id, include_events=True))
+        return [e for e in reply.events if e.kind == "retried"]
+
+    wait_for(retried, what="the failed attempt recorded")
+    (event,) = retried()
+    assert event.reason.startswith(f"could not start on n1: {problem}; retry 1 of")
+    assert bad.id not in worker.running_jobs()
+    assert job_state(api, good.id) == common_pb2.JOB_STATE_RUNNING
+
+    del worker.fail_starts[bad.id]
+    worker.progress(good.id, 100)
+    worker.exit(good.id, common_pb2.EXIT_KIND_COMPLETED)
+    assert bad.id in master.run_round().started
+    wait_for(lambda: bad.id in worker.running_jobs(), what="START of the retried job")
+
+
 def test_cancel_while_running_stops_the_task(cluster: Cluster) -> None:
     """Cancelling a running job records who cancelled it and sends StopTask to its worker;
     another user may not cancel it."""

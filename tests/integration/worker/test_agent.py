@@ -642,9 +642,29 @@ def test_bad_assignments_fail_with_a_reason(master: FakeMaster, worker: WorkerAg
     assert "workload 'nope' is not available" in results[1].message
     assert "no job spec with a program" in results[2].message
     assert worker.supervisor.running_keys() == []
-    with pytest.raises(grpc.RpcError) as invalid:
-        apply(stub, assignment(0, 1))
-    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_malformed_assignment_fails_alone(master: FakeMaster, worker: WorkerAgent) -> None:
+    """A malformed assignment (no job id, a relative checkpoint directory) gets FAILED naming
+    its field; the well-formed one in the same call still starts."""
+    stub = stub_for(worker)
+    relative = assignment(34, 1)
+    relative.checkpoint_dir = "relative/dir"
+    good = assignment(35, 1)
+    results = apply(stub, assignment(0, 1), relative, good)
+    assert [r.outcome for r in results] == [
+        worker_pb2.ASSIGNMENT_OUTCOME_FAILED,
+        worker_pb2.ASSIGNMENT_OUTCOME_FAILED,
+        worker_pb2.ASSIGNMENT_OUTCOME_APPLIED,
+    ]
+    assert "assignments[0].job_id: must be set" in results[0].message
+    assert "assignments[1].checkpoint_dir: must be an absolute path" in results[1].message
+    assert [(r.job_id, r.lease) for r in results] == [(0, 1), (34, 1), (35, 1)]
+    eventually(
+        lambda: any(k[0] == 35 for k in worker.supervisor.running_keys()) or master.exits_for(35)
+    )
+    assert all(k[0] == 35 for k in worker.supervisor.running_keys())
+    assert master.exits_for(0) == [] and master.exits_for(34) == []
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """Malformed and extreme requests against a real worker agent (port 0, fake GPUs, the cluster
 token): every call of the Worker service is answered or refused with a specific status
 (INVALID_ARGUMENT naming its field, NOT_FOUND, ...), never UNKNOWN or INTERNAL, and the agent
-keeps serving. A refused ApplyAssignments (the call, or every assignment in it) starts no
-process and leaves the task table as it was; a refused StopTask signals nothing.
+keeps serving. A malformed assignment fails alone (FAILED naming its field) and starts no
+process; a refused StopTask signals nothing.
 
 Processes are real but harmless: the launcher runs ``sh -c 'exec sleep'`` with the job's
 argv as ignored arguments and the job's own environment and working directory, so whatever
@@ -229,14 +229,16 @@ def apply_and_check(target: Target, request: worker_pb2.ApplyAssignmentsRequest)
 
 
 def test_apply_assignments_survives_malformed_requests(target: Target) -> None:
-    """Fuzzed assignments are applied or refused; a refusal changes nothing."""
+    """Fuzzed assignments are applied or refused; a refusal changes nothing. Each malformed
+    assignment found so far gets FAILED naming its problem, not a refused call."""
     for assignment in found_assignments():
         request = worker_pb2.ApplyAssignmentsRequest(round=1, assignments=[assignment])
         before, launched = target.settled_table(), target.launcher.count()
         code, response = target.call("ApplyAssignments", request)
-        if code is Code.OK:
-            (result,) = response.results
-            assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED, (assignment, result)
+        assert code is Code.OK, assignment
+        (result,) = response.results
+        assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED, (assignment, result)
+        assert result.message, assignment
         assert (target.table(), target.launcher.count()) == (before, launched), assignment
     seen: dict[str, int] = {}
 
@@ -255,7 +257,7 @@ def test_apply_assignments_survives_malformed_requests(target: Target) -> None:
         seen[code.name] = seen.get(code.name, 0) + 1
 
     send()
-    assert seen.get("OK", 0) > 0 and seen.get("INVALID_ARGUMENT", 0) > 0, seen
+    assert seen.get("OK", 0) > 0, seen
     target.assert_serving()
 
 
