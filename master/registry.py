@@ -154,8 +154,23 @@ class Registry:
                 if task.state in (TaskState.ASSIGNED, TaskState.STARTING):
                     uow.tasks.set_state(task.id, TaskState.RUNNING, now=now)
                 keep.append(item)
-            else:
-                stop.append(item)
+                continue
+            stop.append(item)
+            if task is not None and task.node == node and task.state is TaskState.LOST:
+                # Written off while its node was away, yet it still runs: until its exit is
+                # reported it holds its GPUs, and the job's next start waits for it (a
+                # start is not sent while an older task of the job is active), so the job
+                # never runs twice and resumes from what this task checkpoints.
+                uow.tasks.set_state(task.id, TaskState.STOPPING, now=now)
+                uow.jobs.note(
+                    task.job_id,
+                    kind="stale_task",
+                    reason=f"task on {node} in lease {task.lease}, written off when the node "
+                    "was lost, still runs; stopping it, and the job's next start waits for "
+                    "its exit",
+                    at=now,
+                    set_reason=False,
+                )
         return keep, stop
 
     def heartbeat(

@@ -183,6 +183,60 @@ def test_lost_nodes_job_starts_elsewhere_only_after_its_lease_is_over(cluster: C
     assert restart.lease > start.lease
 
 
+def test_a_returning_nodes_stale_task_delays_the_jobs_next_start_until_it_exits(
+    cluster: Cluster,
+) -> None:
+    """A lost node that comes back before its lease is over still runs the job's task:
+    registration stops it, and although the hold on the job lifts, the job's next START is
+    not sent until that task's exit is reported; the job then resumes from what the stale
+    task checkpointed."""
+    master = cluster.master(heartbeat_timeout_s=2.0)
+    first = cluster.worker(master, "n1", num_gpus=2)
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in first.running_jobs(), what="START on n1")
+    first.progress(job.id, 30)
+    old_lease = next(a.lease for a in first.applied if a.job_id == job.id)
+    second = cluster.worker(master, "n2", num_gpus=2)
+    second.start_heartbeats()
+    wait_for(lambda: _lost(master, api, "n1"), what="node lost")
+    still_running = dict(first.tasks)
+
+    # n1 is back well within the hold, its task still running.
+    first.auto_reregister = False
+    assert first.heartbeat().reregister
+    answer = first.register()
+    assert [(r.job_id, r.lease) for r in answer.stop] == [(job.id, old_lease)]
+    first.start_heartbeats()
+    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True))
+    assert got.events[-1].kind == "stale_task"
+    assert f"lease {old_lease}" in got.events[-1].reason
+
+    assert job.id in master.run_round().started
+    newer = [
+        a for w in (first, second) for a in w.applied if a.job_id == job.id and a.lease > old_lease
+    ]
+    assert newer == [], "started while the stale task still ran"
+    assert job_state(api, job.id) == common_pb2.JOB_STATE_RUNNING
+
+    # The stale task checkpoints at 45 iterations and reports its exit.
+    first.tasks.update(still_running)
+    first.tasks[(job.id, 0)].iterations_done = 45
+    assert first.exit(job.id, common_pb2.EXIT_KIND_STOPPED).accepted
+
+    def restarted() -> list[worker_pb2.TaskAssignment]:
+        return [
+            a
+            for w in (first, second)
+            for a in w.applied
+            if a.job_id == job.id and a.lease > old_lease
+        ]
+
+    (start,) = wait_for(restarted, what="the job's next START")
+    assert start.iterations_done == 45
+
+
 def test_lost_node_preempts_and_job_is_placed_elsewhere(cluster: Cluster) -> None:
     """A node silent past the timeout becomes UNREACHABLE, its job goes to PREEMPTED with
     the reason, the next round places it on another node with a higher lease, and the lost
