@@ -400,9 +400,17 @@ class LocalCluster:
         return record
 
     def start_worker(
-        self, group: WorkerGroup, master: str, settings: Mapping[str, str] | None = None
+        self,
+        group: WorkerGroup,
+        master: str,
+        settings: Mapping[str, str] | None = None,
+        *,
+        listen: str | None = None,
+        advertise: str | None = None,
     ) -> ProcessRecord:
-        address = f"127.0.0.1:{free_port()}"
+        """Start one worker dialing ``master``; it listens on ``listen`` (a free port by
+        default) and tells the master to dial ``advertise`` (``listen`` by default)."""
+        address = listen or f"127.0.0.1:{free_port()}"
         worker_dir = self.state_dir / group.node
         argv = [
             sys.executable,
@@ -414,7 +422,7 @@ class LocalCluster:
             "--listen",
             address,
             "--advertise",
-            address,
+            advertise or address,
             "--node",
             group.node,
             "--fake-gpus",
@@ -493,6 +501,36 @@ class LocalCluster:
             self.down()
             raise
         return record
+
+    def add_worker(
+        self,
+        group: WorkerGroup,
+        *,
+        master: str | None = None,
+        listen: str | None = None,
+        advertise: str | None = None,
+        settings: Mapping[str, str] | None = None,
+        timeout: float = 90.0,
+    ) -> ProcessRecord:
+        """Start one more worker in the running cluster and wait until it is READY.
+
+        ``master`` and ``advertise`` replace the addresses the worker and the master dial
+        (the master's own, and ``listen``), for workers reached through a relay.
+        """
+        record = self._require()
+        if any(w.name == group.node for w in record.workers):
+            raise LocalClusterError(f"the local cluster already has a worker {group.node!r}")
+        worker = self.start_worker(
+            group,
+            master or record.master.address,
+            settings,
+            listen=listen,
+            advertise=advertise,
+        )
+        record.workers.append(worker)
+        self._save(record)
+        self._wait_nodes(record, [group.node], timeout)
+        return worker
 
     def restart_master(self, timeout: float = 60.0) -> ProcessRecord:
         """Start the master again on the same address and database (after a crash)."""

@@ -12,8 +12,10 @@ from collections.abc import Callable
 
 import pytest
 
+from clients.localcluster import WorkerGroup, free_port, pid_alive
 from clients.types import JobSpec, JobState, Program
 from tests.e2e.conftest import Cluster, TwiceWatcher, wait_for
+from tests.e2e.relay import Relay
 from worker.runtime.checkpoint import CheckpointStore, job_directory
 
 pytestmark = pytest.mark.e2e
@@ -153,6 +155,66 @@ def test_a_partitioned_worker_is_fenced_and_its_stale_task_stopped_on_return(
     assert job.state == JobState.COMPLETED, job.reason
     assert job.iterations_done == 2000
     assert watcher.violations == []
+
+
+def test_a_worker_cut_off_from_the_master_stops_its_task_when_the_lease_ends(
+    start_cluster: Callable[..., Cluster],
+) -> None:
+    """Cut a live worker off from the master in both directions (its agent keeps running):
+    the agent stops the job's task itself when the lease ends unrenewed; the master declares
+    the node lost, says the job waits for that lease, and starts the job on the other
+    worker only afterwards. The job never runs twice and, once the partition heals,
+    completes with exactly its iterations."""
+    cluster = start_cluster("k80:1")
+    blocker = cluster.submit("recommendation", iterations=1_000_000)
+    cluster.wait_state(blocker, {JobState.RUNNING}, timeout=120)
+    listen = f"127.0.0.1:{free_port()}"
+    to_master, to_worker = Relay(cluster.address), Relay(listen)
+    try:
+        agent = cluster.local.add_worker(
+            WorkerGroup("local-2", "k80:1"),
+            master=to_master.address,
+            listen=listen,
+            advertise=to_worker.address,
+            timeout=120,
+        )
+        job_id = cluster.submit("recommendation", iterations=2000)
+        job = cluster.wait_state(job_id, {JobState.RUNNING}, timeout=120)
+        assert [t.node for t in job.tasks] == ["local-2"]
+        old_lease = job.tasks[0].lease
+        wait_for(lambda: job_id in cluster.local.job_processes(), 60, "the job's processes")
+        with TwiceWatcher(cluster.local) as watcher:
+            to_master.cut()
+            to_worker.cut()
+            waiting = f"waiting: lease {old_lease} on local-2 (lost) ends at "
+            wait_for(
+                lambda: cluster.job(job_id).reason.startswith(waiting),
+                30,
+                "the job to wait for the lost lease",
+            )
+            wait_for(
+                lambda: job_id not in cluster.local.job_processes(),
+                40,
+                "the cut-off worker to stop the task at lease end",
+            )
+            assert pid_alive(agent.pid)
+            cluster.client.cancel_job(blocker)
+            wait_for(
+                lambda: any(
+                    t.node == "local-1" and t.lease > old_lease for t in cluster.job(job_id).tasks
+                ),
+                60,
+                "the job to start on local-1",
+            )
+            to_master.heal()
+            to_worker.heal()
+            job = cluster.wait_state(job_id, DONE, timeout=400)
+        assert job.state == JobState.COMPLETED, job.reason
+        assert job.iterations_done == 2000
+        assert watcher.violations == []
+    finally:
+        to_master.close()
+        to_worker.close()
 
 
 def test_cancel_ends_a_running_jobs_processes_within_ten_seconds(
