@@ -156,11 +156,17 @@ class Registry:
                 keep.append(item)
                 continue
             stop.append(item)
-            if task is not None and task.node == node and task.state is TaskState.LOST:
+            if (
+                task is not None
+                and task.node == node
+                and task.state is TaskState.LOST
+                and not _newer_started(uow, task)
+            ):
                 # Written off while its node was away, yet it still runs: until its exit is
                 # reported it holds its GPUs, and the job's next start waits for it (a
                 # start is not sent while an older task of the job is active), so the job
-                # never runs twice and resumes from what this task checkpoints.
+                # never runs twice and resumes from what this task checkpoints. (When a
+                # newer placement already runs, the stale task's exit stays ignored.)
                 uow.tasks.set_state(task.id, TaskState.STOPPING, now=now)
                 uow.jobs.note(
                     task.job_id,
@@ -303,3 +309,11 @@ class Registry:
 
     def nodes(self) -> tuple[list[Node], list[Task]]:
         return self._tx.read(lambda uow: (uow.nodes.all(), uow.tasks.active()))
+
+
+def _newer_started(uow: UnitOfWork, task: Task) -> bool:
+    """Whether a later placement of the task's job was already sent to its worker."""
+    return any(
+        other.lease > task.lease and other.state is not TaskState.ASSIGNED
+        for other in uow.tasks.active_for_job(task.job_id)
+    )

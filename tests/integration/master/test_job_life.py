@@ -286,6 +286,12 @@ def test_lost_node_preempts_and_job_is_placed_elsewhere(cluster: Cluster) -> Non
     assert first.running_jobs() == set()
     nodes = {n.name: n for n in api.ListNodes(hadar_pb2.ListNodesRequest()).nodes}
     assert nodes["n1"].state == common_pb2.NODE_STATE_READY
+    # The job already runs on n2: the stale task stays written off, its exit ignored.
+    events = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True)).events
+    assert "stale_task" not in [e.kind for e in events]
+    first.tasks.update(still_running)
+    assert not first.exit(job.id, common_pb2.EXIT_KIND_STOPPED).accepted
+    assert job_state(api, job.id) == common_pb2.JOB_STATE_RUNNING
 
 
 def test_restarted_master_adopts_running_tasks(cluster: Cluster) -> None:
