@@ -119,12 +119,13 @@ def test_a_master_killed_and_restarted_loses_and_duplicates_nothing(
     assert len(cluster.client.list_jobs()) == 3
 
 
-def test_a_partitioned_worker_is_fenced_and_its_stale_task_stopped_on_return(
+def test_a_frozen_workers_job_stops_itself_at_lease_end_and_runs_elsewhere_once(
     start_cluster: Callable[..., Cluster],
 ) -> None:
-    """Freeze a worker agent (its job keeps running, its heartbeats stop): the master fences
-    the job and places it on the other worker; when the agent comes back its stale task is
-    stopped, and the job completes with exactly its iterations."""
+    """Freeze a worker agent (SIGSTOP: its heartbeats and renewals stop, its job process
+    does not): the job's runtime stops the job itself when the lease the agent last wrote is
+    over; the master fences the job and places it on the other worker; the job never runs
+    twice, and completes with exactly its iterations once the agent is thawed."""
     # Paced K80s: the job still runs when the 6 s heartbeat timeout has passed.
     cluster = start_cluster("k80:1;k80:1")
     job_id = cluster.submit("recommendation", iterations=2000)
@@ -133,24 +134,24 @@ def test_a_partitioned_worker_is_fenced_and_its_stale_task_stopped_on_return(
     victim = job.tasks[0].node
     old_lease = job.tasks[0].lease
     agent = cluster.local.worker(victim)
-    cluster.local.kill(victim, signal.SIGSTOP)
-    try:
-        wait_for(
-            lambda: any(
-                t.node != victim and t.lease > old_lease for t in cluster.job(job_id).tasks
-            ),
-            90,
-            "the job to be placed on the other worker",
-        )
-    finally:
-        cluster.local.kill(victim, signal.SIGCONT)
-    assert agent.pid
-    wait_for(
-        lambda: old_lease not in cluster.local.job_processes().get(job_id, set()),
-        60,
-        "the stale task to be stopped",
-    )
     with TwiceWatcher(cluster.local) as watcher:
+        cluster.local.kill(victim, signal.SIGSTOP)
+        try:
+            wait_for(
+                lambda: old_lease not in cluster.local.job_processes().get(job_id, set()),
+                40,
+                "the job to stop itself at lease end while its agent is frozen",
+            )
+            wait_for(
+                lambda: any(
+                    t.node != victim and t.lease > old_lease for t in cluster.job(job_id).tasks
+                ),
+                90,
+                "the job to be placed on the other worker",
+            )
+        finally:
+            cluster.local.kill(victim, signal.SIGCONT)
+        assert agent.pid
         job = cluster.wait_state(job_id, DONE, timeout=400)
     assert job.state == JobState.COMPLETED, job.reason
     assert job.iterations_done == 2000

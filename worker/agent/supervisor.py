@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import structlog
 from google.protobuf.message import DecodeError
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -48,9 +49,14 @@ from worker.gpus import GpuInfo
 from worker.runtime import contract
 from worker.runtime.contract import ProgressRecord
 
+log = structlog.get_logger("hadar.worker")
+
 APPLIED = worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
 STALE = worker_pb2.ASSIGNMENT_OUTCOME_STALE
 FAILED = worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+
+# In the task directory: when the lease ends (Unix time), read by the job's runtime.
+LEASE_FILE_NAME = "lease-end"
 
 # Torchrun's variables: the job cannot override them through its env.
 TORCHRUN_VARS = (
@@ -271,6 +277,7 @@ class Supervisor:
             self._tasks[current.key] = current
             self._record_running(current)
         current.assignment.lease_expires_at.CopyFrom(a.lease_expires_at)
+        self._write_lease_file(current)
         return APPLIED, "extended"
 
     def _apply_stop(self, a: worker_pb2.TaskAssignment) -> tuple[worker_pb2.AssignmentOutcome, str]:
@@ -430,6 +437,9 @@ class Supervisor:
         )
         if global_batch:
             common[contract.GLOBAL_BATCH_SIZE] = str(global_batch)
+        lease_file = self._write_lease_file(task)
+        if lease_file is not None:
+            common[contract.LEASE_FILE] = str(lease_file)
         argv = self._argv(task, workdir, common)
         try:
             for local_rank, gpu_index in enumerate(a.gpu_indices):
@@ -586,6 +596,28 @@ class Supervisor:
                     t.job_id == task.job_id and t.lease < task.lease for t in self._tasks.values()
                 ):
                     self._start_waiting(task)
+
+    @staticmethod
+    def _write_lease_file(task: Task) -> Path | None:
+        """Write when the task's lease ends to its task directory, for the job's runtime.
+
+        The runtime stops the job (checkpoint, exit) once that time has passed, so a job
+        whose agent is frozen or gone, and so cannot stop it, still ends with its lease.
+        Only preemptible tasks with a lease end get one.
+        """
+        ends = task.lease_ends_at()
+        if ends is None or not task.preemptible:
+            return None
+        path = task.task_dir / LEASE_FILE_NAME
+        partial = path.with_name(path.name + ".partial")
+        try:
+            partial.write_text(f"{ends:.3f}\n")
+            partial.replace(path)
+        except OSError as exc:
+            # The agent still stops the task at lease end itself.
+            log.warning("could not write the lease file", path=str(path), error=str(exc))
+            return None
+        return path
 
     def _expire_leases(self) -> None:
         """Stops preemptible tasks whose lease has ended without renewal."""

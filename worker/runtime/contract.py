@@ -37,6 +37,10 @@ ACCUMULATION_STEPS = "HADAR_ACCUMULATION_STEPS"
 # Where checkpoints live (shared between workers in a lab) and where progress goes.
 CHECKPOINT_DIR = "HADAR_CHECKPOINT_DIR"
 PROGRESS_FILE = "HADAR_PROGRESS_FILE"
+# A file holding the Unix time this task's lease ends unless renewed; the agent rewrites it
+# on every renewal. Once that time has passed the runtime stops the job as SIGTERM would
+# (checkpoint, exit): the job's agent, which would stop it, may be frozen or gone.
+LEASE_FILE = "HADAR_LEASE_FILE"
 # Seconds between checkpoints while running (0: only at the end of a lease or on stop).
 CHECKPOINT_INTERVAL_S = "HADAR_CHECKPOINT_INTERVAL_S"
 # Relative speed of a fake GPU (1.0: no pacing). The runtime sleeps so that each iteration

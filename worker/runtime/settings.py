@@ -38,6 +38,7 @@ class RuntimeSettings:
     progress_file: Path | None
     checkpoint_interval_s: float
     progress_interval_s: float
+    lease_file: Path | None
     fake_gpu_speed: float
     gpu_type: str
     num_copies: int
@@ -99,6 +100,7 @@ class RuntimeSettings:
             progress_file=reader.path(contract.PROGRESS_FILE),
             checkpoint_interval_s=reader.number(contract.CHECKPOINT_INTERVAL_S, 0.0),
             progress_interval_s=reader.number(contract.PROGRESS_INTERVAL_S, 1.0),
+            lease_file=reader.path(contract.LEASE_FILE),
             fake_gpu_speed=speed,
             gpu_type=env.get(contract.GPU_TYPE, ""),
             num_copies=num_copies,

@@ -40,6 +40,7 @@ from worker.runtime.checkpoint import CheckpointError, CheckpointStore, job_dire
 from worker.runtime.contract import ExitReason
 from worker.runtime.copies import average_copies, sum_over_copies
 from worker.runtime.distributed import DistContext, init_distributed
+from worker.runtime.lease import LeaseWatch
 from worker.runtime.pacing import Pacer
 from worker.runtime.progress import ProgressWriter
 from worker.runtime.settings import ContractError, RuntimeSettings
@@ -152,6 +153,7 @@ class TrainingRun:
         self._clock = clock
         self._handle_signals = handle_signals
         self._stop_requested = False
+        self._lease = LeaseWatch(settings.lease_file)
         self._looped = False
         self.exit_reason: ExitReason | None = None
 
@@ -319,6 +321,9 @@ class TrainingRun:
             and context.copy_rank == 0
             and self._clock() - self._last_checkpoint_at >= self.settings.checkpoint_interval_s
         )
+        if not self._stop_requested and self._lease.over():
+            log.warning("lease over without renewal (the agent did not stop this task): stopping")
+            self._stop_requested = True
         flags = [float(self._stop_requested), float(wants_checkpoint)]
         if context.copy_size > 1:
             grads = [p.grad for p in self._module.parameters() if p.grad is not None]

@@ -444,6 +444,26 @@ def test_task_whose_lease_ends_without_renewal_is_stopped_with_the_reason(
     assert renewed.signals == []
 
 
+def test_the_lease_end_is_written_for_the_job_and_rewritten_on_renewal(tmp_path: Path) -> None:
+    """A managed task's processes get HADAR_LEASE_FILE, holding the lease end (Unix time);
+    an extension rewrites it. Opaque commands and tasks without a lease end get none."""
+    rig = Rig(tmp_path)
+    now = rig.clock.time()
+    rig.supervisor.apply(_expiring(1, 2, now + 10, gpus=(0,)))
+    command = _expiring(2, 1, now + 10, gpus=(1,))
+    command.spec.command.argv.append("/bin/true")
+    rig.supervisor.apply(command)
+    rig.supervisor.apply(start(3, 1, gpus=(2,)))
+    managed, opaque, unleased = rig.launcher.processes
+    lease_file = Path(managed.spec.env["HADAR_LEASE_FILE"])
+    assert float(lease_file.read_text()) == pytest.approx(now + 10, abs=1e-3)
+    assert "HADAR_LEASE_FILE" not in opaque.spec.env
+    assert "HADAR_LEASE_FILE" not in unleased.spec.env
+    extension = _expiring(1, 2, now + 70, gpus=(0,), action=EXTEND)
+    assert rig.supervisor.apply(extension).outcome == APPLIED
+    assert float(lease_file.read_text()) == pytest.approx(now + 70, abs=1e-3)
+
+
 def test_expired_lease_of_a_checkpointing_task_is_reported_stopped(tmp_path: Path) -> None:
     """A task that checkpoints and exits on SIGTERM after its lease ended: STOPPED, with the
     lease's end as the message."""
