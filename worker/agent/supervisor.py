@@ -612,6 +612,7 @@ class Supervisor:
         partial = path.with_name(path.name + ".partial")
         try:
             partial.write_text(f"{ends:.3f}\n")
+            partial.chmod(0o644)  # the job may run as another user, under any umask
             partial.replace(path)
         except OSError as exc:
             # The agent still stops the task at lease end itself.
