@@ -390,24 +390,14 @@ class Simulator:
         Returns (time the job stops holding its GPUs this round, iterations done). Sets
         ``job.finish`` at the exact time the last iteration completes.
         """
-        t = begin
-        progress = 0.0
-        round_end = pieces[-1][0]
-        for until, rate in pieces:
-            if until <= t:
-                continue
-            if rate > 0:
-                needed = (job.total - job.done - progress) / rate
-                if t + needed <= until:
-                    finish = t + needed
-                    progress = job.total - job.done
-                    job.done = job.total
-                    job.finish = finish
-                    return finish, progress
-                progress += rate * (until - t)
-            t = until
+        remaining = job.total - job.done
+        finish, progress = _run_pieces(remaining, begin, pieces)
+        if finish is not None:
+            job.done = job.total
+            job.finish = finish
+            return finish, remaining
         job.done = min(job.total, job.done + progress)
-        return round_end, progress
+        return pieces[-1][0], progress
 
     # ------------------------------------------------------------------------ run
     def run(self) -> SimResult:
@@ -486,17 +476,15 @@ class Simulator:
             if cfg.early_rounds and waiting:
                 # The daemon asks for a round as soon as a job's exit frees GPUs while jobs
                 # wait (Settings.early_rounds): the plan holds only until the first finish.
-                first = min(
-                    (
-                        _finish_time(
-                            job.total - job.done,
-                            begin,
-                            _pieces(shared_rate, alone_rate, partner, shared_end, round_end),
-                        )
-                        for job, _, begin, shared_rate, alone_rate, partner in placed
-                    ),
-                    default=math.inf,
-                )
+                finishes = [
+                    _run_pieces(
+                        job.total - job.done,
+                        begin,
+                        _pieces(shared_rate, alone_rate, partner, shared_end, round_end),
+                    )[0]
+                    for job, _, begin, shared_rate, alone_rate, partner in placed
+                ]
+                first = min((f for f in finishes if f is not None), default=math.inf)
                 round_end = min(round_end, first + cfg.early_round_delay_s)
             for job in active:
                 if job.current is not None and job.spec.id not in allocations:
@@ -659,20 +647,23 @@ def _pieces(
     return [(until, shared_rate), (end, alone_rate)]
 
 
-def _finish_time(remaining: float, begin: float, pieces: list[tuple[float, float]]) -> float:
-    """When a job with ``remaining`` iterations finishes under ``pieces`` (inf: not
-    within them)."""
+def _run_pieces(
+    remaining: float, begin: float, pieces: list[tuple[float, float]]
+) -> tuple[float | None, float]:
+    """A job with ``remaining`` iterations run from ``begin`` through rate ``pieces``
+    (until, rate): (when it finishes, None when not within them; iterations done)."""
     t = begin
+    progress = 0.0
     for until, rate in pieces:
         if until <= t:
             continue
         if rate > 0:
-            needed = remaining / rate
+            needed = (remaining - progress) / rate
             if t + needed <= until:
-                return t + needed
-            remaining -= rate * (until - t)
+                return t + needed, remaining
+            progress += rate * (until - t)
         t = until
-    return math.inf
+    return None, progress
 
 
 def simulate(

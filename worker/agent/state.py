@@ -27,14 +27,23 @@ def exit_key(report: coordinator_pb2.TaskExitedRequest) -> ExitKey:
     return (report.job_id, report.task_index, report.lease)
 
 
-def write_atomically(path: Path, data: str) -> None:
+def write_atomically(
+    path: Path, data: str, *, durable: bool = True, mode: int | None = None
+) -> None:
+    """Replace ``path`` with ``data`` in one rename; ``durable`` also syncs it to disk,
+    ``mode`` sets its permissions before it appears."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w") as handle:
         handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    if mode is not None:
+        tmp.chmod(mode)
     tmp.replace(path)
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -43,7 +43,7 @@ from worker.agent.processes import (
     RunAs,
 )
 from worker.agent.progressfile import ProgressTail, tail_lines
-from worker.agent.state import RunningTaskRecord, StateStore
+from worker.agent.state import RunningTaskRecord, StateStore, write_atomically
 from worker.agent.users import UnknownUserError, UserDirectory
 from worker.gpus import GpuInfo
 from worker.runtime import contract
@@ -609,11 +609,10 @@ class Supervisor:
         if ends is None or not task.preemptible:
             return None
         path = task.task_dir / LEASE_FILE_NAME
-        partial = path.with_name(path.name + ".partial")
         try:
-            partial.write_text(f"{ends:.3f}\n")
-            partial.chmod(0o644)  # the job may run as another user, under any umask
-            partial.replace(path)
+            # Rewritten every round and not needed after a crash: no fsync. Readable by the
+            # job's user whatever the agent's umask.
+            write_atomically(path, f"{ends:.3f}\n", durable=False, mode=0o644)
         except OSError as exc:
             # The agent still stops the task at lease end itself.
             log.warning("could not write the lease file", path=str(path), error=str(exc))

@@ -3,6 +3,7 @@ completion, cancellation, lost nodes and master restarts."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -11,7 +12,7 @@ import pytest
 from master.daemon import Master
 from protos.hadar.v1 import common_pb2, hadar_pb2, worker_pb2
 from tests.integration.master.conftest import Api, Cluster
-from tests.integration.master.fakes import wait_for
+from tests.integration.master.fakes import FakeWorker, wait_for
 
 
 def workload_spec(
@@ -143,22 +144,62 @@ def _past_lost_leases(master: Master) -> timedelta:
     return timedelta(seconds=master.settings.lost_lease_hold_s + 1)
 
 
-def test_lost_nodes_job_starts_elsewhere_only_after_its_lease_is_over(cluster: Cluster) -> None:
-    """The lost node's worker may still run the job (a partition): it stops the task when
-    the lease ends unrenewed. Until then the job is not started anywhere else, and says why;
-    afterwards it is placed on the other node."""
+@dataclass
+class LostRun:
+    """A job that ran on n1 (30 iterations reported) when n1 was declared lost; n2 beats."""
+
+    master: Master
+    api: Api
+    first: FakeWorker
+    second: FakeWorker
+    job_id: int
+    old_lease: int
+    lost_after: datetime  # just before waiting for n1 to be declared lost
+
+    def newer_starts(self) -> list[worker_pb2.TaskAssignment]:
+        """STARTs of the job under a later lease, on either worker."""
+        return [
+            a
+            for w in (self.first, self.second)
+            for a in w.applied
+            if a.job_id == self.job_id and a.lease > self.old_lease
+        ]
+
+    def return_n1(self) -> None:
+        """n1 is back: its heartbeat is answered with "register again", and the stale task
+        it reports is stopped by the reconciliation of that registration."""
+        self.first.auto_reregister = False
+        assert self.first.heartbeat().reregister
+        answer = self.first.register()
+        assert [(r.job_id, r.lease) for r in answer.stop] == [(self.job_id, self.old_lease)]
+
+
+def _lose_n1_while_its_job_runs(cluster: Cluster) -> LostRun:
     master = cluster.master(heartbeat_timeout_s=2.0)
     first = cluster.worker(master, "n1", num_gpus=2)
     api = cluster.api(master)
     job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
     master.run_round()
     wait_for(lambda: job.id in first.running_jobs(), what="START on n1")
-    start = next(a for a in first.applied if a.job_id == job.id)
+    first.progress(job.id, 30)
+    old_lease = next(a.lease for a in first.applied if a.job_id == job.id)
     second = cluster.worker(master, "n2", num_gpus=2)
     second.start_heartbeats()
+    # n1 stays silent; n2 keeps beating.
     before = datetime.now(UTC)
     wait_for(lambda: _lost(master, api, "n1"), what="node lost")
+    return LostRun(master, api, first, second, job.id, old_lease, before)
+
+
+def test_lost_nodes_job_starts_elsewhere_only_after_its_lease_is_over(cluster: Cluster) -> None:
+    """The lost node's worker may still run the job (a partition): it stops the task when
+    the lease ends unrenewed. Until then the job is not started anywhere else, and says why;
+    afterwards it is placed on the other node."""
+    run = _lose_n1_while_its_job_runs(cluster)
     after = datetime.now(UTC)
+    master, api, second, before = run.master, run.api, run.second, run.lost_after
+    job_id = run.job_id
+    start = next(a for a in run.first.applied if a.job_id == job_id)
     hold = timedelta(seconds=master.settings.lost_lease_hold_s)
     # Every lease sent ends within the hold: the lease, then the worker's grace.
     sent_end = start.lease_expires_at.ToDatetime(tzinfo=UTC)
@@ -167,19 +208,19 @@ def test_lost_nodes_job_starts_elsewhere_only_after_its_lease_is_over(cluster: C
     for offset in (timedelta(0), hold - timedelta(seconds=1)):
         result = master.rounds.run(now=before + offset)
         assert result.started == ()
-        got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job
+        got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id)).job
         assert got.state == common_pb2.JOB_STATE_PREEMPTED
         assert got.reason.startswith(f"waiting: lease {start.lease} on n1 (lost) ends at ")
         seconds = range(-1, int((after - before).total_seconds()) + 2)
         ends = {f"{before + hold + timedelta(seconds=s):%H:%M:%S} UTC" for s in seconds}
         assert got.reason.split(" ends at ")[1] in ends
-    assert job.id not in second.running_jobs()
-    assert not any(a.job_id == job.id for a in second.applied)
+    assert job_id not in second.running_jobs()
+    assert not any(a.job_id == job_id for a in second.applied)
 
     result = master.rounds.run(now=after + hold + timedelta(seconds=1))
-    assert result.started == (job.id,)
-    wait_for(lambda: job.id in second.running_jobs(), what="START on n2")
-    restart = next(a for a in second.applied if a.job_id == job.id)
+    assert result.started == (job_id,)
+    wait_for(lambda: job_id in second.running_jobs(), what="START on n2")
+    restart = next(a for a in second.applied if a.job_id == job_id)
     assert restart.lease > start.lease
 
 
@@ -190,50 +231,32 @@ def test_a_returning_nodes_stale_task_delays_the_jobs_next_start_until_it_exits(
     registration stops it, and although the hold on the job lifts, the job's next START is
     not sent until that task's exit is reported; the job then resumes from what the stale
     task checkpointed."""
-    master = cluster.master(heartbeat_timeout_s=2.0)
-    first = cluster.worker(master, "n1", num_gpus=2)
-    api = cluster.api(master)
-    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
-    master.run_round()
-    wait_for(lambda: job.id in first.running_jobs(), what="START on n1")
-    first.progress(job.id, 30)
-    old_lease = next(a.lease for a in first.applied if a.job_id == job.id)
-    second = cluster.worker(master, "n2", num_gpus=2)
-    second.start_heartbeats()
-    wait_for(lambda: _lost(master, api, "n1"), what="node lost")
+    run = _lose_n1_while_its_job_runs(cluster)
+    master, api, first, job_id, old_lease = (
+        run.master,
+        run.api,
+        run.first,
+        run.job_id,
+        run.old_lease,
+    )
     still_running = dict(first.tasks)
 
     # n1 is back well within the hold, its task still running.
-    first.auto_reregister = False
-    assert first.heartbeat().reregister
-    answer = first.register()
-    assert [(r.job_id, r.lease) for r in answer.stop] == [(job.id, old_lease)]
+    run.return_n1()
     first.start_heartbeats()
-    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True))
+    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id, include_events=True))
     assert got.events[-1].kind == "stale_task"
     assert f"lease {old_lease}" in got.events[-1].reason
 
-    assert job.id in master.run_round().started
-    newer = [
-        a for w in (first, second) for a in w.applied if a.job_id == job.id and a.lease > old_lease
-    ]
-    assert newer == [], "started while the stale task still ran"
-    assert job_state(api, job.id) == common_pb2.JOB_STATE_RUNNING
+    assert job_id in master.run_round().started
+    assert run.newer_starts() == [], "started while the stale task still ran"
+    assert job_state(api, job_id) == common_pb2.JOB_STATE_RUNNING
 
     # The stale task checkpoints at 45 iterations and reports its exit.
     first.tasks.update(still_running)
-    first.tasks[(job.id, 0)].iterations_done = 45
-    assert first.exit(job.id, common_pb2.EXIT_KIND_STOPPED).accepted
-
-    def restarted() -> list[worker_pb2.TaskAssignment]:
-        return [
-            a
-            for w in (first, second)
-            for a in w.applied
-            if a.job_id == job.id and a.lease > old_lease
-        ]
-
-    (start,) = wait_for(restarted, what="the job's next START")
+    first.tasks[(job_id, 0)].iterations_done = 45
+    assert first.exit(job_id, common_pb2.EXIT_KIND_STOPPED).accepted
+    (start,) = wait_for(run.newer_starts, what="the job's next START")
     assert start.iterations_done == 45
 
 
@@ -241,20 +264,16 @@ def test_lost_node_preempts_and_job_is_placed_elsewhere(cluster: Cluster) -> Non
     """A node silent past the timeout becomes UNREACHABLE, its job goes to PREEMPTED with
     the reason, the next round places it on another node with a higher lease, and the lost
     node's late progress is refused as stale."""
-    master = cluster.master(heartbeat_timeout_s=2.0)
-    first = cluster.worker(master, "n1", num_gpus=2)
-    api = cluster.api(master)
-    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
-    master.run_round()
-    wait_for(lambda: job.id in first.running_jobs(), what="START on n1")
-    first.progress(job.id, 30)
-    old_lease = next(a.lease for a in first.applied if a.job_id == job.id)
-
-    second = cluster.worker(master, "n2", num_gpus=2)
-    second.start_heartbeats()
-    # n1 stays silent; n2 keeps beating.
-    wait_for(lambda: _lost(master, api, "n1"), what="node lost")
-    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True))
+    run = _lose_n1_while_its_job_runs(cluster)
+    master, api, first, second, job_id, old_lease = (
+        run.master,
+        run.api,
+        run.first,
+        run.second,
+        run.job_id,
+        run.old_lease,
+    )
+    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id, include_events=True))
     assert got.job.state == common_pb2.JOB_STATE_PREEMPTED
     assert got.job.reason == "node n1 lost"
     assert got.events[-1].kind == "node_lost"
@@ -263,35 +282,31 @@ def test_lost_node_preempts_and_job_is_placed_elsewhere(cluster: Cluster) -> Non
 
     # Once n1's lease is surely over (see the next test for the wait itself).
     result = master.rounds.run(now=datetime.now(UTC) + _past_lost_leases(master))
-    assert result.started == (job.id,)
-    wait_for(lambda: job.id in second.running_jobs(), what="START on n2")
-    restart = next(a for a in second.applied if a.job_id == job.id)
+    assert result.started == (job_id,)
+    wait_for(lambda: job_id in second.running_jobs(), what="START on n2")
+    restart = next(a for a in second.applied if a.job_id == job_id)
     assert restart.lease > old_lease
     assert restart.iterations_done == 30
 
     # The old placement's reports are fenced off.
-    ack = first.progress(job.id, 35)
+    ack = first.progress(job_id, 35)
     assert [a.stale for a in ack.acks] == [True]
     still_running = dict(first.tasks)
-    assert not first.exit(job.id, common_pb2.EXIT_KIND_FAILED, 1).accepted
-    assert job_state(api, job.id) == common_pb2.JOB_STATE_RUNNING
+    assert not first.exit(job_id, common_pb2.EXIT_KIND_FAILED, 1).accepted
+    assert job_state(api, job_id) == common_pb2.JOB_STATE_RUNNING
 
-    # n1 returns: its heartbeat is answered with "register again", and the task it still
-    # runs is stopped by the reconciliation of that registration.
-    first.auto_reregister = False
-    assert first.heartbeat().reregister
+    # n1 returns with the task it still runs.
     first.tasks.update(still_running)
-    answer = first.register()
-    assert [(r.job_id, r.lease) for r in answer.stop] == [(job.id, old_lease)]
+    run.return_n1()
     assert first.running_jobs() == set()
     nodes = {n.name: n for n in api.ListNodes(hadar_pb2.ListNodesRequest()).nodes}
     assert nodes["n1"].state == common_pb2.NODE_STATE_READY
     # The job already runs on n2: the stale task stays written off, its exit ignored.
-    events = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True)).events
+    events = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id, include_events=True)).events
     assert "stale_task" not in [e.kind for e in events]
     first.tasks.update(still_running)
-    assert not first.exit(job.id, common_pb2.EXIT_KIND_STOPPED).accepted
-    assert job_state(api, job.id) == common_pb2.JOB_STATE_RUNNING
+    assert not first.exit(job_id, common_pb2.EXIT_KIND_STOPPED).accepted
+    assert job_state(api, job_id) == common_pb2.JOB_STATE_RUNNING
 
 
 def test_restarted_master_adopts_running_tasks(cluster: Cluster) -> None:
