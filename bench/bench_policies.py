@@ -30,9 +30,10 @@ from master.scheduling.policy import available_policies, make_policy, notify_com
 from master.scheduling.rates import allocation_throughput  # noqa: E402
 from master.scheduling.throughput import ThroughputModel  # noqa: E402
 from master.scheduling.views import ClusterView, JobView, Snapshot  # noqa: E402
+from master.sim.data import GAVEL_DIR  # noqa: E402
 from master.sim.generate import generate_trace  # noqa: E402
 
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "gavel"
+DEFAULT_DATA = GAVEL_DIR
 CLUSTER = {"v100": 128, "p100": 128, "k80": 128, "a100-40gb": 128}
 ROUND_S = 360.0
 

@@ -26,12 +26,13 @@ from master.scheduling.policy import make_policy  # noqa: E402
 from master.scheduling.throughput import ThroughputModel  # noqa: E402
 from master.scheduling.views import ClusterView, JobView, Snapshot  # noqa: E402
 from master.sim.cluster_spec import build_cluster  # noqa: E402
+from master.sim.data import GAVEL_DIR  # noqa: E402
 from master.sim.engine import SimConfig, simulate  # noqa: E402
 from master.sim.generate import generate_trace  # noqa: E402
 from master.sim.metrics import summarize  # noqa: E402
 from master.sim.trace import read_gavel_trace  # noqa: E402
 
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "gavel"
+DEFAULT_DATA = GAVEL_DIR
 FOUR_TYPES = ("v100", "p100", "k80", "a100-40gb")
 
 

@@ -37,12 +37,13 @@ if str(ROOT) not in sys.path:
 from master.scheduling.policy import available_policies, make_policy  # noqa: E402
 from master.scheduling.throughput import ThroughputModel  # noqa: E402
 from master.sim.cluster_spec import build_cluster  # noqa: E402
+from master.sim.data import GAVEL_DIR  # noqa: E402
 from master.sim.engine import SimConfig, SimResult, simulate  # noqa: E402
 from master.sim.generate import generate_trace  # noqa: E402
 from master.sim.metrics import Summary, percentile, summarize  # noqa: E402
 from master.sim.trace import TraceJob, read_trace  # noqa: E402
 
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "gavel"
+DEFAULT_DATA = GAVEL_DIR
 
 #: Cluster (v100:p100:k80) per Gavel trace; unknown traces get DEFAULT_CLUSTER.
 CLUSTERS: dict[str, str] = {

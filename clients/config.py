@@ -64,11 +64,14 @@ def config_path(env: Mapping[str, str] | None = None) -> Path:
     return root / "hadar" / "config.toml"
 
 
-def load_file(path: Path) -> dict[str, object]:
-    """The config file's settings; empty when it does not exist."""
+def load_file(path: Path, *, required_by: str | None = None) -> dict[str, object]:
+    """The config file's settings; empty when it does not exist, unless ``required_by`` names
+    the setting that asked for this file (then a missing file is an error naming both)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if required_by is not None:
+            raise ConfigError(f"{required_by}={path}: no such config file") from None
         return {}
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
@@ -94,7 +97,7 @@ def resolve(
     """Settles every setting by precedence: argument, environment, config file, default."""
     environ = os.environ if env is None else env
     path = config_path(environ)
-    file = load_file(path)
+    file = load_file(path, required_by=ENV_CONFIG if environ.get(ENV_CONFIG) else None)
     source_file = str(path)
 
     addr, addr_source = _pick(

@@ -1,7 +1,7 @@
 """The worker's settings: one typed object built from defaults, a TOML file, the environment
 and command-line flags (later sources win).
 
-TOML keys are the field names below (``master = "head:7000"``), plus two tables:
+TOML keys are the field names below (``master = "head:50051"``), plus two tables:
 ``[gpu_names]`` (NVML name pattern -> GPU type, tried before the built-in table) and
 ``[fake_gpu_speeds]`` (type -> relative speed). Environment variables are
 ``HADAR_WORKER_<FIELD>`` in upper case (``HADAR_WORKER_MASTER``). The cluster token is required
@@ -137,7 +137,7 @@ class WorkerSettings:
         serves unauthenticated calls."""
         if not self.master and require_master:
             raise SettingsError(
-                "master: required (HOST:PORT of the master), e.g. --master head:7000"
+                "master: required (HOST:PORT of the master), e.g. --master head:50051"
             )
         if self.master:
             parse_host_port(self.master, "master", allow_zero_port=False)

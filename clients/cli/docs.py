@@ -26,11 +26,14 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.NOT_FOUND: "no such job, node or token",
     ExitCode.PERMISSION_DENIED: "not allowed, or the token was refused",
     ExitCode.UNAVAILABLE: "the master cannot be reached or did not answer in time",
-    ExitCode.INVALID_ARGUMENT: "the master rejected a value (the message names the field)",
+    ExitCode.INVALID_ARGUMENT: (
+        "the master rejected a value (the message names the field), e.g. more GPUs than the "
+        "cluster has"
+    ),
     ExitCode.CONFLICT: "the request clashes with the current state; look again and retry",
     ExitCode.RESOURCE_EXHAUSTED: (
         "a limit refused the request: too many of your jobs waiting, submitting too fast, "
-        "or a request too large"
+        "or a request message over the size cap"
     ),
     ExitCode.JOB_FAILED: "`wait`: the job failed",
     ExitCode.JOB_CANCELLED: "`wait`: the job was cancelled",

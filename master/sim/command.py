@@ -22,6 +22,7 @@ from master.scheduling.policy import (
 )
 from master.scheduling.throughput import ThroughputModel
 from master.sim.cluster_spec import build_cluster, parse_cluster_spec
+from master.sim.data import THROUGHPUTS, bundled_traces, resolve_trace
 from master.sim.engine import SimConfig, SimResult, SimulationError, Simulator
 from master.sim.metrics import summarize
 from master.sim.report import as_json, print_table, write_reports
@@ -31,15 +32,23 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
+# `--throughputs none`: model speeds from relative GPU speeds alone.
+NO_TABLE = "none"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``simulate`` options to ``parser``."""
-    parser.add_argument("--trace", required=True, type=Path, help="trace: Gavel .trace or .csv")
+    parser.add_argument(
+        "--trace",
+        required=True,
+        help="trace: a Gavel .trace or .csv file, or a bundled trace's name "
+        f"({', '.join(bundled_traces())})",
+    )
     parser.add_argument(
         "--throughputs",
-        type=Path,
         default=None,
-        help="throughput table (Gavel JSON); without it, relative GPU speeds only",
+        help="throughput table (Gavel JSON); default: the bundled Gavel table; "
+        f"'{NO_TABLE}': relative GPU speeds only",
     )
     parser.add_argument(
         "--cluster", required=True, help="GPUs per type, e.g. v100:36,p100:36,k80:36"
@@ -105,6 +114,14 @@ def parse_params(items: list[str], policies: list[str]) -> dict[str, dict[str, A
     return params
 
 
+def _throughput_model(argument: str | None) -> ThroughputModel:
+    if argument is None:
+        return ThroughputModel.from_gavel_json(THROUGHPUTS)
+    if argument.lower() == NO_TABLE:
+        return ThroughputModel()
+    return ThroughputModel.from_gavel_json(Path(argument))
+
+
 def _progress_reporter(enabled: bool) -> tuple[Callable[[str], Callable[[float], None]], Any]:
     if not enabled:
         return (lambda _name: lambda _fraction: None), None
@@ -156,14 +173,11 @@ def run(args: argparse.Namespace) -> int:
             early_rounds=args.early_rounds,
         )
         cluster = build_cluster(parse_cluster_spec(args.cluster), args.gpus_per_server)
-        model = (
-            ThroughputModel.from_gavel_json(args.throughputs)
-            if args.throughputs is not None
-            else ThroughputModel()
-        )
-        trace = read_trace(args.trace)
+        model = _throughput_model(args.throughputs)
+        trace_path = resolve_trace(args.trace)
+        trace = read_trace(trace_path)
         if not trace:
-            raise ValueError(f"{args.trace}: the trace has no jobs")
+            raise ValueError(f"{trace_path}: the trace has no jobs")
         instances = [make_policy(name, **params[name]) for name in policies]
     except (ValueError, FileNotFoundError, TraceError) as exc:
         print(f"hctl simulate: {exc}", file=sys.stderr)

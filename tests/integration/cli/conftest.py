@@ -4,6 +4,7 @@ way to run ``hctl`` against it and read what it printed."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -133,7 +134,7 @@ def dev_cluster(tmp_path: Path, quiet_master_logs: None) -> Iterator[Cluster]:
 @pytest.fixture
 def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No config file, token or address leaks in from the machine running the tests."""
-    monkeypatch.setenv("HADAR_CONFIG", str(tmp_path / "absent-config.toml"))
+    monkeypatch.setenv("HADAR_CONFIG", os.devnull)
     for name in ("HADAR_MASTER", "HADAR_TOKEN", "HADAR_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
 

@@ -30,7 +30,7 @@ def hctl_process(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 
 def base_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HADAR_")}
-    env["HADAR_CONFIG"] = str(tmp_path / "absent.toml")
+    env["HADAR_CONFIG"] = os.devnull  # no config file of the machine leaks in
     return env
 
 

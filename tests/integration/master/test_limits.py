@@ -4,6 +4,7 @@ that names the limit, and stores nothing; idempotent resubmits are never counted
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import grpc
@@ -161,7 +162,7 @@ def test_hctl_reports_a_limit_with_its_exit_code(
 ) -> None:
     """hctl submit over the pending limit: exit code 8 (limit reached) and one line that
     carries the master's message and what to do."""
-    monkeypatch.setenv("HADAR_CONFIG", "/nonexistent/hadar.toml")
+    monkeypatch.setenv("HADAR_CONFIG", os.devnull)
     master = cluster.master(max_pending_jobs_per_user=1)
     cluster.worker(master, "n1", num_gpus=2)
     token = master.create_token("carol")

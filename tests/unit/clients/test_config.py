@@ -125,3 +125,12 @@ def test_client_certificate_needs_its_key_and_tls(tmp_path):
     config.write_text('ca_file = "/ca.pem"\ncert_file = "/c.pem"\nkey_file = "/k.pem"\n')
     resolved = resolve(env=env)
     assert (resolved.cert_file, resolved.key_file) == (Path("/c.pem"), Path("/k.pem"))
+
+
+def test_hadar_config_naming_a_missing_file_is_an_error(tmp_path):
+    """HADAR_CONFIG is an explicit choice: a path that does not exist is refused by name,
+    where a missing default config file just means no settings."""
+    missing = tmp_path / "nowhere" / "hctl.toml"
+    with pytest.raises(ConfigError, match=rf"HADAR_CONFIG={missing}: no such config file"):
+        resolve(env={"HADAR_CONFIG": str(missing)})
+    assert resolve(env={"HOME": str(tmp_path)}).address_source == "default"

@@ -1,14 +1,9 @@
-"""Where the Gavel throughput table and traces live (shared beside the repository)."""
+"""The Gavel throughput table and traces the tests use: the copies bundled with the package."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from master.sim.data import GAVEL_DIR, THROUGHPUTS, TRACES_DIR
 
-GAVEL_DIR = Path(
-    os.environ.get(
-        "HADAR_GAVEL_DATA", Path(__file__).resolve().parents[3].parent / "shared/data/gavel"
-    )
-)
-THROUGHPUTS = GAVEL_DIR / "simulation_throughputs.json"
-TRACES = GAVEL_DIR / "traces"
+TRACES = TRACES_DIR
+
+__all__ = ["GAVEL_DIR", "THROUGHPUTS", "TRACES"]

@@ -120,12 +120,16 @@ def test_host_port_parsing() -> None:
 
 
 def test_shipped_example_configs_load() -> None:
-    """The example TOML and environment files under systemd/ name only real settings."""
+    """The example TOML and environment files under systemd/ name only real settings, and the
+    worker's examples point at the port the master's example listens on."""
     root = Path(__file__).resolve().parents[3] / "systemd"
     example = root / "hadar-worker.toml.example"
     # A token given directly wins over token_file (which names a path on a real server).
     settings = load_settings({"token": "t"}, environ={}, config_path=example)
-    assert settings.master == "hadar-head.lab.example:7000"
+    master_env = (root / "hadar-master.env.example").read_text()
+    (listen,) = [line for line in master_env.splitlines() if line.startswith("HADAR_LISTEN=")]
+    master_port = listen.rsplit(":", 1)[1]
+    assert settings.master == f"hadar-head.lab.example:{master_port}"
     assert settings.gpu_names["RTX A4500"] == "a4500"
     env: dict[str, str] = {}
     for raw in (root / "hadar-worker.env.example").read_text().splitlines():
@@ -136,6 +140,7 @@ def test_shipped_example_configs_load() -> None:
     env.pop("HADAR_WORKER_CONFIG")
     env.pop("HADAR_WORKER_TOKEN_FILE")
     settings = load_settings({"token": "t"}, environ=env)
+    assert settings.master == f"hadar-head.lab.example:{master_port}"
     assert settings.fake_gpus == "v100:2,k80:4"
     assert settings.grace_s == 30
 
