@@ -25,7 +25,7 @@ import structlog
 from master.dispatch import Dispatcher, Outgoing
 from master.lifecycle import StopOrder
 from master.metrics import MasterMetrics
-from master.scheduling.diff import Action, ActionKind, Hysteresis, diff
+from master.scheduling.diff import Action, ActionKind, Hysteresis, diff, preemption_reason
 from master.scheduling.plan import Allocation, Plan
 from master.scheduling.policy import Policy
 from master.scheduling.throughput import ThroughputModel
@@ -299,7 +299,7 @@ class RoundRunner:
                     job.id,
                     JobState.PREEMPTED,
                     kind="preempted",
-                    reason=reason or f"preempted in round {number}",
+                    reason=preemption_reason(action, number),
                     round=number,
                     count_preemption=True,
                     at=now,

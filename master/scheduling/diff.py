@@ -39,6 +39,8 @@ class Action:
     allocation: Allocation | None
     previous: Allocation | None
     reason: str = ""
+    # For a stop: the jobs the plan puts on the GPUs this job gives up, by id.
+    displaced_by: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,17 @@ class Hysteresis:
     def __post_init__(self) -> None:
         if self.min_migration_gain < 0:
             raise ValueError("min_migration_gain must be >= 0")
+
+
+def preemption_reason(action: Action, round_number: int) -> str:
+    """Why a stopped job lost its GPUs, for its history: "preempted in round 42 for job 17"."""
+    text = f"preempted in round {round_number}"
+    if action.displaced_by:
+        ids = ", ".join(str(job_id) for job_id in action.displaced_by)
+        text += f" for job{'s' if len(action.displaced_by) > 1 else ''} {ids}"
+    if action.reason:
+        text += f" ({action.reason})"
+    return text
 
 
 def diff(
@@ -83,7 +96,13 @@ def diff(
         if old is None and new is not None:
             actions.append(Action(ActionKind.START, job_id, new, None, reason))
         elif old is not None and new is None:
-            actions.append(Action(ActionKind.STOP, job_id, None, old, reason))
+            taken = set(old.slots)
+            takers = tuple(
+                other
+                for other, alloc in sorted(planned.items())
+                if not taken.isdisjoint(alloc.slots)
+            )
+            actions.append(Action(ActionKind.STOP, job_id, None, old, reason, takers))
         elif old is not None and new is not None:
             if old == new:
                 kind = ActionKind.EXTEND

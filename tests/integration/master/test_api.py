@@ -259,3 +259,32 @@ def test_heartbeat_from_unknown_node_asks_to_register(cluster: Cluster) -> None:
         coordinator_pb2.HeartbeatRequest(node="stranger"), metadata=worker.metadata, timeout=5
     )
     assert response.reregister
+
+
+def test_a_preempted_job_says_which_job_took_its_gpus(cluster: Cluster) -> None:
+    """When the policy gives a running job's GPU to another job, the running job's reason
+    and history name the round and the job that took it."""
+    master = cluster.master(policy="srtf")
+    worker = cluster.worker(master, "n1", num_gpus=1)
+    api = cluster.api(master)
+
+    def submit(iterations: int) -> int:
+        spec = common_pb2.JobSpec(
+            name=f"train-{iterations}",
+            num_gpus=1,
+            iterations=iterations,
+            workload=common_pb2.WorkloadProgram(name="resnet"),
+        )
+        return int(api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec)).job.id)
+
+    long_job = submit(100_000)
+    master.run_round()
+    wait_for(lambda: long_job in worker.running_jobs(), what="START of the long job")
+    short_job = submit(10)
+    result = master.run_round()
+    assert result.stopped == (long_job,)
+    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=long_job, include_events=True))
+    expected = f"preempted in round {result.number} for job {short_job}"
+    assert got.job.reason.startswith(expected)
+    assert got.events[-1].kind == "preempted"
+    assert got.events[-1].reason.startswith(expected)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from master.scheduling.diff import ActionKind, Hysteresis, diff
+from master.scheduling.diff import ActionKind, Hysteresis, diff, preemption_reason
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan, split_batch
 from master.scheduling.policy import UnknownPolicyError, available_policies, make_policy
@@ -229,6 +229,24 @@ def test_diff_kinds_and_hysteresis() -> None:
     assert raw[2] is ActionKind.MIGRATE
     grown = diff({1: Allocation.on([v[0]], 8)}, Plan({1: Allocation.on(v[:2], 8)}))
     assert grown[0].kind is ActionKind.RESIZE
+
+
+def test_a_stop_names_the_jobs_that_take_its_gpus() -> None:
+    """A stopped job's action lists the jobs the plan puts on its GPUs, and the round's
+    history line says so: "preempted in round 42 for job 17"."""
+    v = [GpuSlot("v100-000", i) for i in range(4)]
+    current = {1: Allocation.on(v[:2], 8), 2: Allocation.on([v[2]], 8)}
+    plan = Plan(
+        {17: Allocation.on([v[0]], 8), 18: Allocation.on([v[1], v[3]], 8)},
+        {2: "waiting: fair share"},
+    )
+    stops = {a.job_id: a for a in diff(current, plan) if a.kind is ActionKind.STOP}
+    assert stops[1].displaced_by == (17, 18)
+    assert stops[2].displaced_by == ()
+    assert preemption_reason(stops[1], 42) == "preempted in round 42 for jobs 17, 18"
+    assert preemption_reason(stops[2], 42) == "preempted in round 42 (waiting: fair share)"
+    single = diff({1: Allocation.on([v[0]], 8)}, Plan({17: Allocation.on([v[0]], 8)}))
+    assert preemption_reason(single[0], 42) == "preempted in round 42 for job 17"
 
 
 def test_registry_rejects_unknown_names() -> None:
