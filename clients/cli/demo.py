@@ -7,11 +7,13 @@ import shutil
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
+from clients.cli.changes import ChangeLines
 from clients.cli.command import CliError, Context, ExitCode
 from clients.client import HadarClient
 from clients.localcluster import LocalCluster, parse_worker_groups
@@ -190,13 +192,15 @@ def run_demo(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> i
                         jobs = poll()
                         live.update(Group(_queue_table(jobs, started)))
             else:
-                last = 0.0
-                while waiting():
+                # A pipe or a log file gets a line per change, not a table per refresh.
+                changes = ChangeLines()
+                while True:
+                    for line in changes.update(jobs, datetime.now(UTC)):
+                        ctx.out.print(line, highlight=False, soft_wrap=True)
+                    if not waiting():
+                        break
                     time.sleep(1.0)
                     jobs = poll()
-                    if time.time() - last >= 10:
-                        last = time.time()
-                        ctx.out.print(_queue_table(jobs, started))
             ctx.out.print(_queue_table(jobs, started))
             ctx.out.print(_summary_table(jobs, observed))
             completed = sum(j.state == JobState.COMPLETED for j in jobs)

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from clients.cli import format as fmt
+from clients.cli.changes import ChangeLines
 from clients.cli.command import CliError, Command, Context, ExitCode, split_list
 from clients.cli.completion import offer
 from clients.cli.jobfile import (
@@ -247,7 +248,11 @@ def _configure_queue(parser: argparse.ArgumentParser) -> None:
         "-a", "--all", action="store_true", help="include finished jobs (default: active only)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md)")
-    parser.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="refresh until Ctrl-C; not on a terminal: a line per change",
+    )
     parser.add_argument(
         "--interval", type=positive_float, default=2.0, metavar="S", help="--watch refresh period"
     )
@@ -321,10 +326,11 @@ def _watch_queue(ctx: Context, interval: float, user: str | None, states: list[J
                     time.sleep(interval)
                     live.update(screen(), refresh=True)
         else:
-            # Pipes get one full table per refresh, separated by a blank line.
+            # A pipe or a log file gets a line per change, not a table per refresh.
+            changes = ChangeLines()
             while True:
-                ctx.show(screen())
-                ctx.out.file.write("\n")
+                for line in changes.update(client.list_jobs(user=user, states=states), now_utc()):
+                    ctx.out.file.write(line + "\n")
                 ctx.out.file.flush()
                 time.sleep(interval)
     except KeyboardInterrupt:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import signal
@@ -67,32 +68,25 @@ def test_config_file_under_xdg_config_home(cluster: Cluster, tmp_path: Path, mon
     assert capsys.readouterr().out == f"root (admin) at {cluster.address}, token from {config}\n"
 
 
-def test_queue_watch_redraws_until_interrupted(cluster: Cluster, tmp_path: Path):
-    """--watch prints a fresh table every interval; Ctrl-C ends it with status 0."""
+def test_queue_watch_into_a_pipe_prints_a_line_per_change(cluster: Cluster, tmp_path: Path):
+    """--watch into a pipe prints each job once and then a line only when it changes (here:
+    a new job, a cancelled job leaving the active queue), never a table per refresh; Ctrl-C
+    ends it with status 0."""
     env = base_env(tmp_path) | {
         "HADAR_MASTER": cluster.address,
         "HADAR_TOKEN": cluster.tokens["alice"],
     }
-    assert (
-        main(
-            [
-                "--master",
-                cluster.address,
-                "--token",
-                cluster.tokens["alice"],
-                "submit",
-                "--workload",
-                "resnet",
-                "--iterations",
-                "5",
-                "--name",
-                "watched",
-            ]
-        )
-        == 0
-    )
+    common = ["--master", cluster.address, "--token", cluster.tokens["alice"]]
+
+    def submit(name: str) -> str:
+        argv = [*common, "submit", "--workload", "resnet", "--iterations", "5", "--name", name]
+        assert main([*argv, "--gpus", "1"]) == 0
+        return name
+
+    submit("watched")
     process = hctl_process(["queue", "--watch", "--interval", "0.2"], env)
     lines: queue.Queue[str] = queue.Queue()
+    seen: list[str] = []
     assert process.stdout is not None
     stdout = process.stdout
 
@@ -100,23 +94,32 @@ def test_queue_watch_redraws_until_interrupted(cluster: Cluster, tmp_path: Path)
         for line in stdout:
             lines.put(line)
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    tables = 0
-    deadline = time.monotonic() + 60
-    while tables < 2:
-        remaining = deadline - time.monotonic()
-        assert remaining > 0, "fewer than two redraws within a minute"
-        try:
-            line = lines.get(timeout=remaining)
-        except queue.Empty:
-            continue
-        if "watched" in line:
-            tables += 1
+    def wait_for_line(text: str) -> str:
+        deadline = time.monotonic() + 60
+        while True:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no line with {text!r} within a minute; saw {seen}"
+            try:
+                line = lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            seen.append(line)
+            if text in line:
+                return line
+
+    threading.Thread(target=read, daemon=True).start()
+    first = wait_for_line("(watched):")
+    watched_id = first.split(" job ", 1)[1].split(" ", 1)[0]
+    wait_for_line(f"({submit('second')}):")
+    assert main([*common, "cancel", watched_id]) == 0
+    wait_for_line(f"job {watched_id} (watched): no longer listed")
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=30) == 0
     assert process.stderr is not None
     assert "Traceback" not in process.stderr.read()
+    bodies = [line.split(" ", 1)[1] for line in seen]
+    assert not any(a == b for a, b in itertools.pairwise(bodies)), seen
+    assert not any("NODE/REASON" in line for line in seen), "a table was printed"
 
 
 def test_unreachable_master_from_a_process(tmp_path: Path):
