@@ -21,6 +21,7 @@ from master.settings import Settings, SettingsError, load
 from store import Database
 from store.errors import NotFoundError
 from store.migrate import current, downgrade, head, upgrade
+from store.reachability import DatabaseUnreachableError
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -134,7 +135,15 @@ def _run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     master = Master(settings)  # refuses bad settings before anything else happens
     configure_logging(settings.log_format, settings.log_level)
-    master.serve_forever()
+    try:
+        master.serve_forever()
+    except DatabaseUnreachableError as exc:
+        print(
+            f"hadar-master: {exc} (setting `database`: --database, HADAR_DATABASE or the "
+            "config file)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -51,6 +51,7 @@ from master.workers import WorkerClients
 from protos.hadar.v1 import coordinator_pb2, coordinator_pb2_grpc, hadar_pb2, hadar_pb2_grpc
 from store import Database, UnitOfWork
 from store.migrate import upgrade
+from store.reachability import describe_url, wait_for_database
 from store.states import GpuHealth, JobState, NodeState
 
 log = structlog.get_logger(__name__)
@@ -112,6 +113,8 @@ class Master:
         self.metrics = MasterMetrics()
         self.changes = ChangeSignal()
         self._server: grpc.Server | None = None
+        # Set by a stop signal; ends a wait for the database at start.
+        self._signalled = threading.Event()
         self._health = health.HealthServicer()
         self._scheduler: BackgroundScheduler | None = None
         self._metrics_server: object | None = None
@@ -183,7 +186,21 @@ class Master:
         return f"{host}:{self.port}"
 
     def start(self) -> int:
-        """Migrate the database, serve, schedule rounds; returns the bound gRPC port."""
+        """Migrate the database, serve, schedule rounds; returns the bound gRPC port.
+
+        Raises DatabaseUnreachableError when the database does not answer within
+        ``database_wait_s``."""
+        wait_for_database(
+            self.database,
+            self.settings.database_wait_s,
+            sleep=self._signalled.wait,
+            on_retry=lambda cause, delay: log.warning(
+                "database_unreachable",
+                database=describe_url(self.database.url),
+                cause=cause,
+                retry_in_s=round(delay, 1),
+            ),
+        )
         upgrade(self.database.url, engine=self.database.engine)
         self._started_at = time.monotonic()
         parts = Components(
@@ -321,6 +338,7 @@ class Master:
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
             log.info("signal received", signal=signal.Signals(signum).name)
+            self._signalled.set()
             done.set()
 
         signal.signal(signal.SIGTERM, on_signal)

@@ -47,6 +47,9 @@ class Settings:
     listen: str = "127.0.0.1:50051"
     # SQLAlchemy URL or a file path (SQLite); postgresql:// URLs use psycopg 3.
     database: str = field(default_factory=default_database)
+    # At start, keep trying to reach the database this long (exponential backoff) before
+    # giving up with one line naming the cause; systemd restarts the master after that.
+    database_wait_s: float = 60.0
     # Scheduling.
     # The best measured policy (docs/results.md): lowest average JCT without a worse tail.
     policy: str = "hadare"

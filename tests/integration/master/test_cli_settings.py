@@ -119,3 +119,32 @@ def test_run_refuses_an_unknown_policy(tmp_path: Path, capsys: pytest.CaptureFix
     )
     assert code == 2
     assert "unknown policy 'nope'" in capsys.readouterr().err
+
+
+def test_run_with_an_unreachable_database_prints_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hadar-master run exits 1 with one line naming the database (no password), the cause
+    and the setting to fix, instead of a traceback."""
+    monkeypatch.setenv("HADAR_DATABASE_WAIT_S", "0.2")
+    code = main(
+        [
+            "run",
+            "--database",
+            "postgresql://hadar:s3cret@127.0.0.1:1/hadar",
+            "--listen",
+            "127.0.0.1:0",
+            "--cluster-token",
+            "t",
+            "--metrics-port",
+            "-1",
+            "--log-format",
+            "json",
+        ]
+    )
+    assert code == 1
+    err = capsys.readouterr().err
+    (line,) = [text for text in err.splitlines() if text.startswith("hadar-master:")]
+    assert "cannot reach the database postgresql+psycopg://hadar:***@127.0.0.1:1/hadar" in line
+    assert "setting `database`" in line
+    assert "Traceback" not in err and "s3cret" not in err
