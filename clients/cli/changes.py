@@ -30,7 +30,9 @@ class ChangeLines:
         listed: set[int] = set()
         for job in sorted(jobs, key=lambda j: j.id):
             listed.add(job.id)
-            key = (job.state, fmt.node_or_reason(job))
+            # The reason is shown but not compared: a waiting job's reason may change every
+            # round (a policy's figures), which is not news.
+            key = (job.state, fmt.placement(job.tasks))
             before = self._seen.get(job.id)
             if before is not None and before[0] == key:
                 continue

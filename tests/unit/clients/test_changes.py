@@ -16,13 +16,15 @@ def _bodies(lines: list[str]) -> list[str]:
 
 def test_each_job_is_described_once_then_only_when_it_changes():
     """The first look lists every job; later looks print only state or placement changes,
-    naming the state before and after; progress alone prints nothing."""
+    naming the state before and after; progress or a new waiting reason alone print
+    nothing."""
     changes = ChangeLines()
     pending = make_job(reason="waiting: no free v100")
     assert _bodies(changes.update([pending], NOW)) == [
         "job 7 (resnet-a): pending (waiting: no free v100), 0% 0/1000"
     ]
     assert changes.update([pending], NOW) == []
+    assert changes.update([replace(pending, reason="waiting: price 7.9 > utility 4.1")], NOW) == []
     running = replace(
         pending, state=JobState.RUNNING, tasks=(make_task("gpu-01", "v100"),), iterations_done=10
     )
