@@ -275,8 +275,10 @@ class Supervisor:
             self._state.remove_running(current.job_id, current.lease)
             current.lease = a.lease
             self._tasks[current.key] = current
-            self._record_running(current)
         current.assignment.lease_expires_at.CopyFrom(a.lease_expires_at)
+        # The running record carries the renewed lease end: an agent that restarts adopts the
+        # task under it, instead of stopping it at the end of the lease it first started with.
+        self._record_running(current)
         self._write_lease_file(current)
         return APPLIED, "extended"
 

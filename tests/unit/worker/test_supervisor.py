@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -406,6 +407,37 @@ def _expiring(
     a = start(job, lease, gpus, action, **fields)
     a.lease_expires_at.FromNanoseconds(int(ends * 1e9))
     return a
+
+
+def test_a_renewed_lease_survives_an_agent_restart(tmp_path: Path) -> None:
+    """A renewal is written to the running record, so the next agent adopts the task with
+    the renewed lease end and keeps it running past the end of its first lease."""
+    rig = Rig(tmp_path)
+    now = rig.clock.time()
+    rig.supervisor.apply(_expiring(3, 5, now + 10))
+    assert rig.supervisor.apply(_expiring(3, 6, now + 60, action=EXTEND)).outcome == APPLIED
+    (record,) = rig.state.running()
+    assert record.lease == 6
+    stored = worker_pb2.TaskAssignment.FromString(record.assignment)
+    assert stored.lease_expires_at.ToNanoseconds() == int((now + 60) * 1e9)
+
+    # The next agent: a fresh supervisor and state store over the same directory.
+    rig.state = StateStore(tmp_path / "state")
+    rig.supervisor = rig.make()
+    (record,) = rig.state.running()
+    # A live process that names the job and the lease it was started with, as a job does.
+    env = {**os.environ, "HADAR_JOB_ID": "3", "HADAR_LEASE": "5"}
+    stand_in = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        assert rig.supervisor.adopt(dataclasses.replace(record, pids=(stand_in.pid,)))
+        rig.clock.advance(30)
+        rig.supervisor.poll()
+        assert rig.supervisor.running_keys() == [(3, 6)]
+        assert rig.state.pending_exits() == []
+        assert stand_in.poll() is None, "the adopted task was stopped"
+    finally:
+        stand_in.kill()
+        stand_in.wait()
 
 
 def test_task_whose_lease_ends_without_renewal_is_stopped_with_the_reason(
