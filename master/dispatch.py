@@ -158,7 +158,11 @@ class Dispatcher:
         """START assignments for every placement whose GPUs are free of older tasks."""
         active = uow.tasks.active()
         groups: dict[tuple[int, int], list[Task]] = defaultdict(list)
+        # Every task of a placement, started or not: the rendezvous (world size, the address
+        # of rank 0) spans them all, also when a START is resent to only some of them.
+        placements: dict[tuple[int, int], list[Task]] = defaultdict(list)
         for task in active:
+            placements[(task.job_id, task.lease)].append(task)
             if task.state is TaskState.ASSIGNED:
                 groups[(task.job_id, task.lease)].append(task)
         if not groups:
@@ -179,8 +183,9 @@ class Dispatcher:
                 t.node not in nodes or nodes[t.node][1] is NodeState.UNREACHABLE for t in group
             ):
                 continue
+            placement = placements[(job_id, lease)]
             out.extend(
-                Outgoing(t.node, t.id, self.start(job, t, group, addresses, round_number, now))
+                Outgoing(t.node, t.id, self.start(job, t, placement, addresses, round_number, now))
                 for t in group
             )
             log.debug("start ready", job_id=job_id, lease=lease)

@@ -474,3 +474,24 @@ def test_completion_releases_a_placement_that_never_started(cluster: Cluster) ->
     second = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec(num_gpus=2))).job
     master.run_round()
     wait_for(lambda: second.id in worker.running_jobs(), what="the next job to start")
+
+
+def test_a_start_resent_to_part_of_a_job_keeps_the_whole_rendezvous(cluster: Cluster) -> None:
+    """When one node of a two-node job acknowledged its START and the other did not, the
+    START resent to the second carries the whole job's world size and rank 0's address."""
+    master = cluster.master()
+    first = cluster.worker(master, "n1", num_gpus=1)
+    second = cluster.worker(master, "n2", num_gpus=1)
+    api = cluster.api(master)
+    second.close()  # registered, but its START cannot be delivered
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec(num_gpus=2))).job
+    assert master.run_round().started == (job.id,)
+    wait_for(lambda: job.id in first.running_jobs(), what="START on n1")
+    (sent,) = [a for a in first.applied if a.job_id == job.id]
+    assert sent.rendezvous.world_size == 2
+
+    resent = master.tx.read(lambda uow: master.dispatcher.ready_starts(uow, 99))
+    (again,) = [o for o in resent if o.node == "n2"]
+    assert again.assignment.rendezvous.world_size == 2
+    assert again.assignment.rendezvous.master_addr == sent.rendezvous.master_addr
+    assert again.assignment.rendezvous.master_port == sent.rendezvous.master_port
