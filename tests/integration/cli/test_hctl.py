@@ -377,5 +377,5 @@ def test_a_completed_command_shows_exit_code_0_and_a_failed_one_its_code(
         document = json.loads(hctl("show", str(job), "--json").out)["job"]
         assert (document["state"], document["exit_code"]) == (state, code)
         assert document["reports_progress"] is False
-    shown = hctl("show", str(ok)).out
-    assert re.search(r"^state\s+completed — completed \(exit 0\)$", shown, re.M), shown
+    text = hctl("show", str(ok)).out
+    assert re.search(r"^state\s+completed — completed \(exit 0\)$", text, re.M), text
