@@ -124,7 +124,8 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--script",
         action="store_true",
-        help="COMMAND uses the runtime helper: managed (preemptible, migratable, shareable)",
+        help="COMMAND uses the runtime helper: managed (preemptible, migratable, shareable) "
+        "once it reports progress; until then it stays where it started, like a command",
     )
     what.add_argument(
         "argv",
