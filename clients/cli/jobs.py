@@ -442,7 +442,9 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
                 tp.gpu_type,
                 fmt.format_rate(tp.iterations_per_s),
                 tp.source,
-                fmt.format_duration(left) if not job.state.terminal else "-",
+                fmt.format_duration(left)
+                if job.progress_measured and not job.state.terminal
+                else "-",
             )
         parts.append(rates)
     parts.append(Text("\nEvents", style="bold"))
