@@ -166,6 +166,7 @@ def job(message: common_pb2.Job) -> Job:
         preemptions=message.preemptions,
         migrations=message.migrations,
         checkpoint_iterations=message.checkpoint_iterations,
+        reports_progress=message.reports_progress,
     )
 
 

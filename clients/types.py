@@ -181,6 +181,15 @@ class Job:
     preemptions: int
     migrations: int
     checkpoint_iterations: int
+    # Whether its program has reported progress (uses the runtime helper). Opaque commands
+    # and plain scripts never do: their iterations mean nothing, their exit code does.
+    reports_progress: bool = False
+
+    @property
+    def progress_measured(self) -> bool:
+        """Whether iterations measure this job's progress: built-in workloads, and scripts
+        once they have reported progress."""
+        return self.reports_progress or self.spec.program.kind is ProgramKind.WORKLOAD
 
     @property
     def progress(self) -> float:

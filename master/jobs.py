@@ -66,6 +66,15 @@ class TaskExit:
     message: str
 
 
+def completion_reason(job: Job, exit_code: int | None) -> str:
+    """Why a job whose process exited cleanly is COMPLETED: its iterations when its program
+    reports progress, else (opaque commands, plain scripts) only its exit code says so."""
+    code = "" if exit_code is None else f"exit {exit_code}"
+    if job.reports_progress and job.iterations_done:
+        return f"completed ({job.iterations_done} iterations" + (f", {code})" if code else ")")
+    return f"completed ({code})" if code else "completed"
+
+
 class JobManager:
     def __init__(
         self,
@@ -246,6 +255,7 @@ class JobManager:
                     iterations_done=update.iterations_done,
                     checkpoint_iterations=update.checkpoint_iterations,
                     service_delta=service,
+                    reported=True,
                 )
                 self._measure(uow, job, task, update)
                 if job.iterations_done >= job.spec.iterations and job.state is JobState.RUNNING:
@@ -334,6 +344,7 @@ class JobManager:
             kind="completed",
             reason=f"completed on {report.node} (reported after its worker re-registered)",
             at=now,
+            exit_code=report.exit_code,
         )
         log.info("job completed (late report)", job_id=job.id, node=report.node)
         return True
@@ -377,6 +388,13 @@ class JobManager:
             with self._report_lock:
                 self._last_report.pop((task.job_id, task.task_index, task.lease), None)
             if is_terminal(job.state):
+                if (
+                    job.state is JobState.COMPLETED
+                    and report.kind is ExitKind.COMPLETED
+                    and report.exit_code is not None
+                ):
+                    # Completed by its last progress report; this is how its process ended.
+                    uow.jobs.set_exit_code(job.id, report.exit_code)
                 return True, release_finished_job(uow, job.id, f"job {job.state.value}", now=now)
             orders: list[StopOrder] = []
             if report.kind is ExitKind.COMPLETED:
@@ -385,9 +403,9 @@ class JobManager:
                         job.id,
                         JobState.COMPLETED,
                         kind="completed",
-                        reason="completed"
-                        + (f" ({job.iterations_done} iterations)" if job.iterations_done else ""),
+                        reason=completion_reason(job, report.exit_code),
                         at=now,
+                        exit_code=report.exit_code,
                     )
                     log.info("job completed", job_id=job.id, node=report.node)
                     orders = release_finished_job(uow, job.id, "job completed", now=now)

@@ -31,7 +31,7 @@ from master.scheduling.policy import Policy
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import Snapshot
 from master.settings import Settings
-from master.snapshot import RoundInput, read_round_input
+from master.snapshot import RoundInput, preemptible, read_round_input
 from master.transactions import Transactor
 from store import UnitOfWork
 from store.domain import NewTask, Task
@@ -53,14 +53,15 @@ class RoundResult:
 
 
 def keep_non_preemptible(inp: RoundInput, plan: Plan) -> Plan:
-    """Jobs that may not be preempted (opaque commands) keep exactly what they hold; a job
-    the policy put on their GPUs waits instead."""
+    """Jobs that may not be preempted (opaque commands, scripts that report no progress:
+    :func:`master.snapshot.preemptible`) keep exactly what they hold; a job the policy put
+    on their GPUs waits instead."""
     allocations = dict(plan.allocations)
     reasons = dict(plan.reasons)
     pinned: dict[int, Allocation] = {}
     for job_id, alloc in inp.current.items():
         job = inp.jobs[job_id]
-        if not job.spec.preemptible:
+        if not preemptible(job):
             pinned[job_id] = alloc
     if not pinned:
         return plan

@@ -13,10 +13,25 @@ from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Sna
 from store import UnitOfWork
 from store.domain import Job, Node, Task, ThroughputMeasurement
 from store.repositories.counters import ROUND
-from store.states import GpuHealth, JobState, NodeState, TaskState
+from store.states import GpuHealth, JobState, NodeState, ProgramKind, TaskState
 
 # Tasks that make up a job's current placement (acknowledged or about to be).
 PLACED_STATES = (TaskState.ASSIGNED, TaskState.STARTING, TaskState.RUNNING)
+
+
+def preemptible(job: Job) -> bool:
+    """Whether rounds may stop, move, resize or fork the job once it runs.
+
+    Its spec must allow it, and its program must be known to use the runtime helper, which
+    resumes from checkpoints. Workloads do; opaque commands do not; a script is known to by
+    its first progress report. Until then a script is scheduled like an opaque command:
+    placed once (never forked into copies) and left where it started until it exits, since
+    stopping a plain script loses all its work and a second copy would redo it alongside.
+    """
+    spec = job.spec
+    if not spec.preemptible:
+        return False
+    return spec.program_kind is not ProgramKind.SCRIPT or job.reports_progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +179,8 @@ def read_round_input(
                 batch_size=max(1, spec.batch_size),
                 priority=spec.priority,
                 allowed_gpu_types=frozenset(spec.allowed_gpu_types),
-                preemptible=spec.preemptible,
-                migratable=spec.preemptible,
+                preemptible=preemptible(job),
+                migratable=preemptible(job),
                 shareable=spec.shareable,
                 memory_bytes_per_gpu=spec.gpu_memory_bytes,
                 arrival_time=job.submitted_at.timestamp(),

@@ -50,6 +50,8 @@ class Job:
     started_at: datetime | None
     finished_at: datetime | None
     version: int
+    # Whether any task of the job ever reported progress (it uses the runtime helper).
+    reports_progress: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,6 +156,9 @@ class JobRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     migrations: Mapped[int] = mapped_column(Integer, default=0)
+    # Set by the first progress report: the program uses the runtime helper. A script that
+    # never reports is pinned where it started, like an opaque command.
+    reports_progress: Mapped[bool] = mapped_column(Boolean, default=False)
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)

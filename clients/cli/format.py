@@ -76,6 +76,28 @@ def format_progress(done: int, total: int) -> str:
     return f"{percent}% {format_count(done)}/{format_count(total)}"
 
 
+def job_progress(job: Job) -> str:
+    """The queue's PROGRESS cell: iterations where the program reports them, else (opaque
+    commands, plain scripts) ``exit N`` once it has ended with a code, ``-`` before."""
+    if job.progress_measured:
+        return format_progress(job.iterations_done, job.spec.iterations)
+    if job.state.terminal and job.exit_code is not None:
+        return f"exit {job.exit_code}"
+    return "-"
+
+
+def progress_line(job: Job, now: datetime) -> str:
+    """``hctl show``'s progress for a job whose program reports none: how it ended (its
+    exit code) and how long it ran, or that it runs until it exits."""
+    ran = format_duration(run_time(job, now))
+    if job.state.terminal:
+        code = "" if job.exit_code is None else f" (exit {job.exit_code})"
+        return f"{job.state.value.lower()}{code} after {ran}"
+    if job.state is JobState.RUNNING:
+        return f"not reported by the program; running for {ran}, until it exits"
+    return "not reported by the program; it runs until it exits where it is placed"
+
+
 def format_count(value: int) -> str:
     """Compact counts: ``950``, ``12.5k``, ``3.2M``."""
     if value < 10_000:
@@ -165,7 +187,7 @@ def estimate_eta(job: Job, now: datetime) -> Eta | None:
     started. A waiting job gets the fastest allowed type it has a figure for, counted from when
     it starts. None when the job has ended or nothing is known about its speed.
     """
-    if job.state.terminal:
+    if job.state.terminal or not job.progress_measured:
         return None
     remaining = job.remaining_iterations
     if remaining == 0:

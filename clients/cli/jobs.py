@@ -125,7 +125,8 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--script",
         action="store_true",
-        help="COMMAND uses the runtime helper: managed (preemptible, migratable, shareable)",
+        help="COMMAND uses the runtime helper: managed (preemptible, migratable, shareable) "
+        "once it reports progress; until then it stays where it started, like a command",
     )
     what.add_argument(
         "argv",
@@ -283,7 +284,7 @@ def queue_table(jobs: Sequence[Job], now: datetime) -> Table:
             fmt.node_or_reason(job),
             fmt.format_time(job.submitted_at, now),
             fmt.format_duration(fmt.run_time(job, now)),
-            fmt.format_progress(job.iterations_done, job.spec.iterations),
+            fmt.job_progress(job),
         )
     return table
 
@@ -399,17 +400,21 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         f"finished {fmt.format_time(job.finished_at, now)}; "
         f"ran {fmt.format_duration(fmt.run_time(job, now))}",
     )
-    progress = fmt.format_progress(job.iterations_done, spec.iterations)
-    progress += f"; checkpoint at {job.checkpoint_iterations}"
-    eta = fmt.estimate_eta(job, now)
-    if eta is not None:
-        progress += f"; ETA {fmt.format_duration(eta.seconds)} ({eta.basis})"
+    if job.progress_measured:
+        progress = fmt.format_progress(job.iterations_done, spec.iterations)
+        progress += f"; checkpoint at {job.checkpoint_iterations}"
+        eta = fmt.estimate_eta(job, now)
+        if eta is not None:
+            progress += f"; ETA {fmt.format_duration(eta.seconds)} ({eta.basis})"
+    else:
+        progress = fmt.progress_line(job, now)
     info.add_row("progress", progress)
     exit_code = "-" if job.exit_code is None else str(job.exit_code)
     info.add_row(
         "history",
         f"{job.preemptions} preemption(s), {job.migrations} migration(s), "
-        f"{job.retries} retr{'y' if job.retries == 1 else 'ies'}; last exit code {exit_code}; "
+        f"{job.retries} retr{'y' if job.retries == 1 else 'ies'}; "
+        f"{'exit' if job.state.terminal else 'last exit'} code {exit_code}; "
         f"attained service {job.attained_service:.1f} GPU-s",
     )
     parts.append(info)
@@ -443,7 +448,9 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
                 tp.gpu_type,
                 fmt.format_rate(tp.iterations_per_s),
                 tp.source,
-                fmt.format_duration(left) if not job.state.terminal else "-",
+                fmt.format_duration(left)
+                if job.progress_measured and not job.state.terminal
+                else "-",
             )
         parts.append(rates)
     parts.append(Text("\nEvents", style="bold"))

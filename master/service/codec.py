@@ -110,6 +110,7 @@ def job_to_pb(
         preemptions=job.preemptions,
         migrations=job.migrations,
         checkpoint_iterations=job.checkpoint_iterations,
+        reports_progress=job.reports_progress,
         throughputs=[
             common_pb2.Throughput(gpu_type=g, iterations_per_s=v, source=s)
             for g, v, s in throughputs

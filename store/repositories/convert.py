@@ -84,6 +84,7 @@ def job(row: JobRow) -> Job:
         started_at=row.started_at,
         finished_at=row.finished_at,
         version=row.version,
+        reports_progress=row.reports_progress,
     )
 
 

@@ -265,11 +265,19 @@ class JobRepository:
         iterations_done: int,
         checkpoint_iterations: int | None = None,
         service_delta: float = 0.0,
+        reported: bool = False,
         expected_version: int | None = None,
     ) -> Job:
-        """Progress only moves forward: a late report never lowers the counters."""
+        """Progress only moves forward: a late report never lowers the counters.
+
+        `reported`: this comes from the program's own progress report (not an exit), which
+        marks the job as one that reports progress.
+        """
         row = self._row(job_id, expected_version)
         changed = False
+        if reported and not row.reports_progress:
+            row.reports_progress = True
+            changed = True
         if iterations_done > row.iterations_done:
             row.iterations_done = iterations_done
             changed = True
@@ -280,6 +288,15 @@ class JobRepository:
             row.attained_service += service_delta
             changed = True
         if changed:
+            self._flush(job_id)
+        return convert.job(row)
+
+    def set_exit_code(self, job_id: int, exit_code: int) -> Job:
+        """Record the exit code of a job's last process exit without changing its state
+        (a job completed by its progress report exits afterwards)."""
+        row = self._row(job_id)
+        if row.exit_code != exit_code:
+            row.exit_code = exit_code
             self._flush(job_id)
         return convert.job(row)
 

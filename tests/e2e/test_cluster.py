@@ -9,6 +9,7 @@ import re
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -291,3 +292,62 @@ def test_a_shareable_pair_runs_colocated_with_accumulation_and_both_complete(
         job = cluster.wait_state(job_id, DONE, timeout=400)
         assert job.state == JobState.COMPLETED, job.reason
         assert job.iterations_done == job.spec.iterations
+
+
+def test_a_plain_script_stays_where_it_started_and_completes_with_its_exit_code(
+    start_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """A script that never uses the runtime helper (no progress reports) keeps its first
+    placement until it exits, although a faster GPU joins and rounds pass (hadare would move
+    it there, or fork it onto both): one task, one lease, no migration, resize or
+    preemption. It ends COMPLETED with exit code 0 and `hctl show` says so with its run
+    time, not 0 %."""
+    cluster = start_cluster("k80:1", policy="hadare")
+    release = tmp_path / "release"
+    # Waits for the test's go (never longer than two minutes), writes no progress.
+    waiter = (
+        "import os, sys, time\n"
+        "deadline = time.time() + 120\n"
+        "while not os.path.exists(sys.argv[1]) and time.time() < deadline:\n"
+        "    time.sleep(0.2)\n"
+        "sys.exit(0 if os.path.exists(sys.argv[1]) else 1)\n"
+    )
+    spec = JobSpec(
+        name="plain",
+        program=Program.script(["python3", "-c", waiter, str(release)]),
+        iterations=1000,
+    )
+    job_id = cluster.submit_spec(spec)
+    with TwiceWatcher(cluster.local) as watcher:
+        cluster.wait_state(job_id, {JobState.RUNNING}, timeout=120)
+        wait_for(lambda: job_id in cluster.local.job_processes(), 60, "the script's process")
+        first = cluster.job(job_id).tasks
+        assert [t.gpu_type for t in first] == ["k80"], first
+        cluster.local.add_worker(WorkerGroup("local-2", "v100:1"))
+        joined = cluster.client.cluster_status().last_round
+        assert joined is not None
+        placements: set[tuple[str, int]] = set()
+
+        def rounds_passed() -> bool:
+            job = cluster.job(job_id)
+            assert job.state == JobState.RUNNING, (job.state, job.reason)
+            assert len(job.tasks) <= 1, job.tasks
+            placements.update((t.node, t.lease) for t in job.tasks)
+            last = cluster.client.cluster_status().last_round
+            return last is not None and last.number >= joined.number + 3
+
+        wait_for(rounds_passed, 60, "three rounds with the faster GPU in the cluster")
+        release.touch()
+        job = cluster.wait_state(job_id, DONE, timeout=60)
+    assert watcher.violations == [], watcher.violations
+    assert placements == {(first[0].node, first[0].lease)}, placements
+    assert job.state == JobState.COMPLETED, job.reason
+    assert job.exit_code == 0
+    assert (job.migrations, job.preemptions, job.retries) == (0, 0, 0)
+    kinds = [e.kind for e in cluster.client.describe_job(job_id).events]
+    assert kinds == ["submitted", "scheduled", "completed"], kinds
+    shown = cluster.hctl("show", str(job_id))
+    assert shown.returncode == 0, shown.stderr
+    assert "completed (exit 0)" in shown.stdout, shown.stdout
+    assert re.search(r"completed \(exit 0\) after \d+", shown.stdout), shown.stdout
+    assert "0%" not in shown.stdout, shown.stdout

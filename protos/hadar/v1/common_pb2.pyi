@@ -219,7 +219,7 @@ class Throughput(_message.Message):
     def __init__(self, gpu_type: _Optional[str] = ..., iterations_per_s: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "user", "state", "reason", "iterations_done", "attained_service", "submitted_at", "started_at", "finished_at", "tasks", "retries", "exit_code", "throughputs", "version", "preemptions", "migrations", "checkpoint_iterations")
+    __slots__ = ("id", "spec", "user", "state", "reason", "iterations_done", "attained_service", "submitted_at", "started_at", "finished_at", "tasks", "retries", "exit_code", "throughputs", "version", "preemptions", "migrations", "checkpoint_iterations", "reports_progress")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
@@ -238,6 +238,7 @@ class Job(_message.Message):
     PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     MIGRATIONS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     id: int
     spec: JobSpec
     user: str
@@ -256,7 +257,8 @@ class Job(_message.Message):
     preemptions: int
     migrations: int
     checkpoint_iterations: int
-    def __init__(self, id: _Optional[int] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., iterations_done: _Optional[int] = ..., attained_service: _Optional[float] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., retries: _Optional[int] = ..., exit_code: _Optional[int] = ..., throughputs: _Optional[_Iterable[_Union[Throughput, _Mapping]]] = ..., version: _Optional[int] = ..., preemptions: _Optional[int] = ..., migrations: _Optional[int] = ..., checkpoint_iterations: _Optional[int] = ...) -> None: ...
+    reports_progress: bool
+    def __init__(self, id: _Optional[int] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., iterations_done: _Optional[int] = ..., attained_service: _Optional[float] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., retries: _Optional[int] = ..., exit_code: _Optional[int] = ..., throughputs: _Optional[_Iterable[_Union[Throughput, _Mapping]]] = ..., version: _Optional[int] = ..., preemptions: _Optional[int] = ..., migrations: _Optional[int] = ..., checkpoint_iterations: _Optional[int] = ..., reports_progress: _Optional[bool] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("name", "state", "address", "gpus", "last_heartbeat", "agent_version", "reason", "registered_at")

@@ -348,3 +348,34 @@ def test_logs_follow_until_the_job_ends(hctl: Hctl, cluster: Cluster):
     assert not follower.is_alive(), "logs -f did not return after the job ended"
     (result,) = results
     assert (result.code, result.out) == (0, "step 1\nstep 2\n")
+
+
+def test_a_completed_command_shows_exit_code_0_and_a_failed_one_its_code(
+    hctl: Hctl, cluster: Cluster
+):
+    """An opaque command reports no progress: once it exits 0 it is `completed (exit 0)`
+    with its run time in `show`, `exit 0` in the queue and exit_code 0 in --json, never an
+    iteration count; one exiting 2 shows exit code 2 the same ways."""
+    ok = submit(hctl, "--iterations", "5", "--name", "ok", "--", "bash", "-c", "true")
+    bad = submit(hctl, "--iterations", "5", "--name", "bad", "--", "bash", "-c", "exit 2")
+    cluster.round()
+    # The worker reports a command's iterations as all done when it exits 0.
+    assert cluster.worker_running(ok).exit(ok, common_pb2.EXIT_KIND_COMPLETED, iterations_done=5)
+    assert cluster.worker_running(bad).exit(
+        bad, common_pb2.EXIT_KIND_FAILED, exit_code=2, message="boom"
+    )
+
+    for job, state, code in ((ok, "completed", 0), (bad, "failed", 2)):
+        shown = hctl("show", str(job))
+        assert shown.code == 0, shown.err
+        assert re.search(rf"^progress\s+{state} \(exit {code}\) after \S+$", shown.out, re.M), (
+            shown.out
+        )
+        assert f"; exit code {code};" in shown.out
+        assert "100%" not in shown.out and "5/5" not in shown.out
+        assert row(hctl("queue", "--all").out, job)[-2:] == ["exit", str(code)]
+        document = json.loads(hctl("show", str(job), "--json").out)["job"]
+        assert (document["state"], document["exit_code"]) == (state, code)
+        assert document["reports_progress"] is False
+    text = hctl("show", str(ok)).out
+    assert re.search(r"^state\s+completed — completed \(exit 0\)$", text, re.M), text

@@ -495,3 +495,60 @@ def test_a_start_resent_to_part_of_a_job_keeps_the_whole_rendezvous(cluster: Clu
     assert again.assignment.rendezvous.world_size == 2
     assert again.assignment.rendezvous.master_addr == sent.rendezvous.master_addr
     assert again.assignment.rendezvous.master_port == sent.rendezvous.master_port
+
+
+def test_a_script_stays_where_it_started_until_it_reports_progress(cluster: Cluster) -> None:
+    """A running script that has reported no progress (a plain script, not using the runtime
+    helper) is neither moved nor forked when a faster GPU joins, round after round: no STOP,
+    no second START anywhere. Its first progress report shows it is managed: the next round
+    moves it to the faster GPU."""
+    master = cluster.master(policy="hadare")
+    slow = cluster.worker(master, "n1", gpu_type="k80", num_gpus=1)
+    api = cluster.api(master)
+    spec = common_pb2.JobSpec(
+        name="plain",
+        num_gpus=1,
+        iterations=1000,
+        script=common_pb2.ScriptProgram(argv=["python3", "train.py"]),
+    )
+    job_id = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec)).job.id
+    assert master.run_round().started == (job_id,)
+    wait_for(lambda: job_id in slow.running_jobs(), what="START on n1")
+    fast = cluster.worker(master, "n2", gpu_type="v100", num_gpus=1)
+
+    for _ in range(3):
+        assert master.run_round().actions == 0
+    actions = {a.action for a in slow.applied if a.job_id == job_id}
+    assert actions == {worker_pb2.ASSIGNMENT_ACTION_START, worker_pb2.ASSIGNMENT_ACTION_EXTEND}
+    assert slow.stops == [] and fast.applied == []
+    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id)).job
+    assert not got.reports_progress
+    assert [(t.node, t.gpu_type) for t in got.tasks] == [("n1", "k80")]
+    assert (got.migrations, got.preemptions) == (0, 0)
+
+    slow.progress(job_id, 10)
+    assert api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id)).job.reports_progress
+    assert master.run_round().actions == 1
+    wait_for(lambda: job_id in fast.running_jobs(), what="the managed script on n2")
+
+
+def test_a_job_completed_by_its_progress_gets_exit_code_0_when_its_process_exits(
+    cluster: Cluster,
+) -> None:
+    """A job that completes by its last progress report has no exit code until its process
+    exits; that clean exit records exit code 0 on the completed job."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job_id = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job.id
+    master.run_round()
+    wait_for(lambda: job_id in worker.running_jobs(), what="START on n1")
+    worker.progress(job_id, 100)
+    done = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id)).job
+    assert done.state == common_pb2.JOB_STATE_COMPLETED and not done.HasField("exit_code")
+
+    assert worker.exit(job_id, common_pb2.EXIT_KIND_COMPLETED, exit_code=0).accepted
+    done = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id)).job
+    assert done.state == common_pb2.JOB_STATE_COMPLETED
+    assert done.HasField("exit_code") and done.exit_code == 0
+    assert done.reports_progress

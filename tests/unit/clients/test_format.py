@@ -203,3 +203,39 @@ def test_eta_is_unknown_for_ended_jobs_and_without_any_speed():
     eta = fmt.estimate_eta(done, NOW)
     assert eta is not None
     assert eta.seconds == 0
+
+
+def test_a_job_that_reports_no_progress_shows_its_exit_code_and_run_time():
+    """Commands and scripts that never reported progress show no iterations or ETA: the
+    queue shows `exit N` once they end (`-` before), `show` how they ended and how long they
+    ran; a script that has reported progress shows its iterations like a workload."""
+    command = make_job(
+        spec=JobSpec("prep", Program.command(["bash", "prep.sh"]), iterations=5, num_gpus=1),
+        state=JobState.COMPLETED,
+        iterations_done=5,
+        exit_code=0,
+        started_at=NOW - timedelta(seconds=130),
+        finished_at=NOW,
+    )
+    assert fmt.job_progress(command) == "exit 0"
+    assert fmt.progress_line(command, NOW) == "completed (exit 0) after 2m10s"
+    failed = replace(command, state=JobState.FAILED, exit_code=2)
+    assert fmt.job_progress(failed) == "exit 2"
+    assert fmt.progress_line(failed, NOW) == "failed (exit 2) after 2m10s"
+
+    script = make_job(
+        spec=JobSpec("plain", Program.script(["python3", "train.py"]), iterations=1000),
+        state=JobState.RUNNING,
+        iterations_done=0,
+        started_at=NOW - timedelta(seconds=45),
+        throughputs=(Throughput("v100", 10.0, "prior"),),
+        tasks=(make_task("gpu-01", "v100", gpus=(0,)),),
+    )
+    assert fmt.job_progress(script) == "-"
+    assert fmt.progress_line(script, NOW) == (
+        "not reported by the program; running for 45s, until it exits"
+    )
+    assert fmt.estimate_eta(script, NOW) is None
+    managed = replace(script, reports_progress=True, iterations_done=400)
+    assert fmt.job_progress(managed) == "40% 400/1000"
+    assert fmt.estimate_eta(managed, NOW) is not None

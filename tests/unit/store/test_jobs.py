@@ -107,6 +107,32 @@ def test_progress_only_moves_forward(db: Database) -> None:
     assert job.attained_service == pytest.approx(3.5)
 
 
+def test_a_job_reports_progress_from_its_first_progress_report_on(db: Database) -> None:
+    """Progress recorded from an exit does not mark the job as reporting progress; the
+    first report from the program does, for good; the store reads the flag back."""
+    job_id = submit(db)
+    with db.transaction() as uow:
+        assert not uow.jobs.get(job_id).reports_progress
+        assert not uow.jobs.record_progress(job_id, iterations_done=5).reports_progress
+        assert uow.jobs.record_progress(job_id, iterations_done=6, reported=True).reports_progress
+        uow.jobs.record_progress(job_id, iterations_done=7)
+    with db.transaction() as uow:
+        assert uow.jobs.get(job_id).reports_progress
+
+
+def test_an_exit_code_is_set_without_a_transition(db: Database) -> None:
+    """A completed job gets the exit code of its process afterwards; its state, reason and
+    events stay as they are."""
+    job_id = submit(db)
+    with db.transaction() as uow:
+        uow.jobs.transition(job_id, JobState.RUNNING, kind="scheduled", reason="placed")
+        uow.jobs.transition(job_id, JobState.COMPLETED, kind="completed", reason="all done")
+        job = uow.jobs.set_exit_code(job_id, 0)
+        events = uow.jobs.events(job_id)
+    assert (job.state, job.reason, job.exit_code) == (JobState.COMPLETED, "all done", 0)
+    assert [e.kind for e in events][-1] == "completed"
+
+
 def test_query_filters_and_pages_by_id(db: Database) -> None:
     """Listing filters by user and state and pages in id order."""
     ids = [submit(db, user="alice" if i % 2 else "bob", name=f"j{i}") for i in range(5)]

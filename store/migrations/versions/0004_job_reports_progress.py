@@ -1,0 +1,32 @@
+"""jobs.reports_progress: whether a job's program ever reported progress
+
+Revision ID: 0004
+Revises: 0001
+Create Date: 2026-11-24 03:45:00.000000
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0004"
+down_revision: str | None = "0001"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    # Jobs stored before this column are taken as never having reported: a running script
+    # among them is pinned until its next progress report (then it is managed again).
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(
+            sa.Column("reports_progress", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("reports_progress")
