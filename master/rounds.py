@@ -371,7 +371,7 @@ class RoundRunner:
                 # Never acknowledged: nothing to stop on the worker, only a decision to undo;
                 # a STOP still goes out in case the start did arrive.
                 uow.tasks.set_state(task.id, TaskState.LOST)
-            else:
+            elif task.state is not TaskState.STOPPING:
                 uow.tasks.set_state(task.id, TaskState.STOPPING)
             out.append(Outgoing(task.node, task.id, self._dispatcher.stop(task, number)))
         return out

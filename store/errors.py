@@ -32,3 +32,16 @@ class InvalidTransitionError(StoreError):
         self.job_id = job_id
         self.from_state = from_state
         self.to_state = to_state
+
+
+class InvalidTaskTransitionError(StoreError):
+    """A task state change that the task life does not allow (store/states.py)."""
+
+    def __init__(self, task_id: int, job_id: int, from_state: str, to_state: str) -> None:
+        super().__init__(
+            f"task {task_id} of job {job_id}: cannot go from {from_state} to {to_state}"
+        )
+        self.task_id = task_id
+        self.job_id = job_id
+        self.from_state = from_state
+        self.to_state = to_state

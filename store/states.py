@@ -58,6 +58,29 @@ class TaskState(StrEnum):
 # Tasks in these states no longer hold GPUs.
 FINISHED_TASK_STATES: frozenset[TaskState] = frozenset({TaskState.EXITED, TaskState.LOST})
 
+# A task's life. ASSIGNED (decided, not yet acknowledged) -> STARTING (acknowledged) ->
+# RUNNING (reported progress) -> STOPPING (asked to stop) -> EXITED (its worker reported
+# the exit). Progress or an exit report may overtake the acknowledgement. Any active task
+# becomes LOST when its node is lost or its worker no longer runs it; a LOST task becomes
+# STOPPING when its node returns still running it, and EXITED when its completion is
+# reported late. EXITED is final.
+ALLOWED_TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    TaskState.ASSIGNED: frozenset(
+        {TaskState.STARTING, TaskState.RUNNING, TaskState.EXITED, TaskState.LOST}
+    ),
+    TaskState.STARTING: frozenset(
+        {TaskState.RUNNING, TaskState.STOPPING, TaskState.EXITED, TaskState.LOST}
+    ),
+    TaskState.RUNNING: frozenset({TaskState.STOPPING, TaskState.EXITED, TaskState.LOST}),
+    TaskState.STOPPING: frozenset({TaskState.EXITED, TaskState.LOST}),
+    TaskState.LOST: frozenset({TaskState.STOPPING, TaskState.EXITED}),
+    TaskState.EXITED: frozenset(),
+}
+
+
+def can_task_transition(from_state: TaskState, to_state: TaskState) -> bool:
+    return to_state in ALLOWED_TASK_TRANSITIONS[from_state]
+
 
 class NodeState(StrEnum):
     READY = "READY"

@@ -9,10 +9,10 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from store.domain import NewTask, Task
-from store.errors import NotFoundError
+from store.errors import InvalidTaskTransitionError, NotFoundError
 from store.models import TaskRow, utcnow
 from store.repositories import convert
-from store.states import FINISHED_TASK_STATES, ExitKind, TaskState
+from store.states import FINISHED_TASK_STATES, ExitKind, TaskState, can_task_transition
 
 _FINISHED = [s.value for s in FINISHED_TASK_STATES]
 
@@ -145,7 +145,12 @@ class TaskRepository:
         exit_kind: ExitKind | None = None,
         exit_code: int | None = None,
     ) -> Task:
+        """The one way a task changes state. Raises InvalidTaskTransitionError for a move
+        the task life (ALLOWED_TASK_TRANSITIONS) does not allow."""
         row = self._row(task_id)
+        from_state = TaskState(row.state)
+        if not can_task_transition(from_state, state):
+            raise InvalidTaskTransitionError(task_id, row.job_id, from_state.value, state.value)
         at = now or utcnow()
         row.state = state.value
         if state in (TaskState.STARTING, TaskState.RUNNING) and row.acknowledged_at is None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,14 +124,16 @@ def test_run_refuses_an_unknown_policy(tmp_path: Path, capsys: pytest.CaptureFix
     assert "unknown policy 'nope'" in capsys.readouterr().err
 
 
-def test_run_with_an_unreachable_database_prints_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_run_with_an_unreachable_database_prints_one_line(tmp_path: Path) -> None:
     """hadar-master run exits 1 with one line naming the database (no password), the cause
     and the setting to fix, instead of a traceback."""
-    monkeypatch.setenv("HADAR_DATABASE_WAIT_S", "0.2")
-    code = main(
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HADAR_")}
+    env["HADAR_DATABASE_WAIT_S"] = "0.2"
+    done = subprocess.run(
         [
+            sys.executable,
+            "-m",
+            "master.cli",
             "run",
             "--database",
             "postgresql://hadar:s3cret@127.0.0.1:1/hadar",
@@ -140,11 +145,16 @@ def test_run_with_an_unreachable_database_prints_one_line(
             "-1",
             "--log-format",
             "json",
-        ]
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
-    assert code == 1
-    err = capsys.readouterr().err
-    (line,) = [text for text in err.splitlines() if text.startswith("hadar-master:")]
+    assert done.returncode == 1
+    (line,) = [text for text in done.stderr.splitlines() if text.startswith("hadar-master:")]
     assert "cannot reach the database postgresql+psycopg://hadar:***@127.0.0.1:1/hadar" in line
     assert "setting `database`" in line
-    assert "Traceback" not in err and "s3cret" not in err
+    assert "Traceback" not in done.stderr and "s3cret" not in done.stderr

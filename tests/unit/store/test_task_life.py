@@ -1,0 +1,76 @@
+"""Task states change only along the task life's table, checked at every change."""
+
+from __future__ import annotations
+
+import pytest
+
+from store import Database
+from store.domain import NewTask
+from store.errors import InvalidTaskTransitionError
+from store.states import ALLOWED_TASK_TRANSITIONS, TaskState
+from tests.unit.store.conftest import submit
+from tests.unit.store.test_cluster import register
+
+
+def test_every_pair_of_task_states_is_allowed_exactly_as_the_table_says(db: Database) -> None:
+    """Walks all 36 (from, to) pairs: a move in the table is stored, any other (a task
+    stopping twice, an exited task coming back) raises and changes nothing."""
+    register(db)
+    job_id = submit(db)
+    refused: list[tuple[TaskState, TaskState]] = []
+    lease = 0
+    for from_state in TaskState:
+        for to_state in TaskState:
+            lease += 1
+            with db.transaction() as uow:
+                task = uow.tasks.add(
+                    NewTask(
+                        job_id=job_id,
+                        task_index=0,
+                        node="n1",
+                        lease=lease,
+                        gpu_indices=(0,),
+                        gpu_type="v100",
+                        rank_offset=0,
+                        local_batch_sizes=(32,),
+                        state=from_state,
+                    )
+                )
+            with db.transaction() as uow:
+                try:
+                    changed = uow.tasks.set_state(task.id, to_state)
+                except InvalidTaskTransitionError as exc:
+                    assert str(exc) == (
+                        f"task {task.id} of job {job_id}: cannot go from {from_state.value} "
+                        f"to {to_state.value}"
+                    )
+                    refused.append((from_state, to_state))
+                else:
+                    assert changed.state is to_state
+            with db.transaction() as uow:
+                stored = uow.tasks.get(task.id).state
+            expected = to_state if to_state in ALLOWED_TASK_TRANSITIONS[from_state] else from_state
+            assert stored is expected, (from_state, to_state)
+    allowed = sum(len(targets) for targets in ALLOWED_TASK_TRANSITIONS.values())
+    assert len(refused) == 36 - allowed
+    assert (TaskState.STOPPING, TaskState.STOPPING) in refused
+    assert (TaskState.EXITED, TaskState.RUNNING) in refused
+
+
+def test_the_table_knows_every_state_and_exited_is_final() -> None:
+    """Every state has an entry; EXITED leads nowhere; every state can reach EXITED."""
+    assert set(ALLOWED_TASK_TRANSITIONS) == set(TaskState)
+    assert ALLOWED_TASK_TRANSITIONS[TaskState.EXITED] == frozenset()
+    reach = {TaskState.EXITED}
+    changed = True
+    while changed:
+        before = len(reach)
+        reach |= {s for s, targets in ALLOWED_TASK_TRANSITIONS.items() if targets & reach}
+        changed = len(reach) != before
+    assert reach == set(TaskState)
+
+
+@pytest.mark.parametrize("state", list(TaskState))
+def test_no_state_moves_to_itself(state: TaskState) -> None:
+    """A repeated change is a bug in its caller, not a no-op: the table has no self-moves."""
+    assert state not in ALLOWED_TASK_TRANSITIONS[state]
