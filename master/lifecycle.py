@@ -13,7 +13,7 @@ import structlog
 
 from store import UnitOfWork
 from store.domain import Job, Task
-from store.states import JobState, TaskState, is_terminal
+from store.states import JobState, TaskState
 
 log = structlog.get_logger(__name__)
 
@@ -82,31 +82,43 @@ def fail_attempt(
     reason: str,
     exit_code: int | None,
     max_retries: int,
+    retryable: bool = True,
     round: int = 0,
     now: datetime | None = None,
 ) -> tuple[Job, list[StopOrder]]:
-    """A task of the job failed: stop its other tasks, then retry (PREEMPTED) or give up."""
+    """A task of the job failed: stop its other tasks, then retry (PREEMPTED) or give up.
+
+    `retryable=False` fails the job at once, for a failure no retry can avoid. An attempt
+    ends once: when the job no longer runs (another task's failure ended this attempt
+    already), only the remaining tasks are stopped.
+    """
     orders = release_tasks(uow, uow.tasks.active_for_job(job.id), reason, checkpoint=False, now=now)
-    if is_terminal(job.state):
+    if job.state is not JobState.RUNNING:
         return job, orders
-    if job.retries < max_retries:
+    limit = max_retries
+    if retryable and job.retries < limit:
         attempt = job.retries + 1
         updated = uow.jobs.transition(
             job.id,
             JobState.PREEMPTED,
             kind="retried",
-            reason=f"{reason}; retry {attempt} of {max_retries}",
+            reason=f"{reason}; retry {attempt} of {limit}",
             round=round,
             exit_code=exit_code,
             count_retry=True,
             at=now,
         )
     else:
+        why = (
+            f"no retries left ({limit} allowed)"
+            if retryable
+            else "not retried: no placement can run it"
+        )
         updated = uow.jobs.transition(
             job.id,
             JobState.FAILED,
             kind="failed",
-            reason=f"{reason}; no retries left ({max_retries} allowed)",
+            reason=f"{reason}; {why}",
             round=round,
             exit_code=exit_code,
             at=now,
