@@ -12,8 +12,8 @@ from datetime import datetime
 import structlog
 
 from store import UnitOfWork
-from store.domain import Job, Task
-from store.states import JobState, TaskState
+from store.domain import Job, JobSpec, Task
+from store.states import JobState, ProgramKind, TaskState
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +75,15 @@ def release_finished_job(
     return release_tasks(uow, tasks, reason, checkpoint=False, now=now)
 
 
+def retry_limit(spec: JobSpec, cluster_default: int) -> int:
+    """How many failed attempts of a job are retried: its spec's limit when set, else none
+    for an opaque command (like a Slurm batch job that exits non-zero) and the cluster's
+    default for managed programs."""
+    if spec.max_retries is not None:
+        return spec.max_retries
+    return 0 if spec.program_kind is ProgramKind.COMMAND else cluster_default
+
+
 def fail_attempt(
     uow: UnitOfWork,
     job: Job,
@@ -88,6 +97,7 @@ def fail_attempt(
 ) -> tuple[Job, list[StopOrder]]:
     """A task of the job failed: stop its other tasks, then retry (PREEMPTED) or give up.
 
+    `max_retries` is the cluster's default (the job's spec may set its own limit);
     `retryable=False` fails the job at once, for a failure no retry can avoid. An attempt
     ends once: when the job no longer runs (another task's failure ended this attempt
     already), only the remaining tasks are stopped.
@@ -95,7 +105,7 @@ def fail_attempt(
     orders = release_tasks(uow, uow.tasks.active_for_job(job.id), reason, checkpoint=False, now=now)
     if job.state is not JobState.RUNNING:
         return job, orders
-    limit = max_retries
+    limit = retry_limit(job.spec, max_retries)
     if retryable and job.retries < limit:
         attempt = job.retries + 1
         updated = uow.jobs.transition(

@@ -348,3 +348,27 @@ def test_logs_follow_until_the_job_ends(hctl: Hctl, cluster: Cluster):
     assert not follower.is_alive(), "logs -f did not return after the job ended"
     (result,) = results
     assert (result.code, result.out) == (0, "step 1\nstep 2\n")
+
+
+def test_submit_retry_flags_are_shown_by_show(hctl: Hctl):
+    """--no-requeue and --retries N reach the job's spec; `hctl show` and its --json tell
+    the limit that applies (the default one when none was given); more than 10 is refused
+    naming the field."""
+    none = submit(hctl, "--no-requeue", "--iterations", "3", "--", "sleep", "1")
+    shown = json.loads(hctl("show", str(none), "--json").out)["job"]
+    assert (shown["spec"]["max_retries"], shown["retry_limit"]) == (0, 0)
+    assert "0 retries of 0 allowed;" in hctl("show", str(none)).out
+
+    once = submit(hctl, "--retries", "1", "--workload", "resnet", "--iterations", "3")
+    shown = json.loads(hctl("show", str(once), "--json").out)["job"]
+    assert (shown["spec"]["max_retries"], shown["retry_limit"]) == (1, 1)
+
+    default = submit(hctl, "--workload", "resnet", "--iterations", "3")
+    shown = json.loads(hctl("show", str(default), "--json").out)["job"]
+    assert shown["spec"]["max_retries"] is None
+    limit = shown["retry_limit"]
+    assert f"0 retries of {limit} allowed (default)" in hctl("show", str(default)).out
+
+    refused = hctl("submit", "--retries", "11", "--workload", "resnet", "--iterations", "3")
+    assert refused.code == ExitCode.INVALID_ARGUMENT
+    assert "spec.max_retries" in refused.err and "at most 10" in refused.err
