@@ -431,7 +431,7 @@ def test_other_user_calls_survive_malformed_requests(target: Target, method: str
     timeout = 0.5 if streaming else 30.0
     for name, request, expected in found_queries():
         if name == method:
-            assert target.call(HADAR, name, request, admin) is expected, request
+            assert target.call(HADAR, name, request, admin, QUERY_ALLOWED) is expected, request
 
     @settings(FUZZ, max_examples=max(10, EXAMPLES // (8 if streaming else 3)))
     @given(request=of(GetMessageClass(descriptor.input_type)))
