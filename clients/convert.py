@@ -92,6 +92,8 @@ def spec_to_proto(spec: JobSpec) -> common_pb2.JobSpec:
     )
     if spec.preemptible is not None:
         message.preemptible = spec.preemptible
+    if spec.max_retries is not None:
+        message.max_retries = spec.max_retries
     program = spec.program
     if program.kind is ProgramKind.WORKLOAD:
         message.workload.name = program.workload
@@ -125,6 +127,7 @@ def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:
         checkpoint_dir=message.checkpoint_dir,
         job_type=message.job_type,
         gpu_memory_bytes=message.gpu_memory_bytes,
+        max_retries=message.max_retries if message.HasField("max_retries") else None,
     )
 
 
@@ -167,6 +170,7 @@ def job(message: common_pb2.Job) -> Job:
         migrations=message.migrations,
         checkpoint_iterations=message.checkpoint_iterations,
         reports_progress=message.reports_progress,
+        retry_limit=message.retry_limit if message.HasField("retry_limit") else None,
     )
 
 

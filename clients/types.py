@@ -135,6 +135,9 @@ class JobSpec:
     checkpoint_dir: str = ""
     job_type: str = ""
     gpu_memory_bytes: int = 0
+    # Failed attempts retried before the job is FAILED (0: never, at most 10); None: the
+    # master's default (none for opaque commands, the cluster's max_retries otherwise).
+    max_retries: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +184,10 @@ class Job:
     preemptions: int
     migrations: int
     checkpoint_iterations: int
+    # Failed attempts it may retry in all (its spec's or the default); None where the
+    # master did not say (only GetJob does).
+    retry_limit: int | None = None
+
     # Whether its program has reported progress (uses the runtime helper). Opaque commands
     # and plain scripts never do: their iterations mean nothing, their exit code does.
     reports_progress: bool = False

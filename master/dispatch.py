@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from master.lifecycle import StopOrder, fail_attempt, lose_job_placement
+from master.lifecycle import StopOrder, fail_attempt, lose_job_placement, release_tasks
 from master.metrics import MasterMetrics
 from master.service.codec import spec_to_pb, timestamp
 from master.settings import Settings
@@ -26,7 +26,7 @@ from protos.hadar.v1 import worker_pb2
 from store import UnitOfWork
 from store.domain import Job, Task
 from store.models import utcnow
-from store.states import NodeState, TaskState, is_terminal
+from store.states import JobState, NodeState, TaskState, is_terminal
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +41,10 @@ class Outgoing:
     node: str
     task_id: int
     assignment: worker_pb2.TaskAssignment
+
+
+# One assignment sent and the worker's answer to it (None when the answer left it out).
+Answer = tuple[Outgoing, worker_pb2.AssignmentResult | None]
 
 
 def rendezvous_port(lease: int) -> int:
@@ -246,7 +250,7 @@ class Dispatcher:
             for node, items in by_node.items()
         }
         failures: set[str] = set()
-        answers: list[tuple[Outgoing, worker_pb2.AssignmentResult | None]] = []
+        answers: list[Answer] = []
         for node, future in futures.items():
             try:
                 response = future.result()
@@ -260,27 +264,68 @@ class Dispatcher:
                 a = item.assignment
                 answers.append((item, results.get((a.job_id, a.task_index, a.lease))))
         if answers:
-            orders = self._tx.write(lambda uow: self._record(uow, answers))
+            orders = self._record_answers(answers)
             self.send_stops(orders)
             self._on_change()
         return failures
 
+    def _record_answers(self, answers: Sequence[Answer]) -> list[StopOrder]:
+        """Store what the workers answered, job by job.
+
+        All jobs go in one transaction. Should one job's handling raise, the transaction is
+        done again with each job in a savepoint: that job alone is failed, with the error as
+        its reason, and the others are recorded as usual.
+        """
+        by_job: dict[int, list[Answer]] = defaultdict(list)
+        for answer in answers:
+            by_job[answer[0].assignment.job_id].append(answer)
+        try:
+            return self._tx.write(lambda uow: self._record(uow, by_job, isolate=False))
+        except Exception as exc:
+            # The job by job pass logs the failing job's traceback.
+            log.warning("recording the workers' answers failed; again job by job", error=str(exc))
+        return self._tx.write(lambda uow: self._record(uow, by_job, isolate=True))
+
     def _record(
-        self,
-        uow: UnitOfWork,
-        answers: Sequence[tuple[Outgoing, worker_pb2.AssignmentResult | None]],
+        self, uow: UnitOfWork, by_job: dict[int, list[Answer]], *, isolate: bool
     ) -> list[StopOrder]:
-        orders: list[StopOrder] = []
         # An applied EXTEND or STOP changes nothing here; only the rest needs its task.
-        todo = [
-            (item, result)
-            for item, result in answers
-            if result is None
-            or result.outcome != worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
-            or item.assignment.action == worker_pb2.ASSIGNMENT_ACTION_START
-        ]
-        tasks = uow.tasks.get_many([item.task_id for item, _ in todo])
-        for item, result in todo:
+        todo = {
+            job_id: [
+                (item, result)
+                for item, result in items
+                if result is None
+                or result.outcome != worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
+                or item.assignment.action == worker_pb2.ASSIGNMENT_ACTION_START
+            ]
+            for job_id, items in sorted(by_job.items())
+        }
+        tasks = uow.tasks.get_many([item.task_id for items in todo.values() for item, _ in items])
+        orders: list[StopOrder] = []
+        for job_id, items in todo.items():
+            if not items:
+                continue
+            if not isolate:
+                orders.extend(self._record_job(uow, items, tasks))
+                continue
+            try:
+                with uow.savepoint():
+                    more = self._record_job(uow, items, tasks)
+            except Exception as exc:
+                self._metrics.isolated_job_failures.labels(stage="dispatch").inc()
+                log.exception("recording the workers' answers failed for a job", job_id=job_id)
+                more = self._fail_unrecorded(uow, job_id, exc)
+            orders.extend(more)
+        return orders
+
+    def _record_job(
+        self, uow: UnitOfWork, items: Sequence[Answer], tasks: dict[int, Task]
+    ) -> list[StopOrder]:
+        """One job's answers; refusals end the attempt they belong to once, however many
+        of its tasks were refused."""
+        refused: dict[int, list[tuple[str, worker_pb2.AssignmentResult | None]]] = defaultdict(list)
+        rounds: dict[int, int] = {}
+        for item, result in items:
             task = tasks.get(item.task_id)
             if task is None:
                 continue
@@ -301,7 +346,6 @@ class Dispatcher:
                 continue
             if not task.active:
                 continue
-            job = uow.jobs.get(task.job_id)
             log.warning(
                 "assignment refused",
                 job_id=task.job_id,
@@ -310,22 +354,71 @@ class Dispatcher:
                 outcome=worker_pb2.AssignmentOutcome.Name(outcome or 0),
                 message=message,
             )
-            if outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED:
-                uow.tasks.set_state(task.id, TaskState.LOST)
-                _, more = fail_attempt(
-                    uow,
-                    job,
-                    reason=f"could not start on {item.node}: {message}",
-                    exit_code=None,
-                    max_retries=self._settings.max_retries,
-                    round=item.assignment.round,
+            uow.tasks.set_state(task.id, TaskState.LOST)
+            refused[task.lease].append((item.node, result))
+            rounds[task.lease] = item.assignment.round
+        orders: list[StopOrder] = []
+        for lease, answers in sorted(refused.items()):
+            job = uow.jobs.get(items[0][0].assignment.job_id)
+            orders.extend(self._end_refused_attempt(uow, job, lease, answers, rounds[lease]))
+        return orders
+
+    def _end_refused_attempt(
+        self,
+        uow: UnitOfWork,
+        job: Job,
+        lease: int,
+        answers: Sequence[tuple[str, worker_pb2.AssignmentResult | None]],
+        round_number: int,
+    ) -> list[StopOrder]:
+        failed = [
+            (node, result)
+            for node, result in answers
+            if result is not None and result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+        ]
+        if not failed:
+            nodes = ", ".join(sorted({node for node, _ in answers}))
+            _, orders = lose_job_placement(
+                uow, job, f"worker {nodes} no longer runs lease {lease}", kind="lost"
+            )
+            return orders
+        nodes = ", ".join(sorted({node for node, _ in failed}))
+        unknown = sorted({r.unknown_user for _, r in failed if r.unknown_user})
+        if unknown:
+            # No placement can start it: the account is missing, not the node's capacity.
+            reason = f"user {unknown[0]!r} has no Unix account on {nodes}"
+        else:
+            reason = f"could not start on {nodes}: {failed[0][1].message}"
+        _, orders = fail_attempt(
+            uow,
+            job,
+            reason=reason,
+            exit_code=None,
+            max_retries=self._settings.max_retries,
+            retryable=not unknown,
+            round=round_number,
+        )
+        return orders
+
+    @staticmethod
+    def _fail_unrecorded(uow: UnitOfWork, job_id: int, error: Exception) -> list[StopOrder]:
+        """A job whose answers could not be recorded would keep its GPUs and be sent the
+        same start every round: it ends FAILED with the error instead."""
+        reason = f"the master could not record its workers' answers: {error}"
+        try:
+            with uow.savepoint():
+                orders = release_tasks(
+                    uow, uow.tasks.active_for_job(job_id), reason, checkpoint=False
                 )
-            else:
-                uow.tasks.set_state(task.id, TaskState.LOST)
-                _, more = lose_job_placement(
-                    uow, job, f"worker {item.node} no longer runs lease {task.lease}", kind="lost"
-                )
-            orders.extend(more)
+                if not is_terminal(uow.jobs.get(job_id).state):
+                    uow.jobs.transition(job_id, JobState.FAILED, kind="failed", reason=reason)
+        except Exception as exc:
+            log.error(
+                "could not fail the job either; it is left as it was",
+                job_id=job_id,
+                error=str(exc),
+            )
+            return []
         return orders
 
     def send_stops(self, orders: Sequence[StopOrder]) -> None:

@@ -9,6 +9,7 @@ error instead of INVALID_ARGUMENT.
 from __future__ import annotations
 
 from master.errors import InvalidArgumentError
+from store.errors import NotFoundError
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -23,6 +24,14 @@ def at_most(value: int, limit: int, field: str) -> int:
 def int64(value: int, field: str) -> int:
     """A count or id the store keeps in a BIGINT column."""
     return at_most(value, INT64_MAX, field)
+
+
+def job_id(value: int) -> int:
+    """A job id to look up: one past what the store can hold names no job (NOT_FOUND, as
+    for any other unknown id), it is not a malformed request."""
+    if value > INT64_MAX:
+        raise NotFoundError("job", value)
+    return value
 
 
 def int32(value: int, field: str) -> int:

@@ -12,8 +12,8 @@ from datetime import datetime
 import structlog
 
 from store import UnitOfWork
-from store.domain import Job, Task
-from store.states import JobState, TaskState, is_terminal
+from store.domain import Job, JobSpec, Task
+from store.states import JobState, ProgramKind, TaskState
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +75,15 @@ def release_finished_job(
     return release_tasks(uow, tasks, reason, checkpoint=False, now=now)
 
 
+def retry_limit(spec: JobSpec, cluster_default: int) -> int:
+    """How many failed attempts of a job are retried: its spec's limit when set, else none
+    for an opaque command (like a Slurm batch job that exits non-zero) and the cluster's
+    default for managed programs."""
+    if spec.max_retries is not None:
+        return spec.max_retries
+    return 0 if spec.program_kind is ProgramKind.COMMAND else cluster_default
+
+
 def fail_attempt(
     uow: UnitOfWork,
     job: Job,
@@ -82,31 +91,44 @@ def fail_attempt(
     reason: str,
     exit_code: int | None,
     max_retries: int,
+    retryable: bool = True,
     round: int = 0,
     now: datetime | None = None,
 ) -> tuple[Job, list[StopOrder]]:
-    """A task of the job failed: stop its other tasks, then retry (PREEMPTED) or give up."""
+    """A task of the job failed: stop its other tasks, then retry (PREEMPTED) or give up.
+
+    `max_retries` is the cluster's default (the job's spec may set its own limit);
+    `retryable=False` fails the job at once, for a failure no retry can avoid. An attempt
+    ends once: when the job no longer runs (another task's failure ended this attempt
+    already), only the remaining tasks are stopped.
+    """
     orders = release_tasks(uow, uow.tasks.active_for_job(job.id), reason, checkpoint=False, now=now)
-    if is_terminal(job.state):
+    if job.state is not JobState.RUNNING:
         return job, orders
-    if job.retries < max_retries:
+    limit = retry_limit(job.spec, max_retries)
+    if retryable and job.retries < limit:
         attempt = job.retries + 1
         updated = uow.jobs.transition(
             job.id,
             JobState.PREEMPTED,
             kind="retried",
-            reason=f"{reason}; retry {attempt} of {max_retries}",
+            reason=f"{reason}; retry {attempt} of {limit}",
             round=round,
             exit_code=exit_code,
             count_retry=True,
             at=now,
         )
     else:
+        why = (
+            f"no retries left ({limit} allowed)"
+            if retryable
+            else "not retried: no placement can run it"
+        )
         updated = uow.jobs.transition(
             job.id,
             JobState.FAILED,
             kind="failed",
-            reason=f"{reason}; no retries left ({max_retries} allowed)",
+            reason=f"{reason}; {why}",
             round=round,
             exit_code=exit_code,
             at=now,

@@ -65,6 +65,14 @@ class MasterMetrics:
             "Calls to workers that failed after their retries",
             registry=self.registry,
         )
+        # stage: "round" (planning a job's placement) or "dispatch" (recording the workers'
+        # answers about it).
+        self.isolated_job_failures = Counter(
+            "hadar_job_failures_isolated",
+            "Jobs whose handling raised and was set aside so the rest went on",
+            labelnames=["stage"],
+            registry=self.registry,
+        )
         self.lost_nodes = Counter(
             "hadar_nodes_lost", "Nodes declared unreachable", registry=self.registry
         )

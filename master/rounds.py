@@ -34,7 +34,7 @@ from master.settings import Settings
 from master.snapshot import RoundInput, preemptible, read_round_input
 from master.transactions import Transactor
 from store import UnitOfWork
-from store.domain import NewTask, Task
+from store.domain import Job, NewTask, Task
 from store.states import JobState, NodeState, TaskState, is_terminal
 
 log = structlog.get_logger(__name__)
@@ -50,6 +50,19 @@ class RoundResult:
     stopped: tuple[int, ...] = ()
     # Unfinished jobs the plan gave nothing.
     waiting: int = 0
+    # Jobs whose part of the round failed; they wait for the next round as they were.
+    set_aside: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Persisted:
+    """What storing a round produced: its number, what to send, and how many changes."""
+
+    number: int
+    outgoing: list[Outgoing]
+    orders: list[StopOrder]
+    changed: int
+    set_aside: tuple[int, ...] = ()
 
 
 def keep_non_preemptible(inp: RoundInput, plan: Plan) -> Plan:
@@ -180,13 +193,12 @@ class RoundRunner:
             snapshot=inp.snapshot,
             hysteresis=Hysteresis(self._settings.min_migration_gain),
         )
-        number, outgoing, orders, changed = self._tx.write(
-            lambda uow: self._persist(uow, inp, plan, actions, now)
-        )
+        stored = self._store(inp, plan, actions, now)
+        number, changed = stored.number, stored.changed
         persist_s = time.monotonic() - started - read_s - plan_s
         self._on_change()
-        self._dispatcher.send_stops(orders)
-        unreachable = self._dispatcher.send(number, outgoing) if outgoing else set()
+        self._dispatcher.send_stops(stored.orders)
+        unreachable = self._dispatcher.send(number, stored.outgoing) if stored.outgoing else set()
         unreachable |= self._dispatcher.dispatch_ready(number)
         failures = len(unreachable)
         duration = time.monotonic() - started
@@ -203,9 +215,18 @@ class RoundRunner:
             actions=changed,
             dispatch_failures=failures,
             duration_s=duration,
-            started=tuple(a.job_id for a in actions if a.kind is ActionKind.START),
-            stopped=tuple(a.job_id for a in actions if a.kind is ActionKind.STOP),
+            started=tuple(
+                a.job_id
+                for a in actions
+                if a.kind is ActionKind.START and a.job_id not in stored.set_aside
+            ),
+            stopped=tuple(
+                a.job_id
+                for a in actions
+                if a.kind is ActionKind.STOP and a.job_id not in stored.set_aside
+            ),
             waiting=sum(1 for job_id in inp.jobs if job_id not in plan.allocations),
+            set_aside=stored.set_aside,
         )
         self.last_result = result
         log.info(
@@ -240,6 +261,21 @@ class RoundRunner:
             return keep
         return hold_lost_leases(inp, keep_non_preemptible(inp, plan))
 
+    def _store(
+        self, inp: RoundInput, plan: Plan, actions: list[Action], now: datetime
+    ) -> Persisted:
+        """Store the round in one transaction. Should one job's part raise, the round is
+        stored again with each job's part in a savepoint: that job is set aside until the
+        next round and the others go ahead."""
+        try:
+            return self._tx.write(
+                lambda uow: self._persist(uow, inp, plan, actions, now, isolate=False)
+            )
+        except Exception as exc:
+            # The job by job pass logs the failing job's traceback.
+            log.warning("storing the round failed; storing it again job by job", error=str(exc))
+        return self._tx.write(lambda uow: self._persist(uow, inp, plan, actions, now, isolate=True))
+
     def _persist(
         self,
         uow: UnitOfWork,
@@ -247,7 +283,9 @@ class RoundRunner:
         plan: Plan,
         actions: list[Action],
         now: datetime,
-    ) -> tuple[int, list[Outgoing], list[StopOrder], int]:
+        *,
+        isolate: bool,
+    ) -> Persisted:
         changes = [a for a in actions if a.kind is not ActionKind.EXTEND]
         # Read everything first: on SQLite the first write takes the database's write lock,
         # which heartbeats and submissions then wait for until this transaction commits.
@@ -270,86 +308,36 @@ class RoundRunner:
         number = record.number
         outgoing: list[Outgoing] = []
         orders: list[StopOrder] = []
+        set_aside: list[int] = []
         placements = sum(1 for a in changes if a.kind is not ActionKind.STOP)
         next_lease = uow.next_lease(placements) if placements else 0
         new_tasks: list[NewTask] = []
         for action in actions:
-            # The job may have changed since the snapshot (finished, cancelled, failed):
-            # decisions about it are dropped, the next round sees the new state.
-            job = jobs_now.get(action.job_id)
-            if job is None or is_terminal(job.state):
+            lease = next_lease
+            if action.kind not in (ActionKind.EXTEND, ActionKind.STOP):
+                next_lease += 1
+            if not isolate:
+                sends, placed = self._apply(uow, inp, action, jobs_now, active, number, lease, now)
+                outgoing.extend(sends)
+                new_tasks.extend(placed)
                 continue
-            snap_job = inp.jobs.get(action.job_id)
-            if snap_job is not None and job.state is not snap_job.state:
+            try:
+                with uow.savepoint():
+                    sends, placed = self._apply(
+                        uow, inp, action, jobs_now, active, number, lease, now
+                    )
+                    uow.tasks.add_many(placed)
+            except Exception:
+                self._metrics.isolated_job_failures.labels(stage="round").inc()
+                log.exception(
+                    "a job's part of the round failed; it is set aside until the next round",
+                    round=number,
+                    job_id=action.job_id,
+                    action=action.kind.value,
+                )
+                set_aside.append(action.job_id)
                 continue
-            tasks = active.get(job.id, [])
-            reason = action.reason
-            if action.kind is ActionKind.EXTEND:
-                for task in tasks:
-                    if task.state in (TaskState.STARTING, TaskState.RUNNING):
-                        uow.tasks.extend(task.id, round=number, iteration_budget=0)
-                        outgoing.append(
-                            Outgoing(
-                                task.node, task.id, self._dispatcher.extend(job, task, number, now)
-                            )
-                        )
-                continue
-            if action.kind is ActionKind.STOP:
-                outgoing.extend(self._stop_tasks(uow, tasks, number))
-                uow.jobs.transition(
-                    job.id,
-                    JobState.PREEMPTED,
-                    kind="preempted",
-                    reason=preemption_reason(action, number),
-                    round=number,
-                    count_preemption=True,
-                    at=now,
-                    flush=False,
-                )
-                continue
-            assert action.allocation is not None
-            if action.kind in (ActionKind.MIGRATE, ActionKind.RESIZE):
-                outgoing.extend(self._stop_tasks(uow, tasks, number))
-            new_tasks.extend(
-                self._place(inp.snapshot, job.id, action.allocation, number, next_lease)
-            )
-            next_lease += 1
-            where = ", ".join(
-                f"{node}:{len(action.allocation.slots_on(node))}"
-                for node in action.allocation.nodes
-            )
-            if action.kind is ActionKind.START and job.state is JobState.RUNNING:
-                # Running but holding nothing (its last placement is being torn down): a
-                # new placement, no state change.
-                uow.jobs.note(
-                    job.id,
-                    kind="scheduled",
-                    reason=f"placed on {where} in round {number}",
-                    round=number,
-                    at=now,
-                    flush=False,
-                )
-            elif action.kind is ActionKind.START:
-                uow.jobs.transition(
-                    job.id,
-                    JobState.RUNNING,
-                    kind="scheduled",
-                    reason=f"placed on {where} in round {number}",
-                    round=number,
-                    at=now,
-                    flush=False,
-                )
-            else:
-                uow.jobs.note(
-                    job.id,
-                    kind="migrated" if action.kind is ActionKind.MIGRATE else "resized",
-                    reason=f"{action.kind.value}d to {where} in round {number}"
-                    + (f": {reason}" if reason else ""),
-                    round=number,
-                    at=now,
-                    count_migration=action.kind is ActionKind.MIGRATE,
-                    flush=False,
-                )
+            outgoing.extend(sends)
         uow.tasks.add_many(new_tasks)
         # Why each job that got nothing waits.
         reasons: dict[int, str] = {}
@@ -359,10 +347,106 @@ class RoundRunner:
             waiting = plan.reason(job_id) or "waiting: not chosen by the policy this round"
             if job.reason != waiting:
                 reasons[job_id] = waiting
-        uow.jobs.set_waiting_reasons(reasons)
+        if not isolate:
+            uow.jobs.set_waiting_reasons(reasons)
+        for job_id, waiting in sorted(reasons.items()) if isolate else ():
+            try:
+                with uow.savepoint():
+                    uow.jobs.set_waiting_reasons({job_id: waiting})
+            except Exception:
+                self._metrics.isolated_job_failures.labels(stage="round").inc()
+                log.exception("a job's waiting reason could not be stored", job_id=job_id)
         if any(n.state is NodeState.DRAINING for n in inp.nodes.values()):
             self._finish_drains(uow, inp)
-        return number, outgoing, orders, len(changes)
+        return Persisted(number, outgoing, orders, len(changes), tuple(set_aside))
+
+    def _apply(
+        self,
+        uow: UnitOfWork,
+        inp: RoundInput,
+        action: Action,
+        jobs_now: dict[int, Job],
+        active: dict[int, list[Task]],
+        number: int,
+        lease: int,
+        now: datetime,
+    ) -> tuple[list[Outgoing], list[NewTask]]:
+        """One job's part of the round: its state change, stopped tasks and new placement
+        (under fencing token `lease`); returns what to send and the tasks to add."""
+        outgoing: list[Outgoing] = []
+        # The job may have changed since the snapshot (finished, cancelled, failed):
+        # decisions about it are dropped, the next round sees the new state.
+        job = jobs_now.get(action.job_id)
+        if job is None or is_terminal(job.state):
+            return outgoing, []
+        snap_job = inp.jobs.get(action.job_id)
+        if snap_job is not None and job.state is not snap_job.state:
+            return outgoing, []
+        tasks = active.get(job.id, [])
+        reason = action.reason
+        if action.kind is ActionKind.EXTEND:
+            for task in tasks:
+                if task.state in (TaskState.STARTING, TaskState.RUNNING):
+                    uow.tasks.extend(task.id, round=number, iteration_budget=0)
+                    outgoing.append(
+                        Outgoing(
+                            task.node, task.id, self._dispatcher.extend(job, task, number, now)
+                        )
+                    )
+            return outgoing, []
+        if action.kind is ActionKind.STOP:
+            outgoing.extend(self._stop_tasks(uow, tasks, number))
+            uow.jobs.transition(
+                job.id,
+                JobState.PREEMPTED,
+                kind="preempted",
+                reason=preemption_reason(action, number),
+                round=number,
+                count_preemption=True,
+                at=now,
+                flush=False,
+            )
+            return outgoing, []
+        assert action.allocation is not None
+        if action.kind in (ActionKind.MIGRATE, ActionKind.RESIZE):
+            outgoing.extend(self._stop_tasks(uow, tasks, number))
+        new_tasks = self._place(inp.snapshot, job.id, action.allocation, number, lease)
+        where = ", ".join(
+            f"{node}:{len(action.allocation.slots_on(node))}" for node in action.allocation.nodes
+        )
+        if action.kind is ActionKind.START and job.state is JobState.RUNNING:
+            # Running but holding nothing (its last placement is being torn down): a
+            # new placement, no state change.
+            uow.jobs.note(
+                job.id,
+                kind="scheduled",
+                reason=f"placed on {where} in round {number}",
+                round=number,
+                at=now,
+                flush=False,
+            )
+        elif action.kind is ActionKind.START:
+            uow.jobs.transition(
+                job.id,
+                JobState.RUNNING,
+                kind="scheduled",
+                reason=f"placed on {where} in round {number}",
+                round=number,
+                at=now,
+                flush=False,
+            )
+        else:
+            uow.jobs.note(
+                job.id,
+                kind="migrated" if action.kind is ActionKind.MIGRATE else "resized",
+                reason=f"{action.kind.value}d to {where} in round {number}"
+                + (f": {reason}" if reason else ""),
+                round=number,
+                at=now,
+                count_migration=action.kind is ActionKind.MIGRATE,
+                flush=False,
+            )
+        return outgoing, new_tasks
 
     def _stop_tasks(self, uow: UnitOfWork, tasks: list[Task], number: int) -> list[Outgoing]:
         out: list[Outgoing] = []

@@ -29,6 +29,9 @@ ENV_MAX_BYTES = 64 * 1024
 PATH_MAX_BYTES = 4096
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IDEMPOTENCY_KEY_MAX = 255
+# A job that failed this often will not pass on the next try; each retry holds GPUs others
+# wait for.
+MAX_RETRIES_LIMIT = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,14 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
     if spec.checkpoint_dir and not PurePath(spec.checkpoint_dir).is_absolute():
         raise InvalidArgumentError("spec.checkpoint_dir", "must be an absolute path")
 
+    max_retries: int | None = None
+    if spec.HasField("max_retries"):
+        max_retries = spec.max_retries
+        if max_retries > MAX_RETRIES_LIMIT:
+            raise InvalidArgumentError(
+                "spec.max_retries", f"must be at most {MAX_RETRIES_LIMIT} (0 never retries)"
+            )
+
     batch_size = spec.batch_size
     job_type = spec.job_type.strip()
     fields.text(job_type, "spec.job_type", JOB_TYPE_MAX)
@@ -190,6 +201,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         checkpoint_dir=spec.checkpoint_dir,
         job_type=job_type,
         gpu_memory_bytes=spec.gpu_memory_bytes,
+        max_retries=max_retries,
     )
 
 

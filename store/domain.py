@@ -30,6 +30,9 @@ class JobSpec:
     checkpoint_dir: str = ""
     job_type: str = ""
     gpu_memory_bytes: int = 0
+    # Failed attempts to retry before the job is FAILED; None means the default (see
+    # master.lifecycle.retry_limit).
+    max_retries: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

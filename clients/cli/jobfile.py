@@ -14,6 +14,8 @@ The file's keys (all optional except the amount of work and what to run)::
     checkpoint_dir = "/shared/ckpt/alice"
     job_type = "ResNet-18 (batch size 128)"   # key for the throughput model
     gpu_memory = "12GiB"             # GPU memory one task needs per GPU, for sharing
+    retries = 2                      # failed attempts retried, 0 to 10; absent: none for
+                                     # commands, the cluster's max_retries otherwise
 
     # exactly one of:
     workload = "resnet"              # a built-in workload (see `hctl workloads`)
@@ -53,6 +55,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "checkpoint_dir": (str,),
     "job_type": (str,),
     "gpu_memory": (str, int),
+    "retries": (int,),
     "env": (dict,),
     "workload": (str,),
     "script": (list, str),
@@ -189,6 +192,9 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
     priority = values.get("priority", 1.0)
     if priority <= 0:
         raise SpecError("priority", f"must be positive, got {priority:g}")
+    retries = values.get("retries")
+    if retries is not None and retries < 0:
+        raise SpecError("retries", f"must not be negative, got {retries}")
     name = values.get("name") or default_name(program)
     if not 1 <= len(name) <= 128:
         raise SpecError("name", "must be 1 to 128 characters")
@@ -207,6 +213,7 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
         checkpoint_dir=values.get("checkpoint_dir", ""),
         job_type=values.get("job_type", ""),
         gpu_memory_bytes=values.get("gpu_memory", 0),
+        max_retries=retries,
     )
 
 

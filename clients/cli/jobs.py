@@ -161,6 +161,21 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         const=True,
         help="may share its GPUs with another job (gradient accumulation)",
     )
+    retries = spec.add_mutually_exclusive_group()
+    retries.add_argument(
+        "--retries",
+        type=int,
+        metavar="N",
+        help="retry a failed attempt up to N times, 0 to 10 (default: none for a command, "
+        "the cluster's max_retries for --workload and --script)",
+    )
+    retries.add_argument(
+        "--no-requeue",
+        dest="retries",
+        action="store_const",
+        const=0,
+        help="never retry a failed attempt (same as --retries 0)",
+    )
     spec.add_argument("--env", action="append", metavar="K=V", help="environment; repeatable")
     spec.add_argument("--workdir", metavar="DIR", help="working directory on the worker")
     spec.add_argument("--checkpoint-dir", metavar="DIR", help="where checkpoints go")
@@ -186,6 +201,7 @@ def spec_values_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         "checkpoint_dir": args.checkpoint_dir,
         "job_type": args.job_type,
         "gpu_memory": args.gpu_memory,
+        "retries": args.retries,
         "workload": args.workload,
     }
     values = {key: value for key, value in flags.items() if value is not None}
@@ -410,11 +426,14 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         progress = fmt.progress_line(job, now)
     info.add_row("progress", progress)
     exit_code = "-" if job.exit_code is None else str(job.exit_code)
+    retries = f"{job.retries} retr{'y' if job.retries == 1 else 'ies'}"
+    if job.retry_limit is not None:
+        retries += f" of {job.retry_limit} allowed"
+        retries += " (default)" if spec.max_retries is None else ""
     info.add_row(
         "history",
         f"{job.preemptions} preemption(s), {job.migrations} migration(s), "
-        f"{job.retries} retr{'y' if job.retries == 1 else 'ies'}; "
-        f"{'exit' if job.state.terminal else 'last exit'} code {exit_code}; "
+        f"{retries}; {'exit' if job.state.terminal else 'last exit'} code {exit_code}; "
         f"attained service {job.attained_service:.1f} GPU-s",
     )
     parts.append(info)

@@ -65,6 +65,8 @@ def spec_to_pb(spec: domain.JobSpec) -> common_pb2.JobSpec:
         job_type=spec.job_type,
         gpu_memory_bytes=spec.gpu_memory_bytes,
     )
+    if spec.max_retries is not None:
+        out.max_retries = spec.max_retries
     if spec.program_kind is ProgramKind.WORKLOAD:
         out.workload.name = spec.workload
     elif spec.program_kind is ProgramKind.SCRIPT:

@@ -16,6 +16,7 @@ from master import fields
 from master.components import Components
 from master.errors import InvalidArgumentError, PermissionDeniedError, UnavailableError
 from master.jobs import Caller
+from master.lifecycle import retry_limit
 from master.metrics import MasterMetrics
 from master.service.access import current_caller
 from master.service.codec import (
@@ -101,8 +102,9 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def GetJob(
         self, request: hadar_pb2.GetJobRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.GetJobResponse:
-        job, tasks = self.parts.jobs.get(fields.int64(request.job_id, "job_id"))
+        job, tasks = self.parts.jobs.get(fields.job_id(request.job_id))
         out = job_to_pb(job, tasks, self._throughputs(job))
+        out.retry_limit = retry_limit(job.spec, self.parts.settings.max_retries)
         events = self.parts.jobs.events(job.id) if request.include_events else []
         return hadar_pb2.GetJobResponse(job=out, events=[event_to_pb(e) for e in events])
 
@@ -143,7 +145,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         caller = current_caller()
         job = self.parts.jobs.cancel(
             caller,
-            fields.int64(request.job_id, "job_id"),
+            fields.job_id(request.job_id),
             fields.text(request.reason, "reason", REASON_MAX).strip(),
         )
         return hadar_pb2.CancelJobResponse(job=job_to_pb(job))
@@ -152,7 +154,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def WatchJobs(
         self, request: hadar_pb2.WatchJobsRequest, context: grpc.ServicerContext
     ) -> Iterator[hadar_pb2.WatchJobsResponse]:
-        wanted = {fields.int64(j, f"job_ids[{i}]") for i, j in enumerate(request.job_ids)}
+        wanted = {fields.job_id(j) for j in request.job_ids}
         changes = self.parts.changes
         generation = changes.generation
 
@@ -200,7 +202,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         self, request: hadar_pb2.StreamLogsRequest, context: grpc.ServicerContext
     ) -> Iterator[common_pb2.LogChunk]:
 
-        job_id = fields.int64(request.job_id, "job_id")
+        job_id = fields.job_id(request.job_id)
 
         def read(uow: UnitOfWork) -> tuple[Job, list[Task], dict[str, str]]:
             job = uow.jobs.get(job_id)

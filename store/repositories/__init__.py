@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from sqlalchemy.orm import Session
 
 from store.repositories.counters import LEASE, CounterRepository
@@ -36,6 +39,21 @@ class UnitOfWork:
         self.throughput = ThroughputRepository(session)
         self.tokens = TokenRepository(session)
         self.counters = CounterRepository(session)
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Changes made inside are flushed on leaving it; if that or anything inside raises,
+        they alone are undone and the transaction goes on without them."""
+        connection = self.session.connection()
+        if connection.dialect.name == "sqlite":
+            driver = connection.connection.dbapi_connection
+            # Python's sqlite3 begins a transaction only before its first write: a
+            # savepoint taken before that would be the outermost transaction, and
+            # releasing it would commit.
+            if driver is not None and not driver.in_transaction:
+                connection.exec_driver_sql("BEGIN")
+        with self.session.begin_nested():
+            yield
 
     def next_lease(self, count: int = 1) -> int:
         """A new fencing token (the first of `count` consecutive ones); strictly greater than

@@ -44,6 +44,7 @@ def job_spec(row: JobRow) -> JobSpec:
         checkpoint_dir=row.checkpoint_dir,
         job_type=row.job_type,
         gpu_memory_bytes=row.gpu_memory_bytes,
+        max_retries=row.max_retries,
     )
 
 
@@ -64,6 +65,7 @@ def fill_spec(row: JobRow, spec: JobSpec) -> None:
     row.checkpoint_dir = spec.checkpoint_dir
     row.job_type = spec.job_type
     row.gpu_memory_bytes = spec.gpu_memory_bytes
+    row.max_retries = spec.max_retries
 
 
 def job(row: JobRow) -> Job:

@@ -238,13 +238,14 @@ def test_cancel_ends_a_running_jobs_processes_within_ten_seconds(
 def test_a_failing_command_is_retried_then_failed_with_its_exit_code(
     start_cluster: Callable[..., Cluster],
 ) -> None:
-    """An opaque command exiting 3 is retried once (max_retries=1), then FAILED; `hctl show`
-    names exit code 3."""
-    cluster = start_cluster("v100:1", settings={"HADAR_MAX_RETRIES": "1"})
+    """An opaque command exiting 3, submitted with one retry (`--retries 1`), is retried
+    once, then FAILED; `hctl show` names exit code 3."""
+    cluster = start_cluster("v100:1")
     spec = JobSpec(
         name="fails",
         program=Program.command(["python3", "-c", "import sys; print('boom'); sys.exit(3)"]),
         iterations=1,
+        max_retries=1,
     )
     job_id = cluster.submit_spec(spec)
     job = cluster.wait_state(job_id, DONE, timeout=120)

@@ -172,6 +172,15 @@ class AssignmentRefusedError(Exception):
     """An assignment cannot be applied on this node; the message says why."""
 
 
+class UnknownUserRefusedError(AssignmentRefusedError):
+    """A START whose user has no Unix account here, for a worker running as root: the
+    answer names the user, so the master fails the job instead of retrying it."""
+
+    def __init__(self, user: str, message: str) -> None:
+        super().__init__(message)
+        self.user = user
+
+
 def _kind_name(kind: int) -> str:
     return common_pb2.ExitKind.Name(kind)
 
@@ -210,7 +219,11 @@ class Supervisor:
             job_id=assignment.job_id, task_index=assignment.task_index, lease=assignment.lease
         )
         with self._lock:
-            outcome, message = self._apply(assignment)
+            try:
+                outcome, message = self._apply(assignment)
+            except UnknownUserRefusedError as exc:
+                outcome, message = FAILED, str(exc)
+                result.unknown_user = exc.user
         result.outcome = outcome
         result.message = message
         return result
@@ -238,6 +251,8 @@ class Supervisor:
             return APPLIED, f"already ran and exited ({_kind_name(exited)})"
         try:
             run_as = self._check_start(a)
+        except UnknownUserRefusedError:
+            raise  # answered by apply(), which names the user
         except AssignmentRefusedError as exc:
             return FAILED, str(exc)
         self._state.record_lease(a.job_id, a.lease)
@@ -343,7 +358,9 @@ class Supervisor:
         try:
             run_as = self._users.lookup(a.user)
         except UnknownUserError as exc:
-            raise AssignmentRefusedError(f"cannot run as the submitting user: {exc}") from exc
+            raise UnknownUserRefusedError(
+                a.user, f"cannot run as the submitting user: {exc}"
+            ) from exc
         if run_as.uid == 0 and not self._config.allow_root_jobs:
             raise AssignmentRefusedError(
                 f"user {a.user!r} is root (uid 0): this worker runs no job as root "

@@ -127,7 +127,8 @@ class HadarServicer:
 
     def GetJob(self, request, context):
         """One job, with its current tasks and the modelled throughput on each GPU type of the
-        cluster it may use. NOT_FOUND for an unknown id.
+        cluster it may use. NOT_FOUND for an unknown id (an id past 2^63-1 included: no job can
+        have it, as for every call taking a job id).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -151,7 +152,8 @@ class HadarServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchJobs(self, request, context):
-        """Streams every state change of the selected jobs until the client hangs up.
+        """Streams every state change of the selected jobs until the client hangs up. NOT_FOUND
+        for an id that cannot exist (past 2^63-1), and with include_initial for any unknown id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -160,7 +162,7 @@ class HadarServicer:
     def StreamLogs(self, request, context):
         """Streams a job's output, relayed from its workers: its current tasks, or those of its last
         placement when none runs (nothing for a job never placed). UNAVAILABLE when a worker
-        cannot be reached.
+        cannot be reached; NOT_FOUND for an unknown id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

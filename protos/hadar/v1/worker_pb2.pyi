@@ -96,18 +96,20 @@ class ApplyAssignmentsRequest(_message.Message):
     def __init__(self, round: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[TaskAssignment, _Mapping]]] = ...) -> None: ...
 
 class AssignmentResult(_message.Message):
-    __slots__ = ("job_id", "task_index", "lease", "outcome", "message")
+    __slots__ = ("job_id", "task_index", "lease", "outcome", "message", "unknown_user")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_USER_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     task_index: int
     lease: int
     outcome: AssignmentOutcome
     message: str
-    def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., lease: _Optional[int] = ..., outcome: _Optional[_Union[AssignmentOutcome, str]] = ..., message: _Optional[str] = ...) -> None: ...
+    unknown_user: str
+    def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., lease: _Optional[int] = ..., outcome: _Optional[_Union[AssignmentOutcome, str]] = ..., message: _Optional[str] = ..., unknown_user: _Optional[str] = ...) -> None: ...
 
 class ApplyAssignmentsResponse(_message.Message):
     __slots__ = ("results",)

@@ -379,3 +379,27 @@ def test_a_completed_command_shows_exit_code_0_and_a_failed_one_its_code(
         assert document["reports_progress"] is False
     text = hctl("show", str(ok)).out
     assert re.search(r"^state\s+completed — completed \(exit 0\)$", text, re.M), text
+
+
+def test_submit_retry_flags_are_shown_by_show(hctl: Hctl):
+    """--no-requeue and --retries N reach the job's spec; `hctl show` and its --json tell
+    the limit that applies (the default one when none was given); more than 10 is refused
+    naming the field."""
+    none = submit(hctl, "--no-requeue", "--iterations", "3", "--", "sleep", "1")
+    shown = json.loads(hctl("show", str(none), "--json").out)["job"]
+    assert (shown["spec"]["max_retries"], shown["retry_limit"]) == (0, 0)
+    assert "0 retries of 0 allowed;" in hctl("show", str(none)).out
+
+    once = submit(hctl, "--retries", "1", "--workload", "resnet", "--iterations", "3")
+    shown = json.loads(hctl("show", str(once), "--json").out)["job"]
+    assert (shown["spec"]["max_retries"], shown["retry_limit"]) == (1, 1)
+
+    default = submit(hctl, "--workload", "resnet", "--iterations", "3")
+    shown = json.loads(hctl("show", str(default), "--json").out)["job"]
+    assert shown["spec"]["max_retries"] is None
+    limit = shown["retry_limit"]
+    assert f"0 retries of {limit} allowed (default)" in hctl("show", str(default)).out
+
+    refused = hctl("submit", "--retries", "11", "--workload", "resnet", "--iterations", "3")
+    assert refused.code == ExitCode.INVALID_ARGUMENT
+    assert "spec.max_retries" in refused.err and "at most 10" in refused.err

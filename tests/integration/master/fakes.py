@@ -62,6 +62,9 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     # START of these jobs is answered FAILED with this message (as a malformed assignment
     # or a spawn error is on a real worker).
     fail_starts: dict[int, str] = field(default_factory=dict)
+    # START of a job of one of these users is refused as a worker running as root refuses
+    # a user without a Unix account on its node.
+    unknown_users: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
@@ -238,9 +241,18 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
                 current = self.tasks.get(key)
                 outcome = worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
                 message = ""
+                unknown_user = ""
                 if a.action == worker_pb2.ASSIGNMENT_ACTION_START and a.job_id in self.fail_starts:
                     outcome = worker_pb2.ASSIGNMENT_OUTCOME_FAILED
                     message = self.fail_starts[a.job_id]
+                elif (
+                    a.action == worker_pb2.ASSIGNMENT_ACTION_START and a.user in self.unknown_users
+                ):
+                    outcome = worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+                    message = (
+                        f"cannot run as the submitting user: no Unix user {a.user!r} on this node"
+                    )
+                    unknown_user = a.user
                 elif a.action == worker_pb2.ASSIGNMENT_ACTION_START:
                     if current is not None and current.lease > a.lease:
                         outcome = worker_pb2.ASSIGNMENT_OUTCOME_STALE
@@ -267,6 +279,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
                         lease=a.lease,
                         outcome=outcome,
                         message=message,
+                        unknown_user=unknown_user,
                     )
                 )
         self._exit_later(to_exit)

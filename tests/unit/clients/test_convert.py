@@ -31,6 +31,7 @@ def test_specs_round_trip_through_protobuf():
             checkpoint_dir="/c",
             job_type="t",
             gpu_memory_bytes=5,
+            max_retries=0,
         )
         assert convert.spec_from_proto(convert.spec_to_proto(spec)) == spec
 
@@ -39,6 +40,7 @@ def test_unset_preemptible_stays_unset_and_priority_zero_means_one():
     """The master's defaults are not overwritten by the client."""
     message = convert.spec_to_proto(JobSpec("n", Program.builtin("x"), iterations=1))
     assert not message.HasField("preemptible")
+    assert not message.HasField("max_retries")
     message.priority = 0
     assert convert.spec_from_proto(message).priority == 1.0
 

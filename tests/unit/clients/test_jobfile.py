@@ -26,6 +26,7 @@ workdir = "/home/alice/proj"
 checkpoint_dir = "/shared/ckpt"
 job_type = "ResNet-18 (batch size 128)"
 gpu_memory = "12GiB"
+retries = 2
 workload = "resnet"
 
 [env]
@@ -51,6 +52,7 @@ def test_a_full_job_file_becomes_the_spec_it_describes(tmp_path):
     assert spec.checkpoint_dir == "/shared/ckpt"
     assert spec.job_type == "ResNet-18 (batch size 128)"
     assert spec.gpu_memory_bytes == 12 * 1024**3
+    assert spec.max_retries == 2
     assert spec.program.kind is ProgramKind.WORKLOAD
     assert spec.program.workload == "resnet"
     assert dict(spec.env) == {"LEARNING_RATE": "0.1", "SEED": "3"}
@@ -82,6 +84,7 @@ def test_script_name_defaults_to_the_script_file():
         ({"workload": "resnet", "iterations": 1, "gpus": 0}, "gpus", "at least 1"),
         ({"workload": "resnet", "iterations": 1, "priority": -1}, "priority", "positive"),
         ({"workload": "resnet", "iterations": 1, "name": "x" * 129}, "name", "128"),
+        ({"workload": "resnet", "iterations": 1, "retries": -1}, "retries", "negative"),
     ],
 )
 def test_incomplete_or_contradictory_specs_name_the_field(values, field, message):

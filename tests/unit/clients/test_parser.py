@@ -191,3 +191,18 @@ def test_version_names_the_installed_distribution(capsys):
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"hctl {importlib.metadata.version('hadar')}\n"
+
+
+def test_submit_retries_and_no_requeue_set_the_jobs_retry_limit():
+    """--retries N asks for N retries, --no-requeue for none (as Slurm's), and leaving both
+    out leaves the limit to the master; giving both is a usage error."""
+
+    def limit(*flags: str) -> int | None:
+        args = parse("submit", "--iterations", "5", *flags, "--", "ls")
+        return build_spec(spec_values_from_flags(args)).max_retries
+
+    assert limit("--retries", "1") == 1
+    assert limit("--no-requeue") == 0
+    assert limit() is None
+    with pytest.raises(SystemExit):
+        parse("submit", "--iterations", "5", "--retries", "2", "--no-requeue", "--", "ls")

@@ -242,9 +242,11 @@ def test_root_runs_as_the_submitting_user_or_refuses(tmp_path: Path) -> None:
     unknown = rig.supervisor.apply(start(2, 1, user="mallory"))
     assert unknown.outcome == FAILED
     assert "no Unix user 'mallory'" in unknown.message
+    assert unknown.unknown_user == "mallory"
     nobody = rig.supervisor.apply(start(3, 1))
     assert nobody.outcome == FAILED
     assert "names no user" in nobody.message
+    assert nobody.unknown_user == ""
 
 
 def test_root_agent_refuses_jobs_of_root_unless_allowed(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """jobs.reports_progress: whether a job's program ever reported progress
 
-Revision ID: 0004
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 Create Date: 2026-11-24 03:45:00.000000
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
-down_revision: str | None = "0001"
+revision: str = "0003"
+down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,146 @@
+"""Workers refusing a job's start, and rounds that go on when one job's handling fails."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from master.daemon import Master
+from protos.hadar.v1 import common_pb2, hadar_pb2
+from tests.integration.master.conftest import Api, Cluster
+from tests.integration.master.fakes import wait_for
+
+
+def spec(name: str, num_gpus: int) -> common_pb2.JobSpec:
+    return common_pb2.JobSpec(
+        name=name,
+        num_gpus=num_gpus,
+        iterations=100,
+        workload=common_pb2.WorkloadProgram(name="resnet"),
+    )
+
+
+def get(api: Api, job_id: int) -> common_pb2.Job:
+    job: common_pb2.Job = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id)).job
+    return job
+
+
+def busy_gpus(api: Api) -> list[tuple[str, int, list[int]]]:
+    nodes = api.ListNodes(hadar_pb2.ListNodesRequest()).nodes
+    return [(n.name, g.index, list(g.job_ids)) for n in nodes for g in n.gpus if g.job_ids]
+
+
+def test_refusals_of_one_attempt_by_several_workers_fail_the_job_once_naming_the_user(
+    cluster: Cluster,
+) -> None:
+    """Three root workers refuse the same placement because its user has no Unix account:
+    the attempt ends once, the job is FAILED (no retry can succeed) with a reason naming
+    the user, its GPUs are free, and later rounds succeed and place another job."""
+    master = cluster.master(max_retries=3)
+    workers = [
+        cluster.worker(master, f"n{i}", num_gpus=1, unknown_users=frozenset({"ghost"}))
+        for i in range(3)
+    ]
+    ghost = cluster.api(master, "ghost", admin=False)
+    alice = cluster.api(master, "alice", admin=False)
+    job = ghost.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("ghostly", 3))).job
+
+    assert master.run_round().started == (job.id,)
+    refused = [a for w in workers for a in w.applied if a.job_id == job.id]
+    assert len(refused) == 3
+    failed = wait_for(
+        lambda: (j := get(ghost, job.id)).state == common_pb2.JOB_STATE_FAILED and j,
+        what="the refused job FAILED",
+    )
+    assert "ghost" in failed.reason and "Unix" in failed.reason, failed.reason
+    assert failed.retries == 0
+    assert busy_gpus(alice) == []
+
+    other = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("next", 3))).job
+    assert master.run_round().started == (other.id,)
+    wait_for(
+        lambda: all(other.id in w.running_jobs() for w in workers), what="the next job started"
+    )
+    assert get(alice, other.id).state == common_pb2.JOB_STATE_RUNNING
+    assert get(ghost, job.id).state == common_pb2.JOB_STATE_FAILED
+    master.run_round()
+
+
+def _refuse_updates(master: Master, table: str, column: str, job_id: int) -> None:
+    """Make the database refuse every change to one job's rows of `table`, as a broken row
+    would."""
+    name = f"refuse_{table}_{job_id}"
+    with master.database.engine.begin() as conn:
+        if master.database.dialect == "sqlite":
+            conn.execute(
+                text(
+                    f"CREATE TRIGGER {name} BEFORE UPDATE ON {table} "
+                    f"WHEN OLD.{column} = {job_id} BEGIN SELECT RAISE(ABORT, 'row refused'); END"
+                )
+            )
+        else:
+            conn.execute(
+                text(
+                    f"CREATE FUNCTION {name}() RETURNS trigger AS $$ BEGIN "
+                    "RAISE EXCEPTION 'row refused'; END $$ LANGUAGE plpgsql"
+                )
+            )
+            conn.execute(
+                text(
+                    f"CREATE TRIGGER {name} BEFORE UPDATE ON {table} FOR EACH ROW "
+                    f"WHEN (OLD.{column} = {job_id}) EXECUTE FUNCTION {name}()"
+                )
+            )
+
+
+def _isolated(master: Master, stage: str) -> float:
+    value = master.metrics.registry.get_sample_value(
+        "hadar_job_failures_isolated_total", {"stage": stage}
+    )
+    return value or 0.0
+
+
+def test_a_round_in_which_one_jobs_handling_raises_still_places_the_others(
+    cluster: Cluster,
+) -> None:
+    """One job whose handling raises in a round is set aside: the round still succeeds, the
+    other jobs are placed and started, and the isolated failure is counted."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1", num_gpus=4)
+    api = cluster.api(master)
+    broken = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("broken", 1))).job
+    good = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("good", 1))).job
+    _refuse_updates(master, "jobs", "id", broken.id)
+    before = _isolated(master, "round")
+
+    result = master.run_round()
+
+    assert result.started == (good.id,)
+    assert _isolated(master, "round") == before + 1
+    wait_for(lambda: good.id in worker.running_jobs(), what="the good job started")
+    assert get(api, good.id).state == common_pb2.JOB_STATE_RUNNING
+    assert get(api, broken.id).state == common_pb2.JOB_STATE_PENDING
+    assert broken.id not in worker.running_jobs()
+
+
+def test_answers_about_one_job_that_cannot_be_recorded_leave_the_others_recorded(
+    cluster: Cluster,
+) -> None:
+    """When recording the workers' answers about one job raises, the answers about the other
+    jobs of the same round are still recorded, the round succeeds, and the isolated failure
+    is counted."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1", num_gpus=4)
+    api = cluster.api(master)
+    broken = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("broken", 1))).job
+    good = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("good", 1))).job
+    _refuse_updates(master, "tasks", "job_id", broken.id)
+    before = _isolated(master, "dispatch")
+
+    result = master.run_round()
+
+    assert set(result.started) == {broken.id, good.id}
+    assert _isolated(master, "dispatch") == before + 1
+    (task,) = get(api, good.id).tasks
+    assert task.state == common_pb2.TASK_STATE_STARTING
+    worker.progress(good.id, 100)
+    assert get(api, good.id).state == common_pb2.JOB_STATE_COMPLETED
