@@ -6,7 +6,7 @@ import math
 import re
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
-from pathlib import PurePath
+from pathlib import PurePath, PurePosixPath
 
 from master import fields
 from master.errors import InvalidArgumentError
@@ -149,14 +149,8 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
             )
         if "\0" in spec.env[key]:
             raise InvalidArgumentError(f"spec.env[{key!r}]", "must not contain NUL characters")
-    for attr in ("workdir", "checkpoint_dir"):
-        value: str = getattr(spec, attr)
-        if "\0" in value:
-            raise InvalidArgumentError(f"spec.{attr}", "must not contain NUL characters")
-        if len(value.encode()) > PATH_MAX_BYTES:
-            raise InvalidArgumentError(f"spec.{attr}", f"must be at most {PATH_MAX_BYTES} bytes")
-    if spec.checkpoint_dir and not PurePath(spec.checkpoint_dir).is_absolute():
-        raise InvalidArgumentError("spec.checkpoint_dir", "must be an absolute path")
+    workdir = _directory("spec.workdir", spec.workdir)
+    checkpoint_dir = _directory("spec.checkpoint_dir", spec.checkpoint_dir)
 
     batch_size = spec.batch_size
     job_type = spec.job_type.strip()
@@ -186,11 +180,29 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         preemptible=preemptible,
         shareable=spec.shareable,
         env=tuple(sorted(spec.env.items())),
-        workdir=spec.workdir,
-        checkpoint_dir=spec.checkpoint_dir,
+        workdir=workdir,
+        checkpoint_dir=checkpoint_dir,
         job_type=job_type,
         gpu_memory_bytes=spec.gpu_memory_bytes,
     )
+
+
+def _directory(field_path: str, value: str) -> str:
+    """A directory on the workers: empty (the default), or absolute without ``..``, returned
+    normalized (no repeated or trailing slashes, no ``.``), so the path the workers use is
+    the one checked here and the one `hctl show` prints."""
+    if not value:
+        return ""
+    if "\0" in value:
+        raise InvalidArgumentError(field_path, "must not contain NUL characters")
+    if len(value.encode()) > PATH_MAX_BYTES:
+        raise InvalidArgumentError(field_path, f"must be at most {PATH_MAX_BYTES} bytes")
+    path = PurePosixPath(value)
+    if not path.is_absolute():
+        raise InvalidArgumentError(field_path, f"must be an absolute path, got {value!r}")
+    if ".." in path.parts:
+        raise InvalidArgumentError(field_path, f"must not contain '..' components, got {value!r}")
+    return "/" + "/".join(path.parts[1:])
 
 
 def _check_size(
