@@ -20,6 +20,7 @@ from master.lifecycle import (
     release_tasks,
 )
 from master.limits import SubmitRateLimiter, pending_limit_error
+from master.scheduling.memory import memory_by_type
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
 from master.transactions import Transactor
@@ -112,6 +113,7 @@ class JobManager:
 
     def cluster_facts(self, uow: UnitOfWork) -> ClusterFacts:
         gpus: dict[str, int] = {}
+        memory: list[tuple[str, int]] = []
         workloads: set[str] = set()
         for node in uow.nodes.all():
             if node.state is NodeState.UNREACHABLE:
@@ -119,7 +121,12 @@ class JobManager:
             workloads.update(node.workloads)
             for gpu in node.gpus:
                 gpus[gpu.type] = gpus.get(gpu.type, 0) + 1
-        return ClusterFacts(gpus_by_type=gpus, workloads=frozenset(workloads))
+                memory.append((gpu.type, gpu.memory_bytes))
+        return ClusterFacts(
+            gpus_by_type=gpus,
+            workloads=frozenset(workloads),
+            gpu_memory_by_type=memory_by_type(memory),
+        )
 
     def _facts(self) -> ClusterFacts:
         """Cluster facts for validation, re-read only when nodes changed (registration,

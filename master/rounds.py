@@ -344,7 +344,9 @@ class RoundRunner:
         for job_id, job in inp.jobs.items():
             if job_id in plan.allocations or job.state is JobState.RUNNING:
                 continue
-            waiting = plan.reason(job_id) or "waiting: not chosen by the policy this round"
+            waiting = inp.snapshot.pending_reason(
+                job_id, plan.reason(job_id) or "waiting: not chosen by the policy this round"
+            )
             if job.reason != waiting:
                 reasons[job_id] = waiting
         if not isolate:

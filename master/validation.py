@@ -6,10 +6,11 @@ import math
 import re
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
-from pathlib import PurePath
+from pathlib import PurePath, PurePosixPath
 
 from master import fields
 from master.errors import InvalidArgumentError
+from master.scheduling.memory import fits, format_memory
 from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2
 from store.domain import JobSpec
@@ -40,6 +41,8 @@ class ClusterFacts:
 
     gpus_by_type: Mapping[str, int] = field(default_factory=dict)
     workloads: Set[str] = frozenset()
+    # type -> memory of its smallest GPU in bytes (0: unknown), as the scheduler counts it.
+    gpu_memory_by_type: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
@@ -61,6 +64,8 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
     fields.int64(spec.iterations, "spec.iterations")
     fields.int32(spec.batch_size, "spec.batch_size")
     fields.int64(spec.gpu_memory_bytes, "spec.gpu_memory_bytes")
+    if spec.gpu_memory_bytes < 0:
+        raise InvalidArgumentError("spec.gpu_memory_bytes", "must be >= 0 (0: any GPU)")
     priority = spec.priority or 1.0
     if not math.isfinite(priority) or priority <= 0:
         raise InvalidArgumentError("spec.priority", "must be a positive number (0 means 1)")
@@ -136,6 +141,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
                 "spec.num_gpus",
                 f"asks for {spec.num_gpus} GPUs but the cluster has {usable} {where}",
             )
+        _check_memory(spec, allowed, facts)
 
     _check_size(
         "spec.env",
@@ -152,14 +158,8 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
             )
         if "\0" in spec.env[key]:
             raise InvalidArgumentError(f"spec.env[{key!r}]", "must not contain NUL characters")
-    for attr in ("workdir", "checkpoint_dir"):
-        value: str = getattr(spec, attr)
-        if "\0" in value:
-            raise InvalidArgumentError(f"spec.{attr}", "must not contain NUL characters")
-        if len(value.encode()) > PATH_MAX_BYTES:
-            raise InvalidArgumentError(f"spec.{attr}", f"must be at most {PATH_MAX_BYTES} bytes")
-    if spec.checkpoint_dir and not PurePath(spec.checkpoint_dir).is_absolute():
-        raise InvalidArgumentError("spec.checkpoint_dir", "must be an absolute path")
+    workdir = _directory("spec.workdir", spec.workdir)
+    checkpoint_dir = _directory("spec.checkpoint_dir", spec.checkpoint_dir)
 
     max_retries: int | None = None
     if spec.HasField("max_retries"):
@@ -197,12 +197,56 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         preemptible=preemptible,
         shareable=spec.shareable,
         env=tuple(sorted(spec.env.items())),
-        workdir=spec.workdir,
-        checkpoint_dir=spec.checkpoint_dir,
+        workdir=workdir,
+        checkpoint_dir=checkpoint_dir,
         job_type=job_type,
         gpu_memory_bytes=spec.gpu_memory_bytes,
         max_retries=max_retries,
     )
+
+
+def _check_memory(spec: common_pb2.JobSpec, allowed: list[str], facts: ClusterFacts) -> None:
+    """Refuses a memory request that not enough of the cluster's GPUs can hold: the
+    scheduler would never place the job."""
+    need = spec.gpu_memory_bytes
+    if need <= 0:
+        return
+    types = [t for t in sorted(facts.gpus_by_type) if not allowed or t in allowed]
+    memory = {t: facts.gpu_memory_by_type.get(t, 0) for t in types}
+    large = [t for t in types if fits(need, memory[t])]
+    count = sum(facts.gpus_by_type[t] for t in large)
+    if count >= spec.num_gpus:
+        return
+    where = f" of types {', '.join(allowed)}" if allowed else ""
+    if not large:
+        raise InvalidArgumentError(
+            "spec.gpu_memory_bytes",
+            f"asks for {format_memory(need)} per GPU but the largest GPU memory in the "
+            f"cluster{where} is {format_memory(max(memory.values(), default=0))}",
+        )
+    raise InvalidArgumentError(
+        "spec.gpu_memory_bytes",
+        f"asks for {spec.num_gpus} GPUs with {format_memory(need)} each but the cluster has "
+        f"{count} that large ({', '.join(large)})",
+    )
+
+
+def _directory(field_path: str, value: str) -> str:
+    """A directory on the workers: empty (the default), or absolute without ``..``, returned
+    normalized (no repeated or trailing slashes, no ``.``), so the path the workers use is
+    the one checked here and the one `hctl show` prints."""
+    if not value:
+        return ""
+    if "\0" in value:
+        raise InvalidArgumentError(field_path, "must not contain NUL characters")
+    if len(value.encode()) > PATH_MAX_BYTES:
+        raise InvalidArgumentError(field_path, f"must be at most {PATH_MAX_BYTES} bytes")
+    path = PurePosixPath(value)
+    if not path.is_absolute():
+        raise InvalidArgumentError(field_path, f"must be an absolute path, got {value!r}")
+    if ".." in path.parts:
+        raise InvalidArgumentError(field_path, f"must not contain '..' components, got {value!r}")
+    return "/" + "/".join(path.parts[1:])
 
 
 def _check_size(

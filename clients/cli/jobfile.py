@@ -13,7 +13,7 @@ The file's keys (all optional except the amount of work and what to run)::
     workdir = "/home/alice/proj"
     checkpoint_dir = "/shared/ckpt/alice"
     job_type = "ResNet-18 (batch size 128)"   # key for the throughput model
-    gpu_memory = "12GiB"             # GPU memory one task needs per GPU, for sharing
+    gpu_memory = "12GiB"             # memory each GPU must have; smaller GPUs are never used
     retries = 2                      # failed attempts retried, 0 to 10; absent: none for
                                      # commands, the cluster's max_retries otherwise
 

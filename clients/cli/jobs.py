@@ -178,9 +178,17 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     )
     spec.add_argument("--env", action="append", metavar="K=V", help="environment; repeatable")
     spec.add_argument("--workdir", metavar="DIR", help="working directory on the worker")
-    spec.add_argument("--checkpoint-dir", metavar="DIR", help="where checkpoints go")
+    spec.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="where checkpoints go; made as you where missing",
+    )
     spec.add_argument("--job-type", metavar="KEY", help="throughput-model key (advanced)")
-    spec.add_argument("--gpu-memory", metavar="SIZE", help="GPU memory per GPU, e.g. 12GiB")
+    spec.add_argument(
+        "--gpu-memory",
+        metavar="SIZE",
+        help="memory each of its GPUs must have, e.g. 12GiB (smaller GPUs are never used)",
+    )
     out = parser.add_argument_group("output")
     mode = out.add_mutually_exclusive_group()
     mode.add_argument("--parsable", action="store_true", help="print only the job id")
@@ -400,7 +408,12 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         "resources",
         f"{spec.num_gpus} GPU(s), types {gpu_types}; batch {spec.batch_size or 'default'}; "
         f"priority {spec.priority:g}; preemptible {preemptible}; "
-        f"shareable {'yes' if spec.shareable else 'no'}",
+        f"shareable {'yes' if spec.shareable else 'no'}"
+        + (
+            f"; GPU memory {fmt.format_bytes(spec.gpu_memory_bytes)} per GPU"
+            if spec.gpu_memory_bytes
+            else ""
+        ),
     )
     if spec.workdir or spec.checkpoint_dir:
         info.add_row(

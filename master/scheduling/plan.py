@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
+from master.scheduling.memory import fits, format_memory, gpu_memory
+
 if TYPE_CHECKING:
     from master.scheduling.views import Snapshot
 
@@ -242,11 +244,11 @@ class Plan:
     def violations(self, snapshot: Snapshot) -> list[str]:
         """Everything that makes this plan unexecutable on ``snapshot`` (empty when valid).
 
-        Checked: jobs exist and are active; GPUs exist, are healthy and schedulable, and are
-        of an allowed type; a job gets exactly its GPU count per copy (or that count divided
-        by its accumulation steps when folded); a GPU holds two jobs
-        only when both allocations name each other in ``shared_with`` and both jobs are
-        shareable; copies of one job sit on distinct nodes; a running job that is not
+        Checked: jobs exist and are active; GPUs exist, are healthy and schedulable, are
+        of an allowed type and have the memory the job asks for; a job gets exactly its GPU
+        count per copy (or that count divided by its accumulation steps when folded); a GPU
+        holds two jobs only when both allocations name each other in ``shared_with`` and both
+        jobs are shareable; copies of one job sit on distinct nodes; a running job that is not
         preemptible keeps its GPUs.
         """
         problems: list[str] = []
@@ -275,7 +277,14 @@ class Plan:
                 if gpu is None:
                     problems.append(f"job {job_id} placed on unusable or unknown GPU {slot}")
                 elif not job.allows(gpu.type):
-                    problems.append(f"job {job_id} may not run on {gpu.type} ({slot})")
+                    memory = gpu_memory(gpu.type, gpu.memory_bytes)
+                    why = (
+                        f"needs {format_memory(job.memory_bytes_per_gpu)} per GPU, "
+                        f"{gpu.type} ({slot}) has {format_memory(memory)}"
+                        if not fits(job.memory_bytes_per_gpu, memory)
+                        else f"may not run on {gpu.type} ({slot})"
+                    )
+                    problems.append(f"job {job_id} {why}")
                 first = owner.setdefault(slot, job_id)
                 if first != job_id:
                     collisions.setdefault(slot, [first]).append(job_id)

@@ -7,10 +7,11 @@ one from its simulated state. Policies never see the store, the network or the c
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 
+from master.scheduling.memory import fitting_types, memory_by_type, memory_wait_reason
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.throughput import ThroughputModel
 
@@ -176,6 +177,12 @@ class ClusterView:
     def capacity_by_type(self) -> dict[str, int]:
         return {t: len(g) for t, g in self._by_type.items()}
 
+    @cached_property
+    def memory_by_type(self) -> Mapping[str, int]:
+        """Usable type -> memory of its smallest usable GPU in bytes (0: unknown)."""
+        gpus = ((gpu.type, gpu.memory_bytes) for gpu in self._usable)
+        return MappingProxyType(memory_by_type(gpus))
+
     def free_gpus(self, used: Iterable[GpuSlot]) -> tuple[GpuView, ...]:
         """Usable GPUs not in ``used``."""
         taken = set(used)
@@ -203,6 +210,9 @@ class JobView:
     ``current`` is the allocation the job holds now (None when it is not running).
     ``predicted_iterations`` is an estimate of total iterations when ``total_iterations``
     is only the user's guess (non-clairvoyant policies may ignore both).
+    ``memory_gpu_types`` are the GPU types whose memory holds ``memory_bytes_per_gpu``
+    (None: not restricted); :class:`Snapshot` sets it from its cluster, and :meth:`allows`
+    honours it, so no policy can place a job on GPUs too small for it.
     """
 
     id: int
@@ -225,6 +235,7 @@ class JobView:
     predicted_iterations: float | None = None
     features: Mapping[str, str] = field(default_factory=dict)
     run_seconds: float = 0.0
+    memory_gpu_types: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.num_gpus < 1:
@@ -248,7 +259,10 @@ class JobView:
         return self.current is not None
 
     def allows(self, gpu_type: str) -> bool:
-        """Whether this job may run on ``gpu_type`` (an empty allow-list allows all)."""
+        """Whether this job may run on ``gpu_type``: allowed (an empty allow-list allows
+        all) and with enough memory per GPU."""
+        if self.memory_gpu_types is not None and gpu_type not in self.memory_gpu_types:
+            return False
         return not self.allowed_gpu_types or gpu_type in self.allowed_gpu_types
 
 
@@ -273,6 +287,14 @@ class Snapshot:
             raise ValueError("snapshot lists a job id twice")
         if self.round_seconds <= 0:
             raise ValueError(f"round_seconds must be > 0, got {self.round_seconds}")
+        # Every policy (and the simulator) sees only GPU types with enough memory per job.
+        memory = self.cluster.memory_by_type
+        jobs = []
+        for job in self.jobs:
+            usable = fitting_types(job.memory_bytes_per_gpu, memory)
+            restricted = job.memory_bytes_per_gpu > 0 and usable != job.memory_gpu_types
+            jobs.append(replace(job, memory_gpu_types=usable) if restricted else job)
+        object.__setattr__(self, "jobs", tuple(jobs))
 
     @cached_property
     def _job_by_id(self) -> Mapping[int, JobView]:
@@ -287,6 +309,24 @@ class Snapshot:
             return self._job_by_id[job_id]
         except KeyError:
             raise KeyError(f"no job {job_id} in the snapshot") from None
+
+    def pending_reason(self, job_id: int, policy_reason: str) -> str:
+        """Why a job that got no GPUs waits: ``policy_reason``, unless memory alone keeps
+        it waiting (then that), with a note when its memory request rules GPUs out."""
+        job = self._job_by_id.get(job_id)
+        if job is None:
+            return policy_reason
+        memory = memory_wait_reason(
+            job.memory_bytes_per_gpu,
+            job.num_gpus,
+            lambda t: not job.allowed_gpu_types or t in job.allowed_gpu_types,
+            self.cluster.capacity_by_type(),
+            self.cluster.memory_by_type,
+        )
+        if memory is None:
+            return policy_reason
+        reason, alone = memory
+        return reason if alone else f"{policy_reason}; {reason}"
 
     def running_slots(self) -> dict[GpuSlot, list[int]]:
         """GPU -> ids of the jobs currently holding it."""

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from worker.agent import userdirs
+from worker.agent.userdirs import UserDirectoryError, ensure_directory
+
 
 @dataclass(frozen=True, slots=True)
 class RunAs:
@@ -52,6 +55,12 @@ class ProcessHandle(Protocol):
 class ProcessLauncher(Protocol):
     def launch(self, spec: ProcessSpec) -> ProcessHandle:
         """Starts the process in its own session and process group. Raises OSError."""
+        ...
+
+    def make_directory(self, path: Path, run_as: RunAs | None) -> None:
+        """Makes `path` and its missing parents as `run_as` (None: as the agent), so that
+        nobody gets a directory they could not have made themselves; refuses symbolic
+        links on the path. Raises UserDirectoryError with the reason."""
         ...
 
 
@@ -94,6 +103,8 @@ _RUN_AS = (
     "os.execvpe(sys.argv[6], sys.argv[6:], env)\n"
 )
 _ROOT_STEP_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+# A directory on a hung network filesystem must not hold the agent up for ever.
+_MAKE_DIRECTORY_TIMEOUT_S = 60.0
 
 
 class SubprocessLauncher:
@@ -119,6 +130,33 @@ class SubprocessLauncher:
                 close_fds=True,
             )
         return _Subprocess(popen)
+
+    def make_directory(self, path: Path, run_as: RunAs | None) -> None:
+        if run_as is None:
+            ensure_directory(str(path))
+            return
+        # Run in a separate process that drops to the user first (the same isolated root
+        # step as a job's start), even when the agent already is the user: one code path.
+        groups = ",".join(str(g) for g in run_as.groups)
+        argv = [self._python, "-I", "-S", userdirs.__file__, str(run_as.uid), str(run_as.gid)]
+        try:
+            done = subprocess.run(
+                [*argv, groups, str(path)],
+                env=_ROOT_STEP_ENV,
+                cwd="/",
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=_MAKE_DIRECTORY_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise UserDirectoryError(f"cannot create {path} as {run_as.name}: {exc}") from exc
+        if done.returncode != 0:
+            reason = done.stderr.decode(errors="replace").strip().splitlines()
+            raise UserDirectoryError(
+                f"{reason[-1] if reason else f'exit status {done.returncode}'} "
+                f"(as user {run_as.name})"
+            )
 
     def _launch_as(self, spec: ProcessSpec, run_as: RunAs) -> ProcessHandle:
         read_end, write_end = os.pipe()
@@ -235,6 +273,7 @@ class FakeLauncher:
     def __init__(self) -> None:
         self.processes: list[FakeProcess] = []
         self.fail_with: OSError | None = None
+        self.directories: list[tuple[Path, RunAs | None]] = []
         self.on_sigterm: int | None = 0
         self._next_pid = 40_000
 
@@ -245,3 +284,8 @@ class FakeLauncher:
         process = FakeProcess(spec, self._next_pid, on_sigterm=self.on_sigterm)
         self.processes.append(process)
         return process
+
+    def make_directory(self, path: Path, run_as: RunAs | None) -> None:
+        """Records the request; makes the directory as the test's own user."""
+        self.directories.append((path, run_as))
+        ensure_directory(str(path))

@@ -130,6 +130,8 @@ def assignment_problem(a: worker_pb2.TaskAssignment) -> str | None:
     ):
         if path and not Path(path).is_absolute():
             return f"{name}: must be an absolute path, got {path!r}"
+        if ".." in Path(path).parts:
+            return f"{name}: must not contain '..' components, got {path!r}"
     return None
 
 

@@ -44,6 +44,7 @@ from worker.agent.processes import (
 )
 from worker.agent.progressfile import ProgressTail, tail_lines
 from worker.agent.state import RunningTaskRecord, StateStore, write_atomically
+from worker.agent.userdirs import UserDirectoryError
 from worker.agent.users import UnknownUserError, UserDirectory
 from worker.gpus import GpuInfo
 from worker.runtime import contract
@@ -410,16 +411,27 @@ class Supervisor:
             or self._config.checkpoint_root / f"job-{a.job_id}"
         )
         try:
-            created = [p for p in (task.task_dir, workdir, checkpoint_dir) if not p.exists()]
-            for path in (task.task_dir, workdir, checkpoint_dir):
+            # The agent's own directories (and the master's default for checkpoints): made
+            # here, and handed to the job's user only where made here and not a link.
+            own = [task.task_dir, checkpoint_dir] if not spec.checkpoint_dir else [task.task_dir]
+            if not spec.workdir:
+                own.append(workdir)
+            created = [p for p in own if not p.exists()]
+            for path in own:
                 path.mkdir(parents=True, exist_ok=True)
+                if path.is_symlink():
+                    raise AssignmentRefusedError(f"{path} is a symbolic link")
             if run_as is not None:
-                # Only directories made here change owner: a spec naming an existing
-                # directory must not hand it to the job's user.
                 for path in created:
-                    os.chown(path, run_as.uid, run_as.gid)
+                    os.chown(path, run_as.uid, run_as.gid, follow_symlinks=False)
         except OSError as exc:
             raise AssignmentRefusedError(f"cannot prepare directories: {exc}") from exc
+        if spec.checkpoint_dir:
+            # The submitter's own choice: made with the submitter's rights, never the agent's.
+            try:
+                self._launcher.make_directory(checkpoint_dir, run_as)
+            except UserDirectoryError as exc:
+                raise AssignmentRefusedError(f"checkpoint_dir: {exc}") from exc
 
         world_size = a.rendezvous.world_size or len(a.gpu_indices)
         # Without a submitted batch size the job's own default holds: the master's shares are

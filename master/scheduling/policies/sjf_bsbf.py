@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
+from master.scheduling.memory import gpu_memory
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, Plan
 from master.scheduling.policies._speeds import (
@@ -43,28 +43,6 @@ from master.scheduling.policies._speeds import (
 from master.scheduling.views import JobView, Snapshot
 
 NAME = "sjf-bsbf"
-
-GIB = 1 << 30
-
-#: Memory per GPU where the cluster does not report it (bytes).
-DEFAULT_GPU_MEMORY: Mapping[str, int] = MappingProxyType(
-    {
-        "k80": 12 * GIB,
-        "m60": 8 * GIB,
-        "p40": 24 * GIB,
-        "p100": 16 * GIB,
-        "t4": 16 * GIB,
-        "v100": 16 * GIB,
-        "rtx2080ti": 11 * GIB,
-        "rtx3090": 24 * GIB,
-        "a10": 24 * GIB,
-        "a40": 48 * GIB,
-        "a100-40gb": 40 * GIB,
-        "a100-80gb": 80 * GIB,
-        "l40s": 48 * GIB,
-        "h100": 80 * GIB,
-    }
-)
 
 
 def paired_jct(e_a: float, e_b: float, s_a: float, s_b: float) -> float:
@@ -136,7 +114,7 @@ class SjfBsbfPolicy:
         sizes = []
         for slot in alloc.slots:
             gpu = snapshot.cluster.gpu(slot)
-            sizes.append(gpu.memory_bytes or DEFAULT_GPU_MEMORY.get(gpu.type, 0))
+            sizes.append(gpu_memory(gpu.type, gpu.memory_bytes))
         return min(sizes, default=0)
 
     def accumulation_for(self, job: JobView, resident: JobView, memory: int) -> int | None:

@@ -210,6 +210,34 @@ def test_master_rejections_name_the_field_and_exit_6(hctl: Hctl):
     assert "error: the master rejected spec.workload.name: unknown workload 'nope'" in unknown.err
 
 
+def test_gpu_memory_no_gpu_has_is_refused_and_a_fitting_request_is_shown(hctl: Hctl):
+    """--gpu-memory larger than every GPU of the cluster (16GiB here) is refused like a GPU
+    count the cluster lacks (exit 6, naming the largest GPU memory); a request that fits is
+    accepted, and `hctl show` prints it (--json as gpu_memory_bytes)."""
+    refused = hctl("submit", "--workload", "resnet", "--iterations", "10", "--gpu-memory", "100GiB")
+    assert refused.code == ExitCode.INVALID_ARGUMENT
+    assert refused.err.startswith(
+        "error: the master rejected spec.gpu_memory_bytes: asks for 100GiB per GPU but the "
+        "largest GPU memory in the cluster is 16GiB"
+    ), refused.err
+    accepted = hctl(
+        "submit",
+        "--workload",
+        "resnet",
+        "--iterations",
+        "10",
+        "--gpu-memory",
+        "12GiB",
+        "--parsable",
+    )
+    assert accepted.code == 0, accepted.err
+    job = accepted.out.strip()
+    shown = hctl("show", job)
+    assert "GPU memory 12GiB per GPU" in shown.out
+    document = json.loads(hctl("show", job, "--json").out)
+    assert document["job"]["spec"]["gpu_memory_bytes"] == 12 * 1024**3
+
+
 def test_admin_commands_and_permissions(hctl: Hctl, cluster: Cluster):
     """drain/resume and tokens need an admin; users get exit 4 with advice."""
     denied = hctl("drain", "gpu-b", "--reason", "fan")

@@ -50,6 +50,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     cluster_token: str
     gpu_type: str = "v100"
     num_gpus: int = 4
+    gpu_memory_bytes: int = 16 << 30
     workloads: tuple[str, ...] = ("resnet", "lstm")
     # Report TaskExited(STOPPED) by itself when asked to stop (as a checkpointing worker does).
     auto_exit_on_stop: bool = True
@@ -88,7 +89,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
             common_pb2.Gpu(
                 index=i,
                 type=self.gpu_type,
-                memory_bytes=16 << 30,
+                memory_bytes=self.gpu_memory_bytes,
                 health=common_pb2.GPU_HEALTH_HEALTHY,
                 fake=True,
             )

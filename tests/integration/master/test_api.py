@@ -63,6 +63,10 @@ def error_of(call: Callable[[], object]) -> Failure:
         ({"allowed_gpu_types": ["a100-80gb"]}, "spec.allowed_gpu_types[0]"),
         ({"priority": -1.0}, "spec.priority"),
         ({"checkpoint_dir": "relative/dir"}, "spec.checkpoint_dir"),
+        ({"checkpoint_dir": "/scratch/alice/../../etc/x"}, "spec.checkpoint_dir"),
+        ({"checkpoint_dir": "/scratch/\0/x"}, "spec.checkpoint_dir"),
+        ({"workdir": "proj"}, "spec.workdir"),
+        ({"workdir": "/home/alice/../bob"}, "spec.workdir"),
         ({"command": ["train.sh"], "preemptible": True}, "spec.preemptible"),
     ],
 )
@@ -80,6 +84,20 @@ def test_validation_errors_name_the_field(
     assert error.details.startswith(f"{field}: "), error.details
     assert error.trailing.get("x-hadar-field") == field
     assert list(api.ListJobs(hadar_pb2.ListJobsRequest()).jobs) == []
+
+
+def test_submitted_directories_are_stored_normalized(cluster: Cluster) -> None:
+    """Repeated and trailing slashes and '.' components are dropped from workdir and
+    checkpoint_dir before the job is stored, so workers get the path that was checked."""
+    master = cluster.master()
+    cluster.worker(master, "n1", num_gpus=1)
+    api = cluster.api(master)
+    request = hadar_pb2.SubmitJobRequest(
+        spec=spec(workdir="/home//alice/./proj/", checkpoint_dir="/scratch/alice/ckpt/")
+    )
+    job_id = api.SubmitJob(request).job.id
+    stored = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id)).job.spec
+    assert (stored.workdir, stored.checkpoint_dir) == ("/home/alice/proj", "/scratch/alice/ckpt")
 
 
 def test_missing_program_and_spec(cluster: Cluster) -> None:

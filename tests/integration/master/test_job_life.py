@@ -72,6 +72,30 @@ def test_submit_schedule_push_progress_complete(cluster: Cluster) -> None:
     assert job_state(api, job.id) == common_pb2.JOB_STATE_COMPLETED
 
 
+def test_job_waits_for_gpus_with_its_memory_and_says_so(cluster: Cluster) -> None:
+    """A job asking for more GPU memory than the usable GPUs have waits, with a reason
+    naming its request and the largest usable memory, instead of taking the small GPUs;
+    once the large GPUs are usable again it is placed on them."""
+    master = cluster.master()
+    small = cluster.worker(master, "small", gpu_type="k80", gpu_memory_bytes=12 << 30)
+    big = cluster.worker(master, "big", gpu_type="a100-80gb", gpu_memory_bytes=80 << 30)
+    api = cluster.api(master)
+    spec = workload_spec(num_gpus=1)
+    spec.gpu_memory_bytes = 40 << 30
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec)).job
+    api.DrainNode(hadar_pb2.DrainNodeRequest(node="big"))
+
+    assert master.run_round().started == ()
+    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job
+    assert got.state == common_pb2.JOB_STATE_PENDING
+    assert got.reason == "waiting: needs 40GiB of GPU memory; the largest usable GPUs have 12GiB"
+    assert small.applied == []
+
+    api.ResumeNode(hadar_pb2.ResumeNodeRequest(node="big"))
+    assert master.run_round().started == (job.id,)
+    wait_for(lambda: job.id in big.running_jobs(), what="START on the big GPUs")
+
+
 def test_a_start_the_worker_fails_ends_that_attempt_with_its_reason(cluster: Cluster) -> None:
     """A START answered FAILED (a malformed assignment, a spawn error) ends the attempt with
     the worker's message as the reason; the other job of the same call starts, and the

@@ -713,6 +713,69 @@ def test_root_agent_runs_jobs_as_the_submitting_user(master: FakeMaster, shared_
         agent.stop(grace_s=2.0)
 
 
+def test_checkpoint_dir_is_made_only_where_the_submitter_could_make_it(
+    master: FakeMaster, shared_dir: Path
+) -> None:
+    """A job's checkpoint_dir is made with its user's rights (as root: the user `nobody`):
+    under a directory the user cannot write, or through a symbolic link, the start fails
+    naming checkpoint_dir and the reason, and nothing is made or handed to the user; where
+    the user may create it, it is made, is the user's, and the job writes in it."""
+    name = "nobody" if os.geteuid() == 0 else TEST_USER
+    entry = pwd.getpwnam(name)
+    locked = shared_dir / "locked"
+    locked.mkdir()
+    # Root's and 0755 when the user is nobody; the test user's own but read-only otherwise.
+    locked.chmod(0o755 if os.geteuid() == 0 else 0o555)
+    victim = shared_dir / "victim"
+    victim.mkdir(mode=0o755)
+    home = shared_dir / "home"
+    home.mkdir(mode=0o755)
+    os.chown(home, entry.pw_uid, entry.pw_gid)
+    (home / "link").symlink_to(victim)
+    agent = make_agent(master.address, shared_dir / "state")
+    agent.start()
+    try:
+        stub = stub_for(agent)
+
+        def start(job_id: int, checkpoint_dir: Path) -> worker_pb2.AssignmentResult:
+            a = assignment(
+                job_id, 1, command=True, iterations=1, checkpoint_dir=str(checkpoint_dir)
+            )
+            a.user = name
+            a.spec.checkpoint_dir = str(checkpoint_dir)
+            a.spec.command.argv[:] = [
+                "/usr/bin/python3",
+                "-c",
+                "import os, pathlib\n"
+                "(pathlib.Path(os.environ['HADAR_CHECKPOINT_DIR']) / 'ckpt').write_text('x')\n",
+            ]
+            (result,) = apply(stub, a)
+            return result
+
+        refused = start(50, locked / "ckpt" / "run")
+        assert refused.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+        assert "checkpoint_dir: cannot create" in refused.message, refused.message
+        assert "Permission denied" in refused.message
+        assert list(locked.iterdir()) == []
+
+        linked = start(51, home / "link" / "ckpt")
+        assert linked.outcome == worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+        assert "is a symbolic link" in linked.message, linked.message
+        assert list(victim.iterdir()) == []
+        assert victim.stat().st_uid == os.geteuid()
+
+        made = start(52, home / "runs" / "ckpt")
+        assert made.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED, made.message
+        eventually(lambda: master.exits_for(52))
+        report = master.exits_for(52)[0]
+        assert report.kind == common_pb2.EXIT_KIND_COMPLETED, report.message
+        for path in (home / "runs", home / "runs" / "ckpt", home / "runs" / "ckpt" / "ckpt"):
+            assert path.stat().st_uid == entry.pw_uid, path
+        assert agent.supervisor.running_keys() == []
+    finally:
+        agent.stop(grace_s=2.0)
+
+
 @pytest.fixture
 def unix_user() -> Iterator[tuple[str, str]]:
     """A real Unix user (no home) with its own primary group and one supplementary group;

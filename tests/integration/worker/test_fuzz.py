@@ -33,7 +33,7 @@ from tests.integration.master.protostrategies import around, of
 from tests.integration.rpcs import bearer, call
 from tests.integration.worker.fake_master import FakeMaster, eventually
 from worker.agent.agent import WorkerAgent, settings_for_test
-from worker.agent.processes import ProcessHandle, ProcessSpec, SubprocessLauncher
+from worker.agent.processes import ProcessHandle, ProcessSpec, RunAs, SubprocessLauncher
 from worker.gpus import FakeGpuProvider
 
 WORKER = worker_pb2.DESCRIPTOR.services_by_name["Worker"]
@@ -72,6 +72,9 @@ class SleepLauncher:
         with self._lock:
             self.launched.append(handle)
         return handle
+
+    def make_directory(self, path: Path, run_as: RunAs | None) -> None:
+        self._real.make_directory(path, run_as)
 
     def count(self) -> int:
         with self._lock:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from master.scheduling.memory import GIB
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.policies.sjf_bsbf import (
-    GIB,
     SjfBsbfPolicy,
     paired_jct,
     sequential_jct,

@@ -249,6 +249,32 @@ def test_root_runs_as_the_submitting_user_or_refuses(tmp_path: Path) -> None:
     assert nobody.unknown_user == ""
 
 
+def test_submitted_checkpoint_dir_is_made_as_the_job_s_user(tmp_path: Path) -> None:
+    """A checkpoint_dir the submitter named is made through the launcher as the job's user,
+    and a refusal fails the start naming checkpoint_dir; the agent's default one is not."""
+    rig = Rig(tmp_path, root=True)
+    mine = tmp_path / "alice" / "ckpt"
+    a = start(1, 1, user="alice", checkpoint_dir=str(mine))
+    a.spec.checkpoint_dir = str(mine)
+    assert rig.supervisor.apply(a).outcome == APPLIED
+    assert [(path, who.name if who else None) for path, who in rig.launcher.directories] == [
+        (mine, "alice")
+    ]
+    assert rig.supervisor.apply(start(2, 1, user="alice")).outcome == APPLIED
+    assert len(rig.launcher.directories) == 1
+    assert (tmp_path / "ckpt" / "job-2").is_dir()
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    linked = start(3, 1, user="alice", checkpoint_dir=str(tmp_path / "link" / "ckpt"))
+    linked.spec.checkpoint_dir = linked.checkpoint_dir
+    refused = rig.supervisor.apply(linked)
+    assert refused.outcome == FAILED
+    assert refused.message.startswith("checkpoint_dir: ")
+    assert "is a symbolic link" in refused.message
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
 def test_root_agent_refuses_jobs_of_root_unless_allowed(tmp_path: Path) -> None:
     """A job submitted as root is refused with a message naming the setting; with
     allow_root_jobs it runs as root."""
