@@ -37,6 +37,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -584,6 +585,7 @@ def judge_sharing(jobs: Sequence[SharedJob], overlap_s: float, gpu_memory: int) 
 
 def check_sharing(gpu: GpuInfo, root: Path, probe: NvmlProbe, env: Mapping[str, str]) -> StepResult:
     """Each job alone (its need), then both at once with accumulation, against the policy."""
+    root.mkdir(parents=True, exist_ok=True)
 
     def request(
         spec: SharedSpec, job: str, steps: int, ready: str = "", go: str = ""
@@ -946,7 +948,11 @@ def run_check(args: argparse.Namespace) -> int:
     if not args.skip_cluster:
         outcome.add(guarded("cluster", lambda: check_cluster(checked, root, discovery.probe)))
     print(outcome.summary())
-    return 1 if outcome.failed else 0
+    if outcome.failed:
+        print(f"gpu-check: checkpoints and logs kept in {root}")
+        return 1
+    shutil.rmtree(root, ignore_errors=True)
+    return 0
 
 
 def workloads() -> list[str]:
