@@ -266,3 +266,19 @@ def test_a_failing_step_fails_without_ending_the_check() -> None:
     outcome.add(gpu_check.StepResult("discovery", True, "ok"))
     outcome.add(result)
     assert outcome.summary() == "gpu-check: 1 of 2 steps passed; failed: sharing"
+
+
+def test_child_protocol_round_trips_a_training_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--child-train`` takes the request as JSON and answers one JSON report line, which
+    the parent reads back (here in-process, on the CPU)."""
+    import json
+    from dataclasses import asdict
+
+    request = gpu_check.TrainRequest(
+        "recommendation", 2, str(tmp_path), "child", device="cpu", deterministic=False
+    )
+    assert gpu_check.main(["--child-train", json.dumps(asdict(request))]) == 0
+    report = gpu_check.TrainReport(**json.loads(capsys.readouterr().out.splitlines()[-1]))
+    assert (report.iterations_done, report.exit_reason, report.device) == (2, "completed", "cpu")
