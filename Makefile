@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 TORCH_VERSION := 2.13.0
 
-.PHONY: setup test lint typecheck unit protos demo clean bench
+.PHONY: setup test lint typecheck unit protos demo clean bench gpu-check
 
 setup: $(STAMP)
 
@@ -43,6 +43,11 @@ demo: setup
 # Every benchmark, one after the other (several minutes); figures go to docs/benchmarks.md.
 bench: setup
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# The GPU path on this machine's NVIDIA GPU (discovery, resume, sharing, profiling, a local
+# cluster); PASS/FAIL per step. Without a GPU it says so in one line and exits 0.
+gpu-check: setup
+	@$(BIN)/python bench/gpu_check.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache
