@@ -31,9 +31,14 @@ class ProcessSpec:
     argv: Sequence[str]
     env: Mapping[str, str]
     cwd: Path
-    # stdout and stderr both go here (appended), so the order of lines is kept.
-    log_path: Path
+    # Where the agent keeps the process's standard output and standard error (appended).
+    stdout_path: Path
+    stderr_path: Path
     run_as: RunAs | None = None
+    # Files the job asked to have its output also appended to (sbatch's --output and
+    # --error), absolute; written by a copying process that runs as the job's user.
+    stdout_copy: Path | None = None
+    stderr_copy: Path | None = None
 
 
 class ProcessHandle(Protocol):
@@ -96,59 +101,130 @@ _RUN_AS = (
 _ROOT_STEP_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
 
+# Copies its standard input to its standard output (the agent's log of the stream) and
+# appends it to the file named in argv[1] as well. It runs as the job's user, so the job's
+# --output file is opened with that user's rights; a file it cannot open is reported in the
+# log and the log is still written. It is in a session of its own: signals to the job's
+# group do not reach it, and it ends when every holder of the pipe (the job) has exited.
+_COPY = (
+    "import os, sys\n"
+    "def put(fd, data):\n"
+    "    view = memoryview(data)\n"
+    "    while view:\n"
+    "        view = view[os.write(fd, view):]\n"
+    "try:\n"
+    "    copy = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)\n"
+    "except OSError as exc:\n"
+    "    copy = None\n"
+    "    put(1, f'hadar: cannot write {sys.argv[1]}: {exc.strerror}\\n'.encode())\n"
+    "while True:\n"
+    "    data = os.read(0, 65536)\n"
+    "    if not data:\n"
+    "        break\n"
+    "    put(1, data)\n"
+    "    if copy is not None:\n"
+    "        try:\n"
+    "            put(copy, data)\n"
+    "        except OSError as exc:\n"
+    "            os.close(copy)\n"
+    "            copy = None\n"
+    "            put(1, f'hadar: stopped writing {sys.argv[1]}: {exc.strerror}\\n'.encode())\n"
+)
+
+
 class SubprocessLauncher:
     """Real processes: each in a new session, so one signal reaches everything it started."""
 
     def __init__(self, python: str = sys.executable) -> None:
-        # The interpreter that runs the privilege-dropping step.
+        # The interpreter that runs the privilege-dropping step and the output copiers.
         self._python = python
 
     def launch(self, spec: ProcessSpec) -> ProcessHandle:
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if spec.run_as is not None and spec.run_as.uid != os.geteuid():
-            return self._launch_as(spec, spec.run_as)
-        with spec.log_path.open("ab") as log:
-            popen = subprocess.Popen(
-                list(spec.argv),
-                env=dict(spec.env),
-                cwd=spec.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
+        for path in (spec.stdout_path, spec.stderr_path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        run_as = spec.run_as
+        if run_as is not None and run_as.uid == os.geteuid():
+            run_as = None
+        with contextlib.ExitStack() as opened:
+            stdout = self._sink(spec.stdout_path, spec.stdout_copy, run_as, opened)
+            stderr = self._sink(spec.stderr_path, spec.stderr_copy, run_as, opened)
+            popen = self._popen(
+                list(spec.argv), spec.env, spec.cwd, run_as, stdout=stdout, stderr=stderr
             )
         return _Subprocess(popen)
 
-    def _launch_as(self, spec: ProcessSpec, run_as: RunAs) -> ProcessHandle:
+    def _sink(
+        self, log_path: Path, copy: Path | None, run_as: RunAs | None, opened: contextlib.ExitStack
+    ) -> int:
+        """The descriptor a stream of the job writes to: its log file, or a pipe to a copier
+        that writes both the log and the job's own file. Closed when `opened` closes."""
+        log = opened.enter_context(log_path.open("ab"))
+        if copy is None:
+            return log.fileno()
+        read_end, write_end = os.pipe()
+        opened.callback(os.close, write_end)
+        try:
+            self._popen(
+                [self._python, "-I", "-S", "-c", _COPY, str(copy)],
+                _ROOT_STEP_ENV,
+                Path("/"),
+                run_as,
+                stdout=log.fileno(),
+                stderr=log.fileno(),
+                stdin=read_end,
+            )
+        finally:
+            os.close(read_end)
+        return write_end
+
+    def _popen(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        run_as: RunAs | None,
+        *,
+        stdout: int,
+        stderr: int,
+        stdin: int = subprocess.DEVNULL,
+    ) -> subprocess.Popen[bytes]:
+        if run_as is None:
+            return subprocess.Popen(
+                argv,
+                env=dict(env),
+                cwd=cwd,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+                close_fds=True,
+            )
         read_end, write_end = os.pipe()
         try:
             groups = ",".join(str(g) for g in run_as.groups)
-            argv = [
-                self._python,
-                "-I",
-                "-S",
-                "-c",
-                _RUN_AS,
-                str(read_end),
-                str(run_as.uid),
-                str(run_as.gid),
-                groups,
-                str(spec.cwd),
-                *spec.argv,
-            ]
-            with spec.log_path.open("ab") as log:
-                popen = subprocess.Popen(
-                    argv,
-                    env=_ROOT_STEP_ENV,
-                    cwd="/",
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                    pass_fds=(read_end,),
-                )
+            popen = subprocess.Popen(
+                [
+                    self._python,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _RUN_AS,
+                    str(read_end),
+                    str(run_as.uid),
+                    str(run_as.gid),
+                    groups,
+                    str(cwd),
+                    *argv,
+                ],
+                env=_ROOT_STEP_ENV,
+                cwd="/",
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(read_end,),
+            )
         except BaseException:
             os.close(write_end)
             raise
@@ -156,8 +232,8 @@ class SubprocessLauncher:
             os.close(read_end)
         # Written after the start, so an environment larger than the pipe cannot block it.
         with os.fdopen(write_end, "wb") as pipe, contextlib.suppress(BrokenPipeError):
-            pipe.write(json.dumps(dict(spec.env)).encode())
-        return _Subprocess(popen)
+            pipe.write(json.dumps(dict(env)).encode())
+        return popen
 
 
 class AdoptedProcess:
