@@ -135,6 +135,9 @@ class JobSpec:
     checkpoint_dir: str = ""
     job_type: str = ""
     gpu_memory_bytes: int = 0
+    # sbatch's --output and --error: files in the workdir the output is also appended to.
+    output: str = ""
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +324,11 @@ class CreatedToken:
     info: TokenInfo
 
 
+class LogStream(StrEnum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
 @dataclass(frozen=True, slots=True)
 class LogChunk:
     job_id: int
@@ -329,3 +337,11 @@ class LogChunk:
     node: str
     data: bytes
     offset: int
+    # The placement that wrote it: attempts count from 1; lease is its fencing token.
+    attempt: int = 0
+    lease: int = 0
+    stream: LogStream = LogStream.STDOUT
+    # On an attempt's opening chunk (no data): why the attempt never started, if it did not.
+    start_failure: str = ""
+    # On an attempt's opening chunk: how many attempts the job has had.
+    attempts: int = 0

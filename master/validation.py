@@ -28,6 +28,9 @@ ENV_MAX_ITEMS = 1024
 ENV_MAX_BYTES = 64 * 1024
 PATH_MAX_BYTES = 4096
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The replacements a worker makes in an output file name (worker/agent/tasklogs.py).
+OUTPUT_PATTERN = re.compile(r"%(.?)", re.DOTALL)
+OUTPUT_REPLACEMENTS = frozenset("jux%")
 IDEMPOTENCY_KEY_MAX = 255
 
 
@@ -149,7 +152,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
             )
         if "\0" in spec.env[key]:
             raise InvalidArgumentError(f"spec.env[{key!r}]", "must not contain NUL characters")
-    for attr in ("workdir", "checkpoint_dir"):
+    for attr in ("workdir", "checkpoint_dir", "output", "error"):
         value: str = getattr(spec, attr)
         if "\0" in value:
             raise InvalidArgumentError(f"spec.{attr}", "must not contain NUL characters")
@@ -157,6 +160,8 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
             raise InvalidArgumentError(f"spec.{attr}", f"must be at most {PATH_MAX_BYTES} bytes")
     if spec.checkpoint_dir and not PurePath(spec.checkpoint_dir).is_absolute():
         raise InvalidArgumentError("spec.checkpoint_dir", "must be an absolute path")
+    for attr in ("output", "error"):
+        _check_output_pattern(getattr(spec, attr), f"spec.{attr}")
 
     batch_size = spec.batch_size
     job_type = spec.job_type.strip()
@@ -190,7 +195,23 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         checkpoint_dir=spec.checkpoint_dir,
         job_type=job_type,
         gpu_memory_bytes=spec.gpu_memory_bytes,
+        output=spec.output,
+        error=spec.error,
     )
+
+
+def _check_output_pattern(pattern: str, field_path: str) -> None:
+    """An sbatch-style file name: only the replacements the worker makes (%j, %u, %x, %%),
+    and a name, not a directory."""
+    for match in OUTPUT_PATTERN.finditer(pattern):
+        if match.group(1) not in OUTPUT_REPLACEMENTS:
+            raise InvalidArgumentError(
+                field_path,
+                f"unknown replacement %{match.group(1)} (allowed: %j job id, %u user, "
+                "%x job name, %% a percent sign)",
+            )
+    if pattern and (pattern.endswith("/") or PurePath(pattern).name in ("", ".", "..")):
+        raise InvalidArgumentError(field_path, "must name a file, not a directory")
 
 
 def _check_size(

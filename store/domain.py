@@ -30,6 +30,9 @@ class JobSpec:
     checkpoint_dir: str = ""
     job_type: str = ""
     gpu_memory_bytes: int = 0
+    # sbatch-style --output and --error file patterns (see common.proto JobSpec).
+    output: str = ""
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)

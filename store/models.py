@@ -146,6 +146,8 @@ class JobRow(Base):
     checkpoint_dir: Mapped[str] = mapped_column(Text, default="")
     job_type: Mapped[str] = mapped_column(String(255), default="")
     gpu_memory_bytes: Mapped[int] = mapped_column(default=0)
+    output: Mapped[str] = mapped_column(Text, default="")
+    error: Mapped[str] = mapped_column(Text, default="")
     # Life.
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")

@@ -14,6 +14,8 @@ The file's keys (all optional except the amount of work and what to run)::
     checkpoint_dir = "/shared/ckpt/alice"
     job_type = "ResNet-18 (batch size 128)"   # key for the throughput model
     gpu_memory = "12GiB"             # GPU memory one task needs per GPU, for sharing
+    output = "train-%j.out"          # also append standard output here (%j: the job id)
+    error = "train-%j.err"           # and standard error here (absent: to `output`)
 
     # exactly one of:
     workload = "resnet"              # a built-in workload (see `hctl workloads`)
@@ -53,6 +55,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "checkpoint_dir": (str,),
     "job_type": (str,),
     "gpu_memory": (str, int),
+    "output": (str,),
+    "error": (str,),
     "env": (dict,),
     "workload": (str,),
     "script": (list, str),
@@ -207,6 +211,8 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
         checkpoint_dir=values.get("checkpoint_dir", ""),
         job_type=values.get("job_type", ""),
         gpu_memory_bytes=values.get("gpu_memory", 0),
+        output=values.get("output", ""),
+        error=values.get("error", ""),
     )
 
 

@@ -44,6 +44,8 @@ def job_spec(row: JobRow) -> JobSpec:
         checkpoint_dir=row.checkpoint_dir,
         job_type=row.job_type,
         gpu_memory_bytes=row.gpu_memory_bytes,
+        output=row.output,
+        error=row.error,
     )
 
 
@@ -64,6 +66,8 @@ def fill_spec(row: JobRow, spec: JobSpec) -> None:
     row.checkpoint_dir = spec.checkpoint_dir
     row.job_type = spec.job_type
     row.gpu_memory_bytes = spec.gpu_memory_bytes
+    row.output = spec.output
+    row.error = spec.error
 
 
 def job(row: JobRow) -> Job:
