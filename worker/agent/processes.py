@@ -61,8 +61,12 @@ class ProcessLauncher(Protocol):
 
 
 class _Subprocess:
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, popen: subprocess.Popen[bytes], copiers: Sequence[subprocess.Popen[bytes]] = ()
+    ) -> None:
         self._popen = popen
+        # Processes that copy its output to the job's own files; reaped once they end.
+        self._copiers = list(copiers)
         self._lock = threading.Lock()
 
     @property
@@ -72,6 +76,7 @@ class _Subprocess:
     def poll(self) -> int | None:
         with self._lock:
             code = self._popen.poll()
+            self._copiers = [c for c in self._copiers if c.poll() is None]
         if code is not None:
             # Children the rank left behind (data-loader workers) must not outlive it.
             self.signal_group(signal.SIGKILL)
@@ -108,6 +113,12 @@ _ROOT_STEP_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 # group do not reach it, and it ends when every holder of the pipe (the job) has exited.
 _COPY = (
     "import os, sys\n"
+    "if len(sys.argv) > 2:\n"
+    # Started by a root agent: the interpreter is the agent's (which the job's user may not
+    # be able to run), so it drops to the user itself before it opens anything.
+    "    os.setgroups([int(g) for g in sys.argv[4].split(',') if g])\n"
+    "    os.setgid(int(sys.argv[3]))\n"
+    "    os.setuid(int(sys.argv[2]))\n"
     "def put(fd, data):\n"
     "    view = memoryview(data)\n"
     "    while view:\n"
@@ -145,16 +156,22 @@ class SubprocessLauncher:
         run_as = spec.run_as
         if run_as is not None and run_as.uid == os.geteuid():
             run_as = None
+        copiers: list[subprocess.Popen[bytes]] = []
         with contextlib.ExitStack() as opened:
-            stdout = self._sink(spec.stdout_path, spec.stdout_copy, run_as, opened)
-            stderr = self._sink(spec.stderr_path, spec.stderr_copy, run_as, opened)
+            stdout = self._sink(spec.stdout_path, spec.stdout_copy, run_as, opened, copiers)
+            stderr = self._sink(spec.stderr_path, spec.stderr_copy, run_as, opened, copiers)
             popen = self._popen(
                 list(spec.argv), spec.env, spec.cwd, run_as, stdout=stdout, stderr=stderr
             )
-        return _Subprocess(popen)
+        return _Subprocess(popen, copiers)
 
     def _sink(
-        self, log_path: Path, copy: Path | None, run_as: RunAs | None, opened: contextlib.ExitStack
+        self,
+        log_path: Path,
+        copy: Path | None,
+        run_as: RunAs | None,
+        opened: contextlib.ExitStack,
+        copiers: list[subprocess.Popen[bytes]],
     ) -> int:
         """The descriptor a stream of the job writes to: its log file, or a pipe to a copier
         that writes both the log and the job's own file. Closed when `opened` closes."""
@@ -163,18 +180,23 @@ class SubprocessLauncher:
             return log.fileno()
         read_end, write_end = os.pipe()
         opened.callback(os.close, write_end)
+        argv = [self._python, "-I", "-S", "-c", _COPY, str(copy)]
+        if run_as is not None:
+            argv += [str(run_as.uid), str(run_as.gid), ",".join(str(g) for g in run_as.groups)]
         try:
-            self._popen(
-                [self._python, "-I", "-S", "-c", _COPY, str(copy)],
-                _ROOT_STEP_ENV,
-                Path("/"),
-                run_as,
+            copier = subprocess.Popen(
+                argv,
+                env=_ROOT_STEP_ENV,
+                cwd="/",
+                stdin=read_end,
                 stdout=log.fileno(),
                 stderr=log.fileno(),
-                stdin=read_end,
+                start_new_session=True,
+                close_fds=True,
             )
         finally:
             os.close(read_end)
+        copiers.append(copier)
         return write_end
 
     def _popen(
@@ -186,14 +208,13 @@ class SubprocessLauncher:
         *,
         stdout: int,
         stderr: int,
-        stdin: int = subprocess.DEVNULL,
     ) -> subprocess.Popen[bytes]:
         if run_as is None:
             return subprocess.Popen(
                 argv,
                 env=dict(env),
                 cwd=cwd,
-                stdin=stdin,
+                stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
@@ -218,7 +239,7 @@ class SubprocessLauncher:
                 ],
                 env=_ROOT_STEP_ENV,
                 cwd="/",
-                stdin=stdin,
+                stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,

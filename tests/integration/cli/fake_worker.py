@@ -304,6 +304,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
                 task = self.tasks.get(request.job_id)
         if task is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no task of job {request.job_id} here")
+            return
         streams = (
             (common_pb2.LOG_STREAM_STDOUT, task.log),
             (common_pb2.LOG_STREAM_STDERR, task.err),
