@@ -87,9 +87,9 @@ def test_every_attempt_is_relayed_in_order_and_one_on_request(cluster: Cluster) 
     assert second > first
     worker.lease_logs[(job.id, second)] = b"attempt two\n"
 
-    def read(**request: object) -> list[tuple[int, int, bytes]]:
-        stream = api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id, **request))
-        return [(c.attempt, c.lease, c.data) for c in stream]
+    def read(follow: bool = False, attempt: int | None = None) -> list[tuple[int, int, bytes]]:
+        request = hadar_pb2.StreamLogsRequest(job_id=job.id, follow=follow, attempt=attempt)
+        return [(c.attempt, c.lease, c.data) for c in api.StreamLogs(request)]
 
     assert read() == [
         (1, first, b""),
