@@ -400,6 +400,10 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         info.add_row(
             "paths", f"workdir {spec.workdir or '-'}; checkpoints {spec.checkpoint_dir or '-'}"
         )
+    if spec.output or spec.error:
+        info.add_row(
+            "output", f"stdout {spec.output or '-'}; stderr {spec.error or spec.output or '-'}"
+        )
     if spec.env:
         info.add_row("env", " ".join(f"{k}={v}" for k, v in spec.env.items()))
     info.add_row(
