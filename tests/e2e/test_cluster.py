@@ -9,6 +9,7 @@ import re
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -291,3 +292,37 @@ def test_a_shareable_pair_runs_colocated_with_accumulation_and_both_complete(
         job = cluster.wait_state(job_id, DONE, timeout=400)
         assert job.state == JobState.COMPLETED, job.reason
         assert job.iterations_done == job.spec.iterations
+
+
+def test_a_cancelled_commands_output_is_in_hctl_logs_and_its_output_files(
+    start_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """A command that printed and was then cancelled: `hctl logs` shows what it printed
+    (standard output on stdout, standard error on stderr), and the --output and --error
+    files in its workdir (%j expanded) hold the same."""
+    cluster = start_cluster("v100:1")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    code = (
+        "import sys, time; print('to stdout'); print('to stderr', file=sys.stderr); time.sleep(600)"
+    )
+    spec = JobSpec(
+        name="printer",
+        program=Program.command(["python3", "-c", code]),
+        iterations=1,
+        workdir=str(workdir),
+        output="printer-%j.out",
+        error="printer-%j.err",
+    )
+    job_id = cluster.submit_spec(spec)
+    out, err = workdir / f"printer-{job_id}.out", workdir / f"printer-{job_id}.err"
+    wait_for(
+        lambda: out.exists() and out.read_text() == "to stdout\n", 120, "the job's output file"
+    )
+    result = cluster.hctl("cancel", str(job_id))
+    assert result.returncode == 0, result.stderr
+    cluster.wait_state(job_id, {JobState.CANCELLED}, timeout=60)
+    logs = cluster.hctl("logs", str(job_id))
+    assert (logs.returncode, logs.stdout) == (0, "to stdout\n"), logs.stderr
+    assert logs.stderr == "to stderr\n"
+    assert err.read_text() == "to stderr\n"
