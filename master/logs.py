@@ -164,7 +164,11 @@ class LogRelay:
             except grpc.RpcError as exc:
                 code = exc.code()
                 where = f"attempt {attempt.number} of job {job_id} on {task.node}"
-                if code == grpc.StatusCode.NOT_FOUND:
+                if code == grpc.StatusCode.NOT_FOUND and task.active:
+                    # Not started there yet (or waiting for its previous lease to stop):
+                    # nothing to show, which is no error.
+                    pass
+                elif code == grpc.StatusCode.NOT_FOUND:
                     chunks.put(LogsNotFoundError(f"no output of {where}: {exc.details()}"))
                 elif code != grpc.StatusCode.CANCELLED:
                     chunks.put(UnavailableError(f"logs of {where}: {exc.details()}"))

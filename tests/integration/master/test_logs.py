@@ -34,14 +34,15 @@ def test_a_just_finished_jobs_logs_come_from_every_one_of_its_tasks(cluster: Clu
 def test_stream_logs_answers_not_found_when_the_worker_has_no_such_task(
     cluster: Cluster,
 ) -> None:
-    """A worker that has no task of the job (its logs are gone) answers NOT_FOUND, and so
-    does the relay: the master and the worker are both reachable."""
+    """A worker that no longer has an ended task of the job (its logs are gone) answers
+    NOT_FOUND, and so does the relay: the master and the worker are both reachable."""
     master = cluster.master()
     worker = cluster.worker(master, "n1")
     api = cluster.api(master)
     job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
     master.run_round()
     wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    worker.exit(job.id, common_pb2.EXIT_KIND_COMPLETED)
     failure = error_of(lambda: list(api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id))))
     assert failure.code == grpc.StatusCode.NOT_FOUND
     assert "n1" in failure.details and "attempt 1" in failure.details
@@ -102,3 +103,18 @@ def test_every_attempt_is_relayed_in_order_and_one_on_request(cluster: Cluster) 
     missing = error_of(lambda: read(attempt=3))
     assert missing.code == grpc.StatusCode.NOT_FOUND
     assert "has no attempt 3 (it has had 2)" in missing.details
+
+
+def test_a_running_task_its_worker_has_no_logs_of_yet_shows_no_output_not_an_error(
+    cluster: Cluster,
+) -> None:
+    """A task still placed whose worker has no logs of it yet (it waits for its previous
+    lease to stop there) has no output so far: the attempt is announced, nothing fails."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    chunks = list(api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id)))
+    assert [(c.attempt, c.data) for c in chunks] == [(1, b"")]
