@@ -86,7 +86,9 @@ class LogRelay:
         active: Callable[[], bool],
     ) -> Iterator[common_pb2.LogChunk]:
         """Every attempt's output in order (or only `attempt`; only the current one when
-        following), each opened by a chunk with no data that names it."""
+        following), each opened by a chunk with no data that names it. A task whose output
+        cannot be read (its worker is down, or no longer has it) does not hold back the
+        others: the first such failure is raised once everything readable has been sent."""
         if attempt is not None and attempt < 1:
             raise InvalidArgumentError("attempt", "attempts count from 1")
 
@@ -112,6 +114,7 @@ class LogRelay:
             and not any(_holds_rank(t, rank) for a in chosen for t in a.tasks)
         ):
             raise LogsNotFoundError(f"job {job_id} has no rank {rank}")
+        failures: list[Exception] = []
         for current in chosen:
             yield common_pb2.LogChunk(
                 job_id=job_id,
@@ -125,10 +128,20 @@ class LogRelay:
             tasks = [t for t in current.tasks if rank is None or _holds_rank(t, rank)]
             last = current is attempts[-1]
             for chunk in self._relay(
-                job_id, current, tasks, addresses, follow and last, rank, tail_lines, active
+                job_id,
+                current,
+                tasks,
+                addresses,
+                follow and last,
+                rank,
+                tail_lines,
+                active,
+                failures,
             ):
                 chunk.attempt = current.number
                 yield chunk
+        if failures:
+            raise failures[0]
 
     def _relay(
         self,
@@ -140,9 +153,11 @@ class LogRelay:
         rank: int | None,
         tail_lines: int,
         active: Callable[[], bool],
+        failures: list[Exception],
     ) -> Iterator[common_pb2.LogChunk]:
-        """The output of the attempt's tasks, from all their workers at once."""
-        chunks: queue.Queue[common_pb2.LogChunk | BaseException | None] = queue.Queue(maxsize=256)
+        """The output of the attempt's tasks, from all their workers at once; why a task's
+        output could not be read is added to `failures`."""
+        chunks: queue.Queue[common_pb2.LogChunk | Exception | None] = queue.Queue(maxsize=256)
         calls: list[Any] = []
         lock = threading.Lock()
 
@@ -173,7 +188,8 @@ class LogRelay:
                 elif code != grpc.StatusCode.CANCELLED:
                     chunks.put(UnavailableError(f"logs of {where}: {exc.details()}"))
             except WorkerUnreachableError as exc:
-                chunks.put(UnavailableError(str(exc)))
+                where = f"attempt {attempt.number} of job {job_id} on {task.node}"
+                chunks.put(UnavailableError(f"logs of {where}: {exc}"))
             finally:
                 chunks.put(None)
 
@@ -189,8 +205,8 @@ class LogRelay:
                     continue
                 if item is None:
                     remaining -= 1
-                elif isinstance(item, BaseException):
-                    raise item
+                elif isinstance(item, Exception):
+                    failures.append(item)
                 else:
                     yield item
         finally:

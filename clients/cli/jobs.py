@@ -25,7 +25,7 @@ from clients.cli.jobfile import (
     normalize,
     parse_env_assignments,
 )
-from clients.errors import DeadlineExceeded, NotFound, PermissionDenied
+from clients.errors import DeadlineExceeded, NotFound, PermissionDenied, Unavailable
 from clients.types import (
     ACTIVE_JOB_STATES,
     Job,
@@ -676,6 +676,16 @@ def _run_logs(args: argparse.Namespace, ctx: Context) -> int:
     except NotFound as exc:
         printer.flush()
         raise CliError(f"no such output: {exc.details}", ExitCode.NOT_FOUND) from None
+    except Unavailable as exc:
+        printer.flush()
+        if not printer.attempts:
+            raise
+        # The master answered (it opened an attempt): a worker is what cannot be reached.
+        raise CliError(
+            f"cannot read all of job {args.job}'s output: {exc.details}",
+            ExitCode.UNAVAILABLE,
+            "its worker may be down; `hctl nodes` shows the nodes' state",
+        ) from None
     printer.flush()
     if printer.received:
         return ExitCode.OK

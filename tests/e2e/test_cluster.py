@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from clients.localcluster import WorkerGroup, free_port, pid_alive
-from clients.types import JobSpec, JobState, Program
+from clients.errors import Unavailable
+from clients.types import JobSpec, JobState, LogChunk, Program
 from tests.e2e.conftest import Cluster, TwiceWatcher, wait_for
 from tests.e2e.relay import Relay
 from worker.runtime.checkpoint import CheckpointStore, job_directory
@@ -81,10 +82,14 @@ def test_a_killed_workers_job_resumes_elsewhere_from_its_checkpoint(
 
     # The output of the job's last placement (the master's iteration count only ever grows,
     # so it cannot tell a resume from a restart at 0): the runtime names the checkpoint it
-    # resumed from, and says nothing when it starts from scratch.
-    chunks = list(cluster.client.stream_logs(job_id))
+    # resumed from, and says nothing when it starts from scratch. The first attempt's output
+    # is on the crashed worker: the stream says so at its end, after the rest.
+    chunks: list[LogChunk] = []
+    with pytest.raises(Unavailable, match=f"attempt 1 of job {job_id} on {victim}"):
+        for chunk in cluster.client.stream_logs(job_id):
+            chunks.append(chunk)
     output = b"".join(chunk.data for chunk in chunks).decode(errors="replace")
-    nodes = {chunk.node for chunk in chunks}
+    nodes = {chunk.node for chunk in chunks if chunk.data}
     assert nodes and victim not in nodes, (nodes, output)
     resumed = [int(n) for n in re.findall(r"resumed from \S*ckpt-(\d+)\.pt", output)]
     assert resumed == [last_checkpoint], output

@@ -163,7 +163,8 @@ class HadarServicer:
         no data that names the attempt (and why it never started, when it did not). Nothing
         for a job never placed. UNAVAILABLE when a worker cannot be reached; NOT_FOUND when a
         worker no longer has a task's output (past its retention) or the rank or attempt does
-        not exist.
+        not exist. A task whose output cannot be read does not hold back the others: its error
+        ends the stream once everything readable has been sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

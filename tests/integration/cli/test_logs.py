@@ -107,3 +107,22 @@ def test_submit_output_and_error_files_are_part_of_the_spec(hctl: Hctl) -> None:
     refused = hctl("submit", "--workload", "resnet", "--iterations", "1", "--output", "x-%A.out")
     assert refused.code == ExitCode.INVALID_ARGUMENT
     assert "spec.output: unknown replacement %A" in refused.err
+
+
+def test_logs_blame_the_worker_not_the_master_when_a_worker_is_down(
+    hctl: Hctl, cluster: Cluster
+) -> None:
+    """The master answers but the job's worker does not: logs names the worker and the
+    attempt it could not read, not "cannot reach the master"."""
+    job = submit(hctl, "--workload", "resnet", "--iterations", "10")
+    cluster.round()
+    worker = cluster.worker_running(job)
+    worker.write_log(job, "epoch 1\n")
+    worker.close()
+    result = hctl("logs", str(job))
+    assert result.code == ExitCode.UNAVAILABLE
+    assert f"cannot read all of job {job}'s output: logs of attempt 1 of job {job} on " in (
+        result.err
+    )
+    assert worker.node in result.err
+    assert "cannot reach the master" not in result.err

@@ -118,3 +118,37 @@ def test_a_running_task_its_worker_has_no_logs_of_yet_shows_no_output_not_an_err
     wait_for(lambda: job.id in worker.running_jobs(), what="START")
     chunks = list(api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id)))
     assert [(c.attempt, c.data) for c in chunks] == [(1, b"")]
+
+
+def test_an_unreachable_workers_attempt_does_not_hold_back_the_others(cluster: Cluster) -> None:
+    """The node of an earlier attempt is down: the later attempt's output is still relayed,
+    and the stream then ends UNAVAILABLE naming the node and the attempt it could not read."""
+    master = cluster.master()
+    workers = {w.name: w for w in (cluster.worker(master, "n1"), cluster.worker(master, "n2"))}
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    master.run_round()
+    first = wait_for(
+        lambda: next((w for w in workers.values() if job.id in w.running_jobs()), None),
+        what="START",
+    )
+    (other,) = [w for w in workers.values() if w is not first]
+    first.lease_logs[(job.id, first.applied[-1].lease)] = b"attempt one\n"
+    api.DrainNode(hadar_pb2.DrainNodeRequest(node=first.name))
+    first.exit(job.id, common_pb2.EXIT_KIND_FAILED, exit_code=1)
+    master.run_round()
+    wait_for(lambda: job.id in other.running_jobs(), what="the START elsewhere")
+    other.lease_logs[(job.id, other.applied[-1].lease)] = b"attempt two\n"
+    first.close()
+    received: list[common_pb2.LogChunk] = []
+
+    def read() -> None:
+        for chunk in api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id)):
+            received.append(chunk)
+
+    failure = error_of(read)
+    assert failure.code == grpc.StatusCode.UNAVAILABLE
+    assert f"attempt 1 of job {job.id} on {first.name}" in failure.details
+    assert [(c.attempt, c.node, c.data) for c in received if c.data] == [
+        (2, other.name, b"attempt two\n")
+    ]
