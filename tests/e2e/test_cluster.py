@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from clients.localcluster import WorkerGroup, free_port, pid_alive
 from clients.errors import Unavailable
+from clients.localcluster import WorkerGroup, free_port, pid_alive
 from clients.types import JobSpec, JobState, LogChunk, Program
 from tests.e2e.conftest import Cluster, TwiceWatcher, wait_for
 from tests.e2e.relay import Relay
