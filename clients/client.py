@@ -198,13 +198,18 @@ class HadarClient:
         follow: bool = False,
         tail_lines: int = 0,
         rank: int | None = None,
+        attempt: int | None = None,
         timeout: float | None = None,
     ) -> Iterator[LogChunk]:
-        """A job's output in chunks. Without ``follow`` the stream ends at the current end of
-        the logs and has the client's deadline; with ``follow`` it has none unless given."""
+        """A job's output in chunks: every attempt in order (only ``attempt``, counted from
+        1, when given; only the current one when following), each opened by a chunk without
+        data that names it. Without ``follow`` the stream ends at the current end of the
+        logs and has the client's deadline; with ``follow`` it has none unless given."""
         request = hadar_pb2.StreamLogsRequest(job_id=job_id, follow=follow, tail_lines=tail_lines)
         if rank is not None:
             request.rank = rank
+        if attempt is not None:
+            request.attempt = attempt
         limit = timeout if (timeout is not None or follow) else self.timeout
         # Resuming a broken log stream would repeat output, so only the opening is retried.
         return self._stream(self._stub.StreamLogs, request, None, limit, convert.log_chunk)

@@ -19,6 +19,7 @@ from clients.types import (
     JobSpec,
     JobState,
     LogChunk,
+    LogStream,
     Node,
     NodeState,
     Program,
@@ -89,6 +90,8 @@ def spec_to_proto(spec: JobSpec) -> common_pb2.JobSpec:
         checkpoint_dir=spec.checkpoint_dir,
         job_type=spec.job_type,
         gpu_memory_bytes=spec.gpu_memory_bytes,
+        output=spec.output,
+        error=spec.error,
     )
     if spec.preemptible is not None:
         message.preemptible = spec.preemptible
@@ -128,6 +131,8 @@ def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:
         job_type=message.job_type,
         gpu_memory_bytes=message.gpu_memory_bytes,
         max_retries=message.max_retries if message.HasField("max_retries") else None,
+        output=message.output,
+        error=message.error,
     )
 
 
@@ -281,4 +286,11 @@ def log_chunk(message: common_pb2.LogChunk) -> LogChunk:
         node=message.node,
         data=message.data,
         offset=message.offset,
+        attempt=message.attempt,
+        lease=message.lease,
+        stream=LogStream.STDERR
+        if message.stream == common_pb2.LOG_STREAM_STDERR
+        else LogStream.STDOUT,
+        start_failure=message.start_failure,
+        attempts=message.attempts,
     )

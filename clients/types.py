@@ -138,6 +138,9 @@ class JobSpec:
     # Failed attempts retried before the job is FAILED (0: never, at most 10); None: the
     # master's default (none for opaque commands, the cluster's max_retries otherwise).
     max_retries: int | None = None
+    # sbatch's --output and --error: files in the workdir the output is also appended to.
+    output: str = ""
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +340,11 @@ class CreatedToken:
     info: TokenInfo
 
 
+class LogStream(StrEnum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
 @dataclass(frozen=True, slots=True)
 class LogChunk:
     job_id: int
@@ -345,3 +353,11 @@ class LogChunk:
     node: str
     data: bytes
     offset: int
+    # The placement that wrote it: attempts count from 1; lease is its fencing token.
+    attempt: int = 0
+    lease: int = 0
+    stream: LogStream = LogStream.STDOUT
+    # On an attempt's opening chunk (no data): why the attempt never started, if it did not.
+    start_failure: str = ""
+    # On an attempt's opening chunk: how many attempts the job has had.
+    attempts: int = 0

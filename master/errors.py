@@ -33,6 +33,11 @@ class FailedPreconditionError(MasterError):
     """The request is valid but the system is not in a state that allows it."""
 
 
+class LogsNotFoundError(MasterError):
+    """A job's output that was asked for does not exist: an attempt or rank the job has not
+    had, or a task's logs its worker no longer keeps."""
+
+
 class UnavailableError(MasterError):
     """The master is shutting down, or a worker it must reach does not answer."""
 

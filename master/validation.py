@@ -29,6 +29,9 @@ ENV_MAX_ITEMS = 1024
 ENV_MAX_BYTES = 64 * 1024
 PATH_MAX_BYTES = 4096
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The replacements a worker makes in an output file name (worker/agent/tasklogs.py).
+OUTPUT_PATTERN = re.compile(r"%(.?)", re.DOTALL)
+OUTPUT_REPLACEMENTS = frozenset("jux%")
 IDEMPOTENCY_KEY_MAX = 255
 # A job that failed this often will not pass on the next try; each retry holds GPUs others
 # wait for.
@@ -168,6 +171,13 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
             raise InvalidArgumentError(
                 "spec.max_retries", f"must be at most {MAX_RETRIES_LIMIT} (0 never retries)"
             )
+    for attr in ("output", "error"):
+        value: str = getattr(spec, attr)
+        if "\0" in value:
+            raise InvalidArgumentError(f"spec.{attr}", "must not contain NUL characters")
+        if len(value.encode()) > PATH_MAX_BYTES:
+            raise InvalidArgumentError(f"spec.{attr}", f"must be at most {PATH_MAX_BYTES} bytes")
+        _check_output_pattern(value, f"spec.{attr}")
 
     batch_size = spec.batch_size
     job_type = spec.job_type.strip()
@@ -202,6 +212,8 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         job_type=job_type,
         gpu_memory_bytes=spec.gpu_memory_bytes,
         max_retries=max_retries,
+        output=spec.output,
+        error=spec.error,
     )
 
 
@@ -247,6 +259,20 @@ def _directory(field_path: str, value: str) -> str:
     if ".." in path.parts:
         raise InvalidArgumentError(field_path, f"must not contain '..' components, got {value!r}")
     return "/" + "/".join(path.parts[1:])
+
+
+def _check_output_pattern(pattern: str, field_path: str) -> None:
+    """An sbatch-style file name: only the replacements the worker makes (%j, %u, %x, %%),
+    and a name, not a directory."""
+    for match in OUTPUT_PATTERN.finditer(pattern):
+        if match.group(1) not in OUTPUT_REPLACEMENTS:
+            raise InvalidArgumentError(
+                field_path,
+                f"unknown replacement %{match.group(1)} (allowed: %j job id, %u user, "
+                "%x job name, %% a percent sign)",
+            )
+    if pattern and (pattern.endswith("/") or PurePath(pattern).name in ("", ".", "..")):
+        raise InvalidArgumentError(field_path, "must name a file, not a directory")
 
 
 def _check_size(

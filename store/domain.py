@@ -33,6 +33,9 @@ class JobSpec:
     # Failed attempts to retry before the job is FAILED; None means the default (see
     # master.lifecycle.retry_limit).
     max_retries: int | None = None
+    # sbatch-style --output and --error file patterns (see common.proto JobSpec).
+    output: str = ""
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)

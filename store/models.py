@@ -148,6 +148,8 @@ class JobRow(Base):
     gpu_memory_bytes: Mapped[int] = mapped_column(default=0)
     # NULL means the default retry limit.
     max_retries: Mapped[int | None] = mapped_column(Integer, default=None)
+    output: Mapped[str] = mapped_column(Text, default="")
+    error: Mapped[str] = mapped_column(Text, default="")
     # Life.
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")

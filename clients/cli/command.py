@@ -46,6 +46,8 @@ class ExitCode(IntEnum):
     INVALID_ARGUMENT = 6
     CONFLICT = 7
     RESOURCE_EXHAUSTED = 8
+    # hctl logs: the job has no output because it did not start.
+    NOT_STARTED = 9
     # hctl wait: the job's final state, or the wait timing out.
     JOB_FAILED = 100
     JOB_CANCELLED = 103

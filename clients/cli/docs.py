@@ -35,6 +35,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
         "a limit refused the request: too many of your jobs waiting, submitting too fast, "
         "or a request message over the size cap"
     ),
+    ExitCode.NOT_STARTED: "`logs`: the job has no output because it did not start",
     ExitCode.JOB_FAILED: "`wait`: the job failed",
     ExitCode.JOB_CANCELLED: "`wait`: the job was cancelled",
     ExitCode.TIMEOUT: "`wait`: the job had not ended when --timeout ran out",

@@ -16,6 +16,8 @@ The file's keys (all optional except the amount of work and what to run)::
     gpu_memory = "12GiB"             # memory each GPU must have; smaller GPUs are never used
     retries = 2                      # failed attempts retried, 0 to 10; absent: none for
                                      # commands, the cluster's max_retries otherwise
+    output = "train-%j.out"          # also append standard output here (%j: the job id)
+    error = "train-%j.err"           # and standard error here (absent: to `output`)
 
     # exactly one of:
     workload = "resnet"              # a built-in workload (see `hctl workloads`)
@@ -56,6 +58,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "job_type": (str,),
     "gpu_memory": (str, int),
     "retries": (int,),
+    "output": (str,),
+    "error": (str,),
     "env": (dict,),
     "workload": (str,),
     "script": (list, str),
@@ -214,6 +218,8 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
         job_type=values.get("job_type", ""),
         gpu_memory_bytes=values.get("gpu_memory", 0),
         max_retries=retries,
+        output=values.get("output", ""),
+        error=values.get("error", ""),
     )
 
 

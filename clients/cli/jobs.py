@@ -26,13 +26,15 @@ from clients.cli.jobfile import (
     normalize,
     parse_env_assignments,
 )
-from clients.errors import DeadlineExceeded, NotFound, PermissionDenied
+from clients.errors import DeadlineExceeded, NotFound, PermissionDenied, Unavailable
 from clients.types import (
     ACTIVE_JOB_STATES,
     Job,
     JobDescription,
     JobEvent,
     JobState,
+    LogChunk,
+    LogStream,
 )
 
 STATE_STYLES: dict[JobState, str] = {
@@ -189,6 +191,19 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="memory each of its GPUs must have, e.g. 12GiB (smaller GPUs are never used)",
     )
+    spec.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="also append standard output to this file, as sbatch does (%%j: job id, "
+        "%%u: user, %%x: job name; relative to the workdir); `hctl logs` still has it",
+    )
+    spec.add_argument(
+        "-e",
+        "--error",
+        metavar="PATH",
+        help="also append standard error to this file (default: to --output's file)",
+    )
     out = parser.add_argument_group("output")
     mode = out.add_mutually_exclusive_group()
     mode.add_argument("--parsable", action="store_true", help="print only the job id")
@@ -210,6 +225,8 @@ def spec_values_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         "job_type": args.job_type,
         "gpu_memory": args.gpu_memory,
         "retries": args.retries,
+        "output": args.output,
+        "error": args.error,
         "workload": args.workload,
     }
     values = {key: value for key, value in flags.items() if value is not None}
@@ -419,6 +436,10 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         info.add_row(
             "paths", f"workdir {spec.workdir or '-'}; checkpoints {spec.checkpoint_dir or '-'}"
         )
+    if spec.output or spec.error:
+        info.add_row(
+            "output", f"stdout {spec.output or '-'}; stderr {spec.error or spec.output or '-'}"
+        )
     if spec.env:
         info.add_row("env", " ".join(f"{k}={v}" for k, v in spec.env.items()))
     info.add_row(
@@ -590,50 +611,144 @@ def _confirm(ctx: Context, user: str, jobs: Sequence[Job]) -> None:
 
 def _configure_logs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", type=job_id, metavar="JOB", help="job id")
-    parser.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
+    parser.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new output (current attempt)"
+    )
     parser.add_argument("--tail", type=int, default=0, metavar="N", help="last N lines per task")
     parser.add_argument("--rank", type=int, metavar="R", help="only this global rank")
+    parser.add_argument(
+        "--attempt",
+        type=positive_int,
+        metavar="N",
+        help="only attempt N (1: the first placement); default: every attempt, in order",
+    )
     parser.add_argument(
         "--label", action="store_true", help="prefix each line with its node and rank"
     )
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+class _LogPrinter:
+    """Writes a job's output as it arrives: standard output to stdout, standard error to
+    stderr, a header before each attempt when the job has had several, and, with labels,
+    each line prefixed with where it came from."""
+
+    def __init__(self, job: int, label: bool, headers: bool) -> None:
+        self._job = job
+        self._label = label
+        self._headers = headers
+        self._pending: dict[tuple[int, str, int, LogStream], bytes] = {}
+        self.attempts: list[LogChunk] = []
+        self.received = False
+
+    @staticmethod
+    def _write(stream: LogStream, data: bytes) -> None:
+        target = sys.stderr if stream is LogStream.STDERR else sys.stdout
+        binary = getattr(target, "buffer", None)
+        if binary is not None:
+            target.flush()
+            binary.write(data)
+            binary.flush()
+        else:
+            target.write(data.decode(errors="replace"))
+            target.flush()
+
+    def chunk(self, chunk: LogChunk) -> None:
+        if not chunk.data:
+            self._opening(chunk)
+            return
+        self.received = True
+        if not self._label:
+            self._write(chunk.stream, chunk.data)
+            return
+        key = (chunk.attempt, chunk.node, chunk.rank, chunk.stream)
+        *lines, rest = (self._pending.pop(key, b"") + chunk.data).split(b"\n")
+        self._pending[key] = rest
+        prefix = self._prefix(chunk.node, chunk.rank, chunk.stream)
+        self._write(chunk.stream, b"".join(prefix + line + b"\n" for line in lines))
+
+    def _opening(self, chunk: LogChunk) -> None:
+        if not chunk.attempt:
+            return
+        self.flush()
+        self.attempts.append(chunk)
+        if self._headers and chunk.attempts > 1:
+            what = f"attempt {chunk.attempt} of {chunk.attempts} (lease {chunk.lease})"
+            if chunk.start_failure:
+                what += f": did not start: {chunk.start_failure}"
+            self._write(LogStream.STDOUT, f"==> job {self._job} {what} <==\n".encode())
+
+    @staticmethod
+    def _prefix(node: str, rank: int, stream: LogStream) -> bytes:
+        where = f"{node} rank {rank}" + (" stderr" if stream is LogStream.STDERR else "")
+        return f"[{where}] ".encode()
+
+    def flush(self) -> None:
+        for (_, node, rank, stream), rest in self._pending.items():
+            if rest:
+                self._write(stream, self._prefix(node, rank, stream) + rest + b"\n")
+        self._pending.clear()
+
+
 def _run_logs(args: argparse.Namespace, ctx: Context) -> int:
     if args.tail < 0:
         raise CliError("--tail must not be negative", ExitCode.USAGE)
-    out = getattr(sys.stdout, "buffer", None)
-    pending: dict[tuple[str, int], bytes] = {}
-
-    def write(data: bytes) -> None:
-        if out is not None:
-            out.write(data)
-            out.flush()
-        else:
-            sys.stdout.write(data.decode(errors="replace"))
-            sys.stdout.flush()
-
-    received = False
+    printer = _LogPrinter(args.job, args.label, headers=args.attempt is None)
+    client = ctx.client()
     try:
         with about_job(args.job, "read the logs of"):
-            for chunk in ctx.client().stream_logs(
-                args.job, follow=args.follow, tail_lines=args.tail, rank=args.rank
-            ):
-                received = received or bool(chunk.data)
-                if not args.label:
-                    write(chunk.data)
-                    continue
-                key = (chunk.node, chunk.rank)
-                *lines, rest = (pending.pop(key, b"") + chunk.data).split(b"\n")
-                pending[key] = rest
-                prefix = f"[{chunk.node} rank {chunk.rank}] ".encode()
-                write(b"".join(prefix + line + b"\n" for line in lines))
+            # Asked first, so that NOT_FOUND from the stream is about the output only.
+            client.get_job(args.job)
+        for chunk in client.stream_logs(
+            args.job,
+            follow=args.follow,
+            tail_lines=args.tail,
+            rank=args.rank,
+            attempt=args.attempt,
+        ):
+            printer.chunk(chunk)
     except KeyboardInterrupt:
         return ExitCode.OK
-    for (node, rank), rest in pending.items():
-        if rest:
-            write(f"[{node} rank {rank}] ".encode() + rest + b"\n")
-    if not received:
+    except NotFound as exc:
+        printer.flush()
+        raise CliError(f"no such output: {exc.details}", ExitCode.NOT_FOUND) from None
+    except Unavailable as exc:
+        printer.flush()
+        if not printer.attempts:
+            raise
+        # The master answered (it opened an attempt): a worker is what cannot be reached.
+        raise CliError(
+            f"cannot read all of job {args.job}'s output: {exc.details}",
+            ExitCode.UNAVAILABLE,
+            "its worker may be down; `hctl nodes` shows the nodes' state",
+        ) from None
+    printer.flush()
+    if printer.received:
+        return ExitCode.OK
+    attempts = printer.attempts
+    if not attempts:
         ctx.note(f"no output from job {args.job} (a job that has not run yet has none)")
+        return ExitCode.OK
+    failures = [a for a in attempts if a.start_failure]
+    if len(failures) == len(attempts):
+        last = failures[-1]
+        which = f"attempt {last.attempt}" if len(attempts) > 1 or args.attempt else "it"
+        raise CliError(
+            f"job {args.job} has no output: {which} did not start: {last.start_failure}",
+            ExitCode.NOT_STARTED,
+            f"see `hctl show {args.job}` for its history",
+        )
+    which = "" if len(attempts) == 1 else f" in {len(attempts)} attempts"
+    ctx.note(f"job {args.job} printed no output{which}")
     return ExitCode.OK
 
 
@@ -750,8 +865,14 @@ COMMANDS = [
         "Print a job's output",
         _configure_logs,
         _run_logs,
-        description="Print the output of a job's processes, relayed from its workers.",
-        epilog="examples:\n  hctl logs 42 --tail 50\n  hctl logs 42 -f --label",
+        description="Print the output of a job's processes, relayed from its workers: "
+        "standard output on stdout, standard error on stderr. Every attempt (each placement: "
+        "after a preemption, migration, resize or retry the job runs again) is kept until "
+        "the workers' log retention has passed, and printed in order under a header when "
+        "there are several. Exit code 9: the job has no output because it did not start "
+        "(the reason is printed).",
+        epilog="examples:\n  hctl logs 42 --tail 50\n  hctl logs 42 -f --label\n"
+        "  hctl logs 42 --attempt 1 2>/dev/null",
     ),
     Command(
         "wait",

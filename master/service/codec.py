@@ -64,6 +64,8 @@ def spec_to_pb(spec: domain.JobSpec) -> common_pb2.JobSpec:
         checkpoint_dir=spec.checkpoint_dir,
         job_type=spec.job_type,
         gpu_memory_bytes=spec.gpu_memory_bytes,
+        output=spec.output,
+        error=spec.error,
     )
     if spec.max_retries is not None:
         out.max_retries = spec.max_retries

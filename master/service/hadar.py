@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import functools
-import queue
-import threading
 from collections.abc import Iterator
-from typing import Any
 
 import grpc
 import structlog
 
 from master import fields
 from master.components import Components
-from master.errors import InvalidArgumentError, PermissionDeniedError, UnavailableError
+from master.errors import InvalidArgumentError, PermissionDeniedError
 from master.jobs import Caller
 from master.lifecycle import retry_limit
+from master.logs import LogRelay
 from master.metrics import MasterMetrics
 from master.service.access import current_caller
 from master.service.codec import (
@@ -30,9 +28,8 @@ from master.service.codec import (
 )
 from master.service.status import streaming, unary
 from master.snapshot import with_measurements
-from master.workers import WorkerUnreachableError
 from master.workloads import workload_info
-from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc, worker_pb2
+from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc
 from store import UnitOfWork
 from store.domain import Job, Task
 from store.states import GpuHealth, JobState, NodeState
@@ -201,70 +198,14 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def StreamLogs(
         self, request: hadar_pb2.StreamLogsRequest, context: grpc.ServicerContext
     ) -> Iterator[common_pb2.LogChunk]:
-
-        job_id = fields.job_id(request.job_id)
-
-        def read(uow: UnitOfWork) -> tuple[Job, list[Task], dict[str, str]]:
-            job = uow.jobs.get(job_id)
-            tasks = uow.tasks.active_for_job(job.id)
-            if not tasks:
-                # Finished or waiting: its last placement's logs are still on its workers.
-                history = uow.tasks.for_job(job.id)
-                if history:
-                    lease = max(t.lease for t in history)
-                    tasks = [t for t in history if t.lease == lease]
-            return job, tasks, {n.name: n.address for n in uow.nodes.all()}
-
-        job, tasks, addresses = self.parts.tx.read(read)
-        if not tasks:
-            return
-        chunks: queue.Queue[common_pb2.LogChunk | BaseException | None] = queue.Queue(maxsize=256)
-        calls: list[Any] = []
-        lock = threading.Lock()
-
-        def pump(task: Task) -> None:
-            address = addresses.get(task.node)
-            try:
-                if address is None:
-                    raise WorkerUnreachableError(task.node, "node unknown")
-                sub = worker_pb2.StreamTaskLogsRequest(
-                    job_id=job.id, follow=request.follow, tail_lines=request.tail_lines
-                )
-                if request.HasField("rank"):
-                    sub.rank = request.rank
-                call = self.parts.workers.stream_logs(address, sub)
-                with lock:
-                    calls.append(call)
-                for chunk in call:
-                    chunks.put(chunk)
-            except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.CANCELLED:
-                    chunks.put(UnavailableError(f"logs from {task.node}: {exc.details()}"))
-            except WorkerUnreachableError as exc:
-                chunks.put(UnavailableError(str(exc)))
-            finally:
-                chunks.put(None)
-
-        threads = [threading.Thread(target=pump, args=(t,), daemon=True) for t in tasks]
-        for thread in threads:
-            thread.start()
-        remaining = len(threads)
-        try:
-            while remaining and context.is_active():
-                try:
-                    item = chunks.get(timeout=WATCH_POLL_S)
-                except queue.Empty:
-                    continue
-                if item is None:
-                    remaining -= 1
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    yield item
-        finally:
-            with lock:
-                for call in calls:
-                    call.cancel()
+        yield from LogRelay(self.parts.tx, self.parts.workers).stream(
+            fields.job_id(request.job_id),
+            follow=request.follow,
+            tail_lines=request.tail_lines,
+            rank=request.rank if request.HasField("rank") else None,
+            attempt=request.attempt if request.HasField("attempt") else None,
+            active=context.is_active,
+        )
 
     # -- nodes and the cluster -------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import structlog
 from master.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
+    LogsNotFoundError,
     PermissionDeniedError,
     ResourceExhaustedError,
     UnauthenticatedError,
@@ -33,6 +34,7 @@ RETRY_AFTER_METADATA_KEY = "x-hadar-retry-after-s"
 STATUS_BY_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (LogsNotFoundError, grpc.StatusCode.NOT_FOUND),
     (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),

@@ -45,6 +45,8 @@ def job_spec(row: JobRow) -> JobSpec:
         job_type=row.job_type,
         gpu_memory_bytes=row.gpu_memory_bytes,
         max_retries=row.max_retries,
+        output=row.output,
+        error=row.error,
     )
 
 
@@ -66,6 +68,8 @@ def fill_spec(row: JobRow, spec: JobSpec) -> None:
     row.job_type = spec.job_type
     row.gpu_memory_bytes = spec.gpu_memory_bytes
     row.max_retries = spec.max_retries
+    row.output = spec.output
+    row.error = spec.error
 
 
 def job(row: JobRow) -> Job:

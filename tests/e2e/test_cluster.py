@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from clients.errors import Unavailable
 from clients.localcluster import WorkerGroup, free_port, pid_alive
-from clients.types import JobSpec, JobState, Program
+from clients.types import JobSpec, JobState, LogChunk, Program
 from tests.e2e.conftest import Cluster, TwiceWatcher, wait_for
 from tests.e2e.relay import Relay
 from worker.runtime.checkpoint import CheckpointStore, job_directory
@@ -81,10 +82,14 @@ def test_a_killed_workers_job_resumes_elsewhere_from_its_checkpoint(
 
     # The output of the job's last placement (the master's iteration count only ever grows,
     # so it cannot tell a resume from a restart at 0): the runtime names the checkpoint it
-    # resumed from, and says nothing when it starts from scratch.
-    chunks = list(cluster.client.stream_logs(job_id))
+    # resumed from, and says nothing when it starts from scratch. The first attempt's output
+    # is on the crashed worker: the stream says so at its end, after the rest.
+    chunks: list[LogChunk] = []
+    with pytest.raises(Unavailable, match=f"attempt 1 of job {job_id} on {victim}"):
+        for chunk in cluster.client.stream_logs(job_id):
+            chunks.append(chunk)
     output = b"".join(chunk.data for chunk in chunks).decode(errors="replace")
-    nodes = {chunk.node for chunk in chunks}
+    nodes = {chunk.node for chunk in chunks if chunk.data}
     assert nodes and victim not in nodes, (nodes, output)
     resumed = [int(n) for n in re.findall(r"resumed from \S*ckpt-(\d+)\.pt", output)]
     assert resumed == [last_checkpoint], output
@@ -352,3 +357,37 @@ def test_a_plain_script_stays_where_it_started_and_completes_with_its_exit_code(
     assert "completed (exit 0)" in shown.stdout, shown.stdout
     assert re.search(r"completed \(exit 0\) after \d+", shown.stdout), shown.stdout
     assert "0%" not in shown.stdout, shown.stdout
+
+
+def test_a_cancelled_commands_output_is_in_hctl_logs_and_its_output_files(
+    start_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """A command that printed and was then cancelled: `hctl logs` shows what it printed
+    (standard output on stdout, standard error on stderr), and the --output and --error
+    files in its workdir (%j expanded) hold the same."""
+    cluster = start_cluster("v100:1")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    code = (
+        "import sys, time; print('to stdout'); print('to stderr', file=sys.stderr); time.sleep(600)"
+    )
+    spec = JobSpec(
+        name="printer",
+        program=Program.command(["python3", "-c", code]),
+        iterations=1,
+        workdir=str(workdir),
+        output="printer-%j.out",
+        error="printer-%j.err",
+    )
+    job_id = cluster.submit_spec(spec)
+    out, err = workdir / f"printer-{job_id}.out", workdir / f"printer-{job_id}.err"
+    wait_for(
+        lambda: out.exists() and out.read_text() == "to stdout\n", 120, "the job's output file"
+    )
+    result = cluster.hctl("cancel", str(job_id))
+    assert result.returncode == 0, result.stderr
+    cluster.wait_state(job_id, {JobState.CANCELLED}, timeout=60)
+    logs = cluster.hctl("logs", str(job_id))
+    assert (logs.returncode, logs.stdout) == (0, "to stdout\n"), logs.stderr
+    assert logs.stderr == "to stderr\n"
+    assert err.read_text() == "to stderr\n"

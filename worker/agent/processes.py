@@ -34,9 +34,14 @@ class ProcessSpec:
     argv: Sequence[str]
     env: Mapping[str, str]
     cwd: Path
-    # stdout and stderr both go here (appended), so the order of lines is kept.
-    log_path: Path
+    # Where the agent keeps the process's standard output and standard error (appended).
+    stdout_path: Path
+    stderr_path: Path
     run_as: RunAs | None = None
+    # Files the job asked to have its output also appended to (sbatch's --output and
+    # --error), absolute; written by a copying process that runs as the job's user.
+    stdout_copy: Path | None = None
+    stderr_copy: Path | None = None
 
 
 class ProcessHandle(Protocol):
@@ -65,8 +70,12 @@ class ProcessLauncher(Protocol):
 
 
 class _Subprocess:
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, popen: subprocess.Popen[bytes], copiers: Sequence[subprocess.Popen[bytes]] = ()
+    ) -> None:
         self._popen = popen
+        # Processes that copy its output to the job's own files; reaped once they end.
+        self._copiers = list(copiers)
         self._lock = threading.Lock()
 
     @property
@@ -76,6 +85,7 @@ class _Subprocess:
     def poll(self) -> int | None:
         with self._lock:
             code = self._popen.poll()
+            self._copiers = [c for c in self._copiers if c.poll() is None]
         if code is not None:
             # Children the rank left behind (data-loader workers) must not outlive it.
             self.signal_group(signal.SIGKILL)
@@ -107,29 +117,98 @@ _ROOT_STEP_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 _MAKE_DIRECTORY_TIMEOUT_S = 60.0
 
 
+# Copies its standard input to its standard output (the agent's log of the stream) and
+# appends it to the file named in argv[1] as well. It runs as the job's user, so the job's
+# --output file is opened with that user's rights; a file it cannot open is reported in the
+# log and the log is still written. It is in a session of its own: signals to the job's
+# group do not reach it, and it ends when every holder of the pipe (the job) has exited.
+_COPY = (
+    "import os, sys\n"
+    "if len(sys.argv) > 2:\n"
+    # Started by a root agent: the interpreter is the agent's (which the job's user may not
+    # be able to run), so it drops to the user itself before it opens anything.
+    "    os.setgroups([int(g) for g in sys.argv[4].split(',') if g])\n"
+    "    os.setgid(int(sys.argv[3]))\n"
+    "    os.setuid(int(sys.argv[2]))\n"
+    "def put(fd, data):\n"
+    "    view = memoryview(data)\n"
+    "    while view:\n"
+    "        view = view[os.write(fd, view):]\n"
+    "try:\n"
+    "    copy = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)\n"
+    "except OSError as exc:\n"
+    "    copy = None\n"
+    "    put(1, f'hadar: cannot write {sys.argv[1]}: {exc.strerror}\\n'.encode())\n"
+    "while True:\n"
+    "    data = os.read(0, 65536)\n"
+    "    if not data:\n"
+    "        break\n"
+    "    put(1, data)\n"
+    "    if copy is not None:\n"
+    "        try:\n"
+    "            put(copy, data)\n"
+    "        except OSError as exc:\n"
+    "            os.close(copy)\n"
+    "            copy = None\n"
+    "            put(1, f'hadar: stopped writing {sys.argv[1]}: {exc.strerror}\\n'.encode())\n"
+)
+
+
 class SubprocessLauncher:
     """Real processes: each in a new session, so one signal reaches everything it started."""
 
     def __init__(self, python: str = sys.executable) -> None:
-        # The interpreter that runs the privilege-dropping step.
+        # The interpreter that runs the privilege-dropping step and the output copiers.
         self._python = python
 
     def launch(self, spec: ProcessSpec) -> ProcessHandle:
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if spec.run_as is not None and spec.run_as.uid != os.geteuid():
-            return self._launch_as(spec, spec.run_as)
-        with spec.log_path.open("ab") as log:
-            popen = subprocess.Popen(
-                list(spec.argv),
-                env=dict(spec.env),
-                cwd=spec.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+        for path in (spec.stdout_path, spec.stderr_path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        run_as = spec.run_as
+        if run_as is not None and run_as.uid == os.geteuid():
+            run_as = None
+        copiers: list[subprocess.Popen[bytes]] = []
+        with contextlib.ExitStack() as opened:
+            stdout = self._sink(spec.stdout_path, spec.stdout_copy, run_as, opened, copiers)
+            stderr = self._sink(spec.stderr_path, spec.stderr_copy, run_as, opened, copiers)
+            popen = self._popen(
+                list(spec.argv), spec.env, spec.cwd, run_as, stdout=stdout, stderr=stderr
+            )
+        return _Subprocess(popen, copiers)
+
+    def _sink(
+        self,
+        log_path: Path,
+        copy: Path | None,
+        run_as: RunAs | None,
+        opened: contextlib.ExitStack,
+        copiers: list[subprocess.Popen[bytes]],
+    ) -> int:
+        """The descriptor a stream of the job writes to: its log file, or a pipe to a copier
+        that writes both the log and the job's own file. Closed when `opened` closes."""
+        log = opened.enter_context(log_path.open("ab"))
+        if copy is None:
+            return log.fileno()
+        read_end, write_end = os.pipe()
+        opened.callback(os.close, write_end)
+        argv = [self._python, "-I", "-S", "-c", _COPY, str(copy)]
+        if run_as is not None:
+            argv += [str(run_as.uid), str(run_as.gid), ",".join(str(g) for g in run_as.groups)]
+        try:
+            copier = subprocess.Popen(
+                argv,
+                env=_ROOT_STEP_ENV,
+                cwd="/",
+                stdin=read_end,
+                stdout=log.fileno(),
+                stderr=log.fileno(),
                 start_new_session=True,
                 close_fds=True,
             )
-        return _Subprocess(popen)
+        finally:
+            os.close(read_end)
+        copiers.append(copier)
+        return write_end
 
     def make_directory(self, path: Path, run_as: RunAs | None) -> None:
         if run_as is None:
@@ -158,35 +237,53 @@ class SubprocessLauncher:
                 f"(as user {run_as.name})"
             )
 
-    def _launch_as(self, spec: ProcessSpec, run_as: RunAs) -> ProcessHandle:
+    def _popen(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        run_as: RunAs | None,
+        *,
+        stdout: int,
+        stderr: int,
+    ) -> subprocess.Popen[bytes]:
+        if run_as is None:
+            return subprocess.Popen(
+                argv,
+                env=dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+                close_fds=True,
+            )
         read_end, write_end = os.pipe()
         try:
             groups = ",".join(str(g) for g in run_as.groups)
-            argv = [
-                self._python,
-                "-I",
-                "-S",
-                "-c",
-                _RUN_AS,
-                str(read_end),
-                str(run_as.uid),
-                str(run_as.gid),
-                groups,
-                str(spec.cwd),
-                *spec.argv,
-            ]
-            with spec.log_path.open("ab") as log:
-                popen = subprocess.Popen(
-                    argv,
-                    env=_ROOT_STEP_ENV,
-                    cwd="/",
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                    pass_fds=(read_end,),
-                )
+            popen = subprocess.Popen(
+                [
+                    self._python,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _RUN_AS,
+                    str(read_end),
+                    str(run_as.uid),
+                    str(run_as.gid),
+                    groups,
+                    str(cwd),
+                    *argv,
+                ],
+                env=_ROOT_STEP_ENV,
+                cwd="/",
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(read_end,),
+            )
         except BaseException:
             os.close(write_end)
             raise
@@ -194,8 +291,8 @@ class SubprocessLauncher:
             os.close(read_end)
         # Written after the start, so an environment larger than the pipe cannot block it.
         with os.fdopen(write_end, "wb") as pipe, contextlib.suppress(BrokenPipeError):
-            pipe.write(json.dumps(dict(spec.env)).encode())
-        return _Subprocess(popen)
+            pipe.write(json.dumps(dict(env)).encode())
+        return popen
 
 
 class AdoptedProcess:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hmac
 import math
 import os
-import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,15 +16,13 @@ from google.protobuf.message import Message
 
 from protos.hadar.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from worker.agent.progressfile import tail_offset
+from worker.agent.tasklogs import TASK_DIR_RE, rank_logs
 
 if TYPE_CHECKING:
     from worker.agent.agent import WorkerAgent
 
 CHUNK_BYTES = 64 * 1024
 FOLLOW_POLL_S = 0.2
-
-_TASK_DIR_RE = re.compile(r"job-(\d+)\.task-(\d+)\.lease-(\d+)")
-_RANK_LOG_RE = re.compile(r"rank-(\d+)\.log")
 
 
 class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
@@ -189,50 +186,48 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     def StreamTaskLogs(  # noqa: N802
         self, request: worker_pb2.StreamTaskLogsRequest, context: grpc.ServicerContext
     ) -> Iterator[common_pb2.LogChunk]:
-        dirs = self._agent.supervisor.task_dirs(request.job_id)
+        supervisor = self._agent.supervisor
+        dirs = supervisor.task_dirs(request.job_id)
+        if request.lease:
+            live = supervisor.live_task_dir(request.job_id, request.lease)
+            named = [d for d in dirs if _lease_of(d) == request.lease]
+            dirs = [live] if live is not None else named
         if not dirs:
-            context.abort(
-                grpc.StatusCode.NOT_FOUND, f"no task of job {request.job_id} on this node"
-            )
+            which = f"lease {request.lease} of job" if request.lease else "job"
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no task of {which} {request.job_id} here")
         task_dir = dirs[0]
-        match = _TASK_DIR_RE.fullmatch(task_dir.name)
+        match = TASK_DIR_RE.fullmatch(task_dir.name)
         assert match is not None
         task_index, lease = int(match.group(2)), int(match.group(3))
         only_rank = request.rank if request.HasField("rank") else None
-        offsets: dict[int, int] = {}
-
-        def rank_logs() -> list[tuple[int, Path]]:
-            logs: list[tuple[int, Path]] = []
-            for path in task_dir.glob("rank-*.log"):
-                found = _RANK_LOG_RE.fullmatch(path.name)
-                if found and (only_rank is None or int(found.group(1)) == only_rank):
-                    logs.append((int(found.group(1)), path))
-            return sorted(logs)
+        offsets: dict[Path, int] = {}
 
         while True:
             # Read after checking: once the task is gone, one more pass drains everything.
-            running = self._agent.supervisor.is_running(request.job_id, lease)
-            logs = rank_logs()
+            running = supervisor.runs_in(task_dir)
+            logs = rank_logs(task_dir, only_rank)
             if not logs and not running and only_rank is not None:
                 context.abort(
                     grpc.StatusCode.NOT_FOUND,
                     f"rank {only_rank} has no log in task {task_index} of job {request.job_id}",
                 )
-            for rank, path in logs:
-                if rank not in offsets:
-                    offsets[rank] = (
-                        tail_offset(path, request.tail_lines)
+            for entry in logs:
+                if entry.path not in offsets:
+                    offsets[entry.path] = (
+                        tail_offset(entry.path, request.tail_lines)
                         if request.tail_lines
                         else request.offset
                     )
-                for data in _read_from(path, offsets, rank):
+                for data in _read_from(entry.path, offsets):
                     yield common_pb2.LogChunk(
                         job_id=request.job_id,
                         task_index=task_index,
-                        rank=rank,
+                        rank=entry.rank,
                         node=self._agent.node,
                         data=data,
-                        offset=offsets[rank] - len(data),
+                        offset=offsets[entry.path] - len(data),
+                        lease=lease,
+                        stream=entry.stream,
                     )
             if not request.follow or not running or not context.is_active():
                 return
@@ -240,18 +235,23 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 return
 
 
-def _read_from(path: Path, offsets: dict[int, int], rank: int) -> Iterator[bytes]:
+def _lease_of(task_dir: Path) -> int | None:
+    match = TASK_DIR_RE.fullmatch(task_dir.name)
+    return int(match.group(3)) if match else None
+
+
+def _read_from(path: Path, offsets: dict[Path, int]) -> Iterator[bytes]:
     try:
         with path.open("rb") as handle:
             # An offset past the end reads nothing (seeking there may fail: EINVAL).
-            if offsets[rank] >= os.fstat(handle.fileno()).st_size:
+            if offsets[path] >= os.fstat(handle.fileno()).st_size:
                 return
-            handle.seek(offsets[rank])
+            handle.seek(offsets[path])
             while True:
                 data = handle.read(CHUNK_BYTES)
                 if not data:
                     return
-                offsets[rank] += len(data)
+                offsets[path] += len(data)
                 yield data
     except FileNotFoundError:
         return

@@ -44,6 +44,7 @@ from worker.agent.processes import (
 )
 from worker.agent.progressfile import ProgressTail, tail_lines
 from worker.agent.state import RunningTaskRecord, StateStore, write_atomically
+from worker.agent.tasklogs import job_of, output_file, stderr_log, stdout_log
 from worker.agent.userdirs import UserDirectoryError
 from worker.agent.users import UnknownUserError, UserDirectory
 from worker.gpus import GpuInfo
@@ -117,7 +118,8 @@ class RankProcess:
     local_rank: int
     gpu_index: int
     handle: ProcessHandle
-    log_path: Path
+    stdout_path: Path
+    stderr_path: Path
     returncode: int | None = None
 
 
@@ -401,6 +403,22 @@ class Supervisor:
                 argv[0] = str(local)
         return argv
 
+    def _output_copies(self, task: Task, workdir: Path) -> tuple[Path | None, Path | None]:
+        """The files the job asked its standard output and error to be appended to; without
+        an ``error`` file, standard error goes to the ``output`` file, as under sbatch."""
+        a = task.assignment
+        spec = a.spec
+
+        def expand(pattern: str) -> Path | None:
+            if not pattern:
+                return None
+            return output_file(
+                pattern, job_id=a.job_id, user=a.user, name=spec.name, workdir=workdir
+            )
+
+        stdout_copy = expand(spec.output)
+        return stdout_copy, expand(spec.error) or stdout_copy
+
     def _spawn(self, task: Task, run_as: RunAs | None) -> None:
         a = task.assignment
         spec = a.spec
@@ -440,6 +458,10 @@ class Supervisor:
         common = dict(self._config.base_env)
         if run_as is not None:
             common.update(HOME=run_as.home, USER=run_as.name, LOGNAME=run_as.name)
+        # Python buffers output to a file in blocks, and a process that is killed (a cancel
+        # sends SIGKILL) loses what its buffer held: whatever a job printed must reach its
+        # log. A job that sets the variable itself keeps its own value.
+        common["PYTHONUNBUFFERED"] = "1"
         common.update(spec.env)
         common.update(
             {
@@ -472,6 +494,7 @@ class Supervisor:
         if lease_file is not None:
             common[contract.LEASE_FILE] = str(lease_file)
         argv = self._argv(task, workdir, common)
+        stdout_copy, stderr_copy = self._output_copies(task, workdir)
         try:
             for local_rank, gpu_index in enumerate(a.gpu_indices):
                 rank = a.rendezvous.rank_offset + local_rank
@@ -488,11 +511,20 @@ class Supervisor:
                     env[contract.FAKE_GPU_SPEED] = repr(pace)
                     # A fake GPU computes on the CPU; the runtime paces it to the GPU's speed.
                     env[contract.DEVICE] = "cpu"
-                log_path = task.task_dir / f"rank-{rank}.log"
+                out, err = stdout_log(task.task_dir, rank), stderr_log(task.task_dir, rank)
                 handle = self._launcher.launch(
-                    ProcessSpec(argv, env, workdir, log_path, run_as=run_as)
+                    ProcessSpec(
+                        argv,
+                        env,
+                        workdir,
+                        out,
+                        err,
+                        run_as=run_as,
+                        stdout_copy=stdout_copy,
+                        stderr_copy=stderr_copy,
+                    )
                 )
-                task.processes.append(RankProcess(rank, local_rank, gpu_index, handle, log_path))
+                task.processes.append(RankProcess(rank, local_rank, gpu_index, handle, out, err))
         except OSError as exc:
             for started in task.processes:
                 started.handle.signal_group(signal.SIGKILL)
@@ -553,7 +585,14 @@ class Supervisor:
             # extension may since have replaced in the record.
             handle = AdoptedProcess(pid, record.job_id, assignment.lease)
             task.processes.append(
-                RankProcess(rank, local_rank, gpu_index, handle, task.task_dir / f"rank-{rank}.log")
+                RankProcess(
+                    rank,
+                    local_rank,
+                    gpu_index,
+                    handle,
+                    stdout_log(task.task_dir, rank),
+                    stderr_log(task.task_dir, rank),
+                )
             )
         with self._lock:
             self._tasks[task.key] = task
@@ -723,8 +762,12 @@ class Supervisor:
             else:
                 report.exit_code = code
                 what = f"exit code {code}"
-            log = next(p.log_path for p in task.processes if p.rank == rank)
-            tail = tail_lines(log, self._config.failure_tail_lines)
+            failed = next(p for p in task.processes if p.rank == rank)
+            # A traceback or error message is on standard error; some programs print theirs
+            # on standard output.
+            tail = tail_lines(failed.stderr_path, self._config.failure_tail_lines) or tail_lines(
+                failed.stdout_path, self._config.failure_tail_lines
+            )
             report.message = f"rank {rank}: {what}" + (f"\n{tail}" if tail else "")
         elif task.killed:
             report.kind = common_pb2.EXIT_KIND_KILLED
@@ -856,25 +899,51 @@ class Supervisor:
         return [p for _, p in sorted(found, reverse=True)]
 
     def prune_task_dirs(self, max_age_s: float, now: float) -> list[Path]:
-        """Deletes the logs and progress files of exited tasks untouched for `max_age_s`
-        (by Unix time `now`); returns what was deleted."""
+        """Deletes the logs and progress files of jobs that have left this node: a job's
+        task directories (one per attempt that ran here) all go together, once none of its
+        tasks runs here and none of its files has changed for `max_age_s` (by Unix time
+        `now`). An earlier attempt's output thus lasts as long as the job's latest one.
+        Returns what was deleted."""
         root = self._config.state_dir / "tasks"
         if not root.is_dir():
             return []
         with self._lock:
-            live = {t.task_dir for t in self._tasks.values()}
-        removed: list[Path] = []
+            live_jobs = {t.job_id for t in self._tasks.values()}
+        by_job: dict[int | None, list[Path]] = {}
         for path in root.iterdir():
-            if path in live or not path.is_dir():
+            if path.is_dir():
+                by_job.setdefault(job_of(path), []).append(path)
+        removed: list[Path] = []
+        for job_id, paths in by_job.items():
+            if job_id in live_jobs:
                 continue
-            try:
-                newest = max([path.stat().st_mtime, *(f.stat().st_mtime for f in path.iterdir())])
-            except OSError:
-                continue
-            if now - newest > max_age_s:
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(path)
+            # A directory not named like a task's is judged alone.
+            groups = [paths] if job_id is not None else [[p] for p in paths]
+            for group in groups:
+                try:
+                    newest = max(
+                        max([p.stat().st_mtime, *(f.stat().st_mtime for f in p.iterdir())])
+                        for p in group
+                    )
+                except OSError:
+                    continue
+                if now - newest > max_age_s:
+                    for path in group:
+                        shutil.rmtree(path, ignore_errors=True)
+                        removed.append(path)
         return removed
+
+    def live_task_dir(self, job_id: int, lease: int) -> Path | None:
+        """The directory of the job's task that runs under `lease` now (an extension may
+        have given it a newer lease than the one its directory is named after)."""
+        with self._lock:
+            task = self._tasks.get((job_id, lease))
+            return task.task_dir if task is not None else None
+
+    def runs_in(self, task_dir: Path) -> bool:
+        """Whether a task whose processes write to `task_dir` is still supervised."""
+        with self._lock:
+            return any(t.task_dir == task_dir for t in self._tasks.values())
 
     def is_running(self, job_id: int, lease: int) -> bool:
         with self._lock:

@@ -52,6 +52,12 @@ class ExitKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXIT_KIND_FAILED: _ClassVar[ExitKind]
     EXIT_KIND_KILLED: _ClassVar[ExitKind]
     EXIT_KIND_LEASE_DONE: _ClassVar[ExitKind]
+
+class LogStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOG_STREAM_UNSPECIFIED: _ClassVar[LogStream]
+    LOG_STREAM_STDOUT: _ClassVar[LogStream]
+    LOG_STREAM_STDERR: _ClassVar[LogStream]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_RUNNING: JobState
@@ -80,6 +86,9 @@ EXIT_KIND_STOPPED: ExitKind
 EXIT_KIND_FAILED: ExitKind
 EXIT_KIND_KILLED: ExitKind
 EXIT_KIND_LEASE_DONE: ExitKind
+LOG_STREAM_UNSPECIFIED: LogStream
+LOG_STREAM_STDOUT: LogStream
+LOG_STREAM_STDERR: LogStream
 
 class Gpu(_message.Message):
     __slots__ = ("index", "type", "memory_bytes", "device_name", "uuid", "health", "utilization", "job_ids", "fake")
@@ -122,7 +131,7 @@ class CommandProgram(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "num_gpus", "iterations", "batch_size", "priority", "allowed_gpu_types", "preemptible", "shareable", "workload", "script", "command", "env", "workdir", "checkpoint_dir", "job_type", "gpu_memory_bytes", "max_retries")
+    __slots__ = ("name", "num_gpus", "iterations", "batch_size", "priority", "allowed_gpu_types", "preemptible", "shareable", "workload", "script", "command", "env", "workdir", "checkpoint_dir", "job_type", "gpu_memory_bytes", "max_retries", "output", "error")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +156,8 @@ class JobSpec(_message.Message):
     JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
     GPU_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     name: str
     num_gpus: int
     iterations: int
@@ -164,7 +175,9 @@ class JobSpec(_message.Message):
     job_type: str
     gpu_memory_bytes: int
     max_retries: int
-    def __init__(self, name: _Optional[str] = ..., num_gpus: _Optional[int] = ..., iterations: _Optional[int] = ..., batch_size: _Optional[int] = ..., priority: _Optional[float] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., preemptible: _Optional[bool] = ..., shareable: _Optional[bool] = ..., workload: _Optional[_Union[WorkloadProgram, _Mapping]] = ..., script: _Optional[_Union[ScriptProgram, _Mapping]] = ..., command: _Optional[_Union[CommandProgram, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., job_type: _Optional[str] = ..., gpu_memory_bytes: _Optional[int] = ..., max_retries: _Optional[int] = ...) -> None: ...
+    output: str
+    error: str
+    def __init__(self, name: _Optional[str] = ..., num_gpus: _Optional[int] = ..., iterations: _Optional[int] = ..., batch_size: _Optional[int] = ..., priority: _Optional[float] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., preemptible: _Optional[bool] = ..., shareable: _Optional[bool] = ..., workload: _Optional[_Union[WorkloadProgram, _Mapping]] = ..., script: _Optional[_Union[ScriptProgram, _Mapping]] = ..., command: _Optional[_Union[CommandProgram, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., job_type: _Optional[str] = ..., gpu_memory_bytes: _Optional[int] = ..., max_retries: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("job_id", "task_index", "node", "gpu_indices", "gpu_type", "lease", "state", "rank_offset", "local_batch_size", "accumulation_steps", "shared_with_job_id")
@@ -303,17 +316,27 @@ class WorkerTask(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., lease: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., iterations_done: _Optional[int] = ..., pids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LogChunk(_message.Message):
-    __slots__ = ("job_id", "task_index", "rank", "node", "data", "offset")
+    __slots__ = ("job_id", "task_index", "rank", "node", "data", "offset", "lease", "stream", "attempt", "start_failure", "attempts")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    START_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     task_index: int
     rank: int
     node: str
     data: bytes
     offset: int
-    def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., rank: _Optional[int] = ..., node: _Optional[str] = ..., data: _Optional[bytes] = ..., offset: _Optional[int] = ...) -> None: ...
+    lease: int
+    stream: LogStream
+    attempt: int
+    start_failure: str
+    attempts: int
+    def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., rank: _Optional[int] = ..., node: _Optional[str] = ..., data: _Optional[bytes] = ..., offset: _Optional[int] = ..., lease: _Optional[int] = ..., stream: _Optional[_Union[LogStream, str]] = ..., attempt: _Optional[int] = ..., start_failure: _Optional[str] = ..., attempts: _Optional[int] = ...) -> None: ...

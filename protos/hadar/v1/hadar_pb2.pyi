@@ -93,16 +93,18 @@ class WatchJobsResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., event: _Optional[_Union[_common_pb2.JobEvent, _Mapping]] = ...) -> None: ...
 
 class StreamLogsRequest(_message.Message):
-    __slots__ = ("job_id", "follow", "tail_lines", "rank")
+    __slots__ = ("job_id", "follow", "tail_lines", "rank", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     follow: bool
     tail_lines: int
     rank: int
-    def __init__(self, job_id: _Optional[int] = ..., follow: _Optional[bool] = ..., tail_lines: _Optional[int] = ..., rank: _Optional[int] = ...) -> None: ...
+    attempt: int
+    def __init__(self, job_id: _Optional[int] = ..., follow: _Optional[bool] = ..., tail_lines: _Optional[int] = ..., rank: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()

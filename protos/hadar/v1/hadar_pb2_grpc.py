@@ -160,9 +160,13 @@ class HadarServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamLogs(self, request, context):
-        """Streams a job's output, relayed from its workers: its current tasks, or those of its last
-        placement when none runs (nothing for a job never placed). UNAVAILABLE when a worker
-        cannot be reached; NOT_FOUND for an unknown id.
+        """Streams a job's output, relayed from its workers: every attempt (placement) in order,
+        each from all of its tasks whether they still run or not, each opened by a chunk with
+        no data that names the attempt (and why it never started, when it did not). Nothing
+        for a job never placed. UNAVAILABLE when a worker cannot be reached; NOT_FOUND when a
+        worker no longer has a task's output (past its retention) or the rank or attempt does
+        not exist, or for an unknown job id. A task whose output cannot be read does not hold
+        back the others: its error ends the stream once everything readable has been sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -138,18 +138,20 @@ class StopTaskResponse(_message.Message):
     def __init__(self, was_running: _Optional[bool] = ...) -> None: ...
 
 class StreamTaskLogsRequest(_message.Message):
-    __slots__ = ("job_id", "follow", "tail_lines", "rank", "offset")
+    __slots__ = ("job_id", "follow", "tail_lines", "rank", "offset", "lease")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     follow: bool
     tail_lines: int
     rank: int
     offset: int
-    def __init__(self, job_id: _Optional[int] = ..., follow: _Optional[bool] = ..., tail_lines: _Optional[int] = ..., rank: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    lease: int
+    def __init__(self, job_id: _Optional[int] = ..., follow: _Optional[bool] = ..., tail_lines: _Optional[int] = ..., rank: _Optional[int] = ..., offset: _Optional[int] = ..., lease: _Optional[int] = ...) -> None: ...
 
 class GetWorkerStatusRequest(_message.Message):
     __slots__ = ()

@@ -79,8 +79,10 @@ class WorkerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamTaskLogs(self, request, context):
-        """Streams a task's output from its log files: the job's task with the newest lease on this
-        node, running or exited. NOT_FOUND when the job has no task here, or when the requested
+        """Streams a task's output (standard output and standard error apart) from its log files:
+        the job's task of the requested lease on this node, or the newest, running or exited.
+        Every attempt's logs are kept until the job has left this node for the worker's
+        log_retention_days. NOT_FOUND when the job has no such task here, or when the requested
         rank has no log and the task has ended.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -39,6 +39,7 @@ class FakeTask:
     iterations_done: int = 0
     exited: bool = False
     log: bytearray = field(default_factory=bytearray)
+    err: bytearray = field(default_factory=bytearray)
 
 
 class FakeWorker(worker_pb2_grpc.WorkerServicer):
@@ -56,6 +57,10 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         self._token = cluster_token
         self._lock = threading.Condition()
         self.tasks: dict[int, FakeTask] = {}  # by job id; one task per job on this node
+        # Every task this node ran, by job and lease: a real worker keeps each attempt's logs.
+        self.history: dict[tuple[int, int], FakeTask] = {}
+        # START of these jobs is answered FAILED with this message (a refused start).
+        self.fail_starts: dict[int, str] = {}
         self._stop = threading.Event()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         worker_pb2_grpc.add_WorkerServicer_to_server(self, self._server)  # type: ignore[no-untyped-call]
@@ -185,9 +190,10 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
             timeout=10,
         )
 
-    def write_log(self, job_id: int, text: str) -> None:
+    def write_log(self, job_id: int, text: str, *, stderr: bool = False) -> None:
         with self._lock:
-            self.tasks[job_id].log.extend(text.encode())
+            task = self.tasks[job_id]
+            (task.err if stderr else task.log).extend(text.encode())
             self._lock.notify_all()
 
     def exit(
@@ -230,6 +236,17 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         stops = []
         with self._lock:
             for a in request.assignments:
+                if a.action == worker_pb2.ASSIGNMENT_ACTION_START and a.job_id in self.fail_starts:
+                    results.append(
+                        worker_pb2.AssignmentResult(
+                            job_id=a.job_id,
+                            task_index=a.task_index,
+                            lease=a.lease,
+                            outcome=worker_pb2.ASSIGNMENT_OUTCOME_FAILED,
+                            message=self.fail_starts[a.job_id],
+                        )
+                    )
+                    continue
                 if a.action == worker_pb2.ASSIGNMENT_ACTION_STOP:
                     stops.append(a.job_id)
                 elif a.action in (
@@ -246,6 +263,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
                             gpu_type=a.gpu_type,
                             iterations_done=a.iterations_done,
                         )
+                        self.history[(a.job_id, a.lease)] = self.tasks[a.job_id]
                 results.append(
                     worker_pb2.AssignmentResult(
                         job_id=a.job_id,
@@ -277,33 +295,53 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         threading.Thread(target=stop, daemon=True).start()
 
     def StreamTaskLogs(self, request, context) -> Iterator[common_pb2.LogChunk]:
-        sent = int(request.offset)
-        if request.tail_lines and not sent:
-            with self._lock:
+        # As the real worker: the task of the lease asked for (else the newest), NOT_FOUND
+        # when this node has none; both streams, each from the same offset.
+        with self._lock:
+            if request.lease:
+                task = self.history.get((request.job_id, request.lease))
+            else:
                 task = self.tasks.get(request.job_id)
-                log = bytes(task.log) if task is not None else b""
-            lines = log.splitlines(keepends=True)
-            sent = len(log) - sum(len(line) for line in lines[-request.tail_lines :])
+        if task is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no task of job {request.job_id} here")
+            return
+        streams = (
+            (common_pb2.LOG_STREAM_STDOUT, task.log),
+            (common_pb2.LOG_STREAM_STDERR, task.err),
+        )
+        sent: dict[int, int] = {}
+        for stream, buffer in streams:
+            sent[stream] = int(request.offset)
+            if request.tail_lines and not request.offset:
+                with self._lock:
+                    log = bytes(buffer)
+                lines = log.splitlines(keepends=True)
+                sent[stream] = len(log) - sum(len(line) for line in lines[-request.tail_lines :])
         while True:
             with self._lock:
-                task = self.tasks.get(request.job_id)
-                if task is None:
-                    return
-                data = bytes(task.log[sent:])
+                new = [(stream, bytes(buffer[sent[stream] :])) for stream, buffer in streams]
                 exited = task.exited
-                if not data and request.follow and not exited and context.is_active():
+                if (
+                    not any(data for _, data in new)
+                    and request.follow
+                    and not exited
+                    and context.is_active()
+                ):
                     self._lock.wait(0.2)
                     continue
-            if data:
-                yield common_pb2.LogChunk(
-                    job_id=task.job_id,
-                    task_index=task.task_index,
-                    rank=0,
-                    node=self.node,
-                    data=data,
-                    offset=sent,
-                )
-                sent += len(data)
+            for stream, data in new:
+                if data:
+                    yield common_pb2.LogChunk(
+                        job_id=task.job_id,
+                        task_index=task.task_index,
+                        rank=0,
+                        node=self.node,
+                        data=data,
+                        offset=sent[stream],
+                        lease=task.lease,
+                        stream=stream,
+                    )
+                    sent[stream] += len(data)
             if not request.follow or exited or not context.is_active():
                 return
 

@@ -135,13 +135,15 @@ def test_watch_streams_each_change_until_the_job_ends(cluster: Cluster):
 
 
 def test_logs_stream_as_chunks(cluster: Cluster):
-    """stream_logs returns the worker's bytes with their node and offset."""
+    """stream_logs returns the worker's bytes with their node and offset, after a chunk
+    without data that opens the attempt."""
     with client_for(cluster) as hadar:
         job = hadar.submit_job(RESNET)
         cluster.round()
         worker = cluster.worker_running(job.id)
         worker.write_log(job.id, "loss 0.9\n")
-        chunks = list(hadar.stream_logs(job.id))
+        opening, *chunks = list(hadar.stream_logs(job.id))
+    assert (opening.attempt, opening.attempts, opening.data) == (1, 1, b"")
     assert b"".join(c.data for c in chunks) == b"loss 0.9\n"
     assert chunks[0].node == worker.node
     assert chunks[0].offset == 0

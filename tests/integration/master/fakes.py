@@ -60,6 +60,8 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     applied: list[worker_pb2.TaskAssignment] = field(default_factory=list)
     stops: list[StopRecord] = field(default_factory=list)
     log_lines: dict[int, bytes] = field(default_factory=dict)
+    # Output of one lease of a job (as a real worker keeps every lease's), before log_lines.
+    lease_logs: dict[tuple[int, int], bytes] = field(default_factory=dict)
     # START of these jobs is answered FAILED with this message (as a malformed assignment
     # or a spawn error is on a real worker).
     fail_starts: dict[int, str] = field(default_factory=dict)
@@ -329,9 +331,16 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         self, request: worker_pb2.StreamTaskLogsRequest, context: grpc.ServicerContext
     ) -> Iterator[common_pb2.LogChunk]:
         self._check(context)
-        data = self.log_lines.get(request.job_id, b"")
+        data = self.lease_logs.get((request.job_id, request.lease))
+        if data is None:
+            data = self.log_lines.get(request.job_id)
+        if data is None:
+            # As a real worker answers for a job it has no task of.
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no task of job {request.job_id} here")
         if data:
-            yield common_pb2.LogChunk(job_id=request.job_id, node=self.name, data=data)
+            yield common_pb2.LogChunk(
+                job_id=request.job_id, node=self.name, data=data, lease=request.lease
+            )
 
     def GetWorkerStatus(
         self, request: worker_pb2.GetWorkerStatusRequest, context: grpc.ServicerContext

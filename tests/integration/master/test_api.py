@@ -212,7 +212,8 @@ def test_stream_logs_relays_from_the_worker(cluster: Cluster) -> None:
     master.run_round()
     wait_for(lambda: job.id in worker.running_jobs(), what="START")
     worker.log_lines[job.id] = b"epoch 1 loss 0.5\n"
-    chunks = list(api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id)))
+    opening, *chunks = list(api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id)))
+    assert (opening.attempt, opening.data) == (1, b"")
     assert b"".join(c.data for c in chunks) == b"epoch 1 loss 0.5\n"
     assert chunks[0].node == "n1"
     missing = error_of(lambda: list(api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=999))))

@@ -105,13 +105,21 @@ def apply(
     return list(response.results)
 
 
-def logs(stub: worker_pb2_grpc.WorkerStub, job_id: int, **request: object) -> dict[int, bytes]:
+def logs(
+    stub: worker_pb2_grpc.WorkerStub,
+    job_id: int,
+    stream: common_pb2.LogStream = common_pb2.LOG_STREAM_STDOUT,
+    **request: object,
+) -> dict[int, bytes]:
+    """One stream's output (standard output unless asked), by rank."""
     by_rank: dict[int, bytes] = {}
     start: dict[int, int] = {}
     for chunk in stub.StreamTaskLogs(
         worker_pb2.StreamTaskLogsRequest(job_id=job_id, **request),  # type: ignore[arg-type]
         timeout=10,
     ):
+        if chunk.stream != stream:
+            continue
         start.setdefault(chunk.rank, chunk.offset)
         expected = start[chunk.rank] + len(by_rank.get(chunk.rank, b""))
         assert chunk.offset == expected, "chunks are contiguous"

@@ -355,6 +355,27 @@ def test_old_task_logs_are_pruned_but_running_ones_kept(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "state" / "tasks").iterdir()] == ["job-1.task-0.lease-1"]
 
 
+def test_a_jobs_earlier_attempts_logs_are_kept_as_long_as_its_latest(tmp_path: Path) -> None:
+    """An attempt's logs older than the retention stay while the job runs here or a later
+    attempt's logs are within it; a job's directories all go together."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(3, 1))
+    rig.launcher.processes[0].exit(0)
+    rig.supervisor.poll()
+    rig.supervisor.apply(start(3, 2))
+    tasks = tmp_path / "state" / "tasks"
+    first = tasks / "job-3.task-0.lease-1"
+    now = time.time()
+    for path in (first, *first.iterdir()):
+        os.utime(path, (now - 7200, now - 7200))
+    assert rig.supervisor.prune_task_dirs(3600, now) == [], "the job still runs here"
+    rig.launcher.processes[1].exit(0)
+    rig.supervisor.poll()
+    assert rig.supervisor.prune_task_dirs(3600, now) == [], "attempt 2 is recent"
+    removed = rig.supervisor.prune_task_dirs(3600, now + 7200)
+    assert sorted(p.name for p in removed) == ["job-3.task-0.lease-1", "job-3.task-0.lease-2"]
+
+
 def test_stop_assignment_respects_preemptibility(tmp_path: Path) -> None:
     """Opaque commands refuse STOP unless their spec says preemptible; managed jobs that say
     preemptible=false refuse it too. StopTask (cancel) stops either."""

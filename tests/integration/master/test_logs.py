@@ -1,0 +1,154 @@
+"""StreamLogs: a job's output relayed from the workers of every attempt, against real gRPC
+servers (the master, and fake workers that serve logs as a real worker does)."""
+
+from __future__ import annotations
+
+import grpc
+
+from protos.hadar.v1 import common_pb2, hadar_pb2
+from tests.integration.master.conftest import Cluster
+from tests.integration.master.fakes import wait_for
+from tests.integration.master.test_api import error_of, spec
+
+
+def test_a_just_finished_jobs_logs_come_from_every_one_of_its_tasks(cluster: Cluster) -> None:
+    """Just after a job completes, some of its tasks have reported their exit and others
+    not yet: the output of every task (every rank) is relayed, not only the unfinished."""
+    master = cluster.master()
+    first = cluster.worker(master, "n1")
+    second = cluster.worker(master, "n2", auto_exit_on_stop=False)
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec(num_gpus=8))).job
+    master.run_round()
+    wait_for(lambda: job.id in first.running_jobs() and job.id in second.running_jobs())
+    first.log_lines[job.id] = b"rank 0 done\n"
+    second.log_lines[job.id] = b"rank 4 done\n"
+    first.exit(job.id, common_pb2.EXIT_KIND_COMPLETED)
+    done = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job
+    assert done.state == common_pb2.JOB_STATE_COMPLETED
+    chunks = list(api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id)))
+    by_node = {c.node: c.data for c in chunks if c.data}
+    assert by_node == {"n1": b"rank 0 done\n", "n2": b"rank 4 done\n"}
+
+
+def test_stream_logs_answers_not_found_when_the_worker_has_no_such_task(
+    cluster: Cluster,
+) -> None:
+    """A worker that no longer has an ended task of the job (its logs are gone) answers
+    NOT_FOUND, and so does the relay: the master and the worker are both reachable."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    worker.exit(job.id, common_pb2.EXIT_KIND_COMPLETED)
+    failure = error_of(lambda: list(api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id))))
+    assert failure.code == grpc.StatusCode.NOT_FOUND
+    assert "n1" in failure.details and "attempt 1" in failure.details
+
+
+def test_an_attempt_that_never_started_is_announced_with_the_reason(cluster: Cluster) -> None:
+    """An attempt whose start the worker refused has no output: the relay announces it with
+    the start failure instead of asking the worker (which has nothing)."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    worker.fail_starts[job.id] = "workdir /data/alice does not exist on this node"
+    master.run_round()
+    wait_for(
+        lambda: (
+            api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job.state
+            == common_pb2.JOB_STATE_PREEMPTED
+        ),
+        what="the failed start",
+    )
+    (opening,) = list(api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id)))
+    assert (opening.attempt, opening.attempts, opening.data) == (1, 1, b"")
+    assert "could not start on n1" in opening.start_failure
+    assert "workdir /data/alice does not exist" in opening.start_failure
+
+
+def test_every_attempt_is_relayed_in_order_and_one_on_request(cluster: Cluster) -> None:
+    """Each placement's output is kept: all attempts come in order, each opened by a chunk
+    naming it; `attempt` picks one, and following shows the current one."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    first = worker.applied[-1].lease
+    worker.lease_logs[(job.id, first)] = b"attempt one\n"
+    worker.exit(job.id, common_pb2.EXIT_KIND_FAILED, exit_code=1)
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="the second START")
+    second = worker.applied[-1].lease
+    assert second > first
+    worker.lease_logs[(job.id, second)] = b"attempt two\n"
+
+    def read(follow: bool = False, attempt: int | None = None) -> list[tuple[int, int, bytes]]:
+        request = hadar_pb2.StreamLogsRequest(job_id=job.id, follow=follow, attempt=attempt)
+        return [(c.attempt, c.lease, c.data) for c in api.StreamLogs(request)]
+
+    assert read() == [
+        (1, first, b""),
+        (1, first, b"attempt one\n"),
+        (2, second, b""),
+        (2, second, b"attempt two\n"),
+    ]
+    assert read(attempt=1) == [(1, first, b""), (1, first, b"attempt one\n")]
+    assert read(follow=True) == [(2, second, b""), (2, second, b"attempt two\n")]
+    missing = error_of(lambda: read(attempt=3))
+    assert missing.code == grpc.StatusCode.NOT_FOUND
+    assert "has no attempt 3 (it has had 2)" in missing.details
+
+
+def test_a_running_task_its_worker_has_no_logs_of_yet_shows_no_output_not_an_error(
+    cluster: Cluster,
+) -> None:
+    """A task still placed whose worker has no logs of it yet (it waits for its previous
+    lease to stop there) has no output so far: the attempt is announced, nothing fails."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    chunks = list(api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id)))
+    assert [(c.attempt, c.data) for c in chunks] == [(1, b"")]
+
+
+def test_an_unreachable_workers_attempt_does_not_hold_back_the_others(cluster: Cluster) -> None:
+    """The node of an earlier attempt is down: the later attempt's output is still relayed,
+    and the stream then ends UNAVAILABLE naming the node and the attempt it could not read."""
+    master = cluster.master()
+    workers = {w.name: w for w in (cluster.worker(master, "n1"), cluster.worker(master, "n2"))}
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    master.run_round()
+    first = wait_for(
+        lambda: next((w for w in workers.values() if job.id in w.running_jobs()), None),
+        what="START",
+    )
+    (other,) = [w for w in workers.values() if w is not first]
+    first.lease_logs[(job.id, first.applied[-1].lease)] = b"attempt one\n"
+    api.DrainNode(hadar_pb2.DrainNodeRequest(node=first.name))
+    first.exit(job.id, common_pb2.EXIT_KIND_FAILED, exit_code=1)
+    master.run_round()
+    wait_for(lambda: job.id in other.running_jobs(), what="the START elsewhere")
+    other.lease_logs[(job.id, other.applied[-1].lease)] = b"attempt two\n"
+    first.close()
+    received: list[common_pb2.LogChunk] = []
+
+    def read() -> None:
+        for chunk in api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id)):
+            received.append(chunk)
+
+    failure = error_of(read)
+    assert failure.code == grpc.StatusCode.UNAVAILABLE
+    assert f"attempt 1 of job {job.id} on {first.name}" in failure.details
+    assert [(c.attempt, c.node, c.data) for c in received if c.data] == [
+        (2, other.name, b"attempt two\n")
+    ]
