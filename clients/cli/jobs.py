@@ -59,15 +59,19 @@ QUEUE_COLUMNS = (
 STATE_NAMES = tuple(s.value for s in JobState if s is not JobState.UNSPECIFIED)
 
 
-def job_id(text: str) -> int:
-    """argparse type for a job id: a positive integer."""
+def _positive(text: str, not_a_number: str, not_positive: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a number)") from None
+        raise argparse.ArgumentTypeError(f"{text!r} {not_a_number}") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a positive number)")
+        raise argparse.ArgumentTypeError(f"{text!r} {not_positive}")
     return value
+
+
+def job_id(text: str) -> int:
+    """argparse type for a job id: a positive integer."""
+    return _positive(text, "is not a job id (a number)", "is not a job id (a positive number)")
 
 
 def positive_float(text: str) -> float:
@@ -628,13 +632,7 @@ def _configure_logs(parser: argparse.ArgumentParser) -> None:
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
+    return _positive(text, "is not a number", "must be positive")
 
 
 class _LogPrinter:
