@@ -248,7 +248,8 @@ class Plan:
         of an allowed type and have the memory the job asks for; a job gets exactly its GPU
         count per copy (or that count divided by its accumulation steps when folded); a GPU
         holds two jobs only when both allocations name each other in ``shared_with`` and both
-        jobs are shareable; copies of one job sit on distinct nodes; a running job that is not
+        jobs are shareable; only forkable jobs run as copies, each on its own node; a running
+        job that is not
         preemptible keeps its GPUs.
         """
         problems: list[str] = []
@@ -266,6 +267,10 @@ class Plan:
                     problems.append(
                         f"job {job_id} asked for {job.num_gpus} GPUs, a copy got {len(copy)}"
                     )
+            if alloc.num_copies > 1 and not job.forkable:
+                problems.append(
+                    f"job {job_id} runs as {alloc.num_copies} copies but is not forkable"
+                )
             if len(alloc.copies) > 1 and len(set(alloc.nodes)) != alloc.num_copies:
                 copy_nodes = [sorted({s.node for s in c}) for c in alloc.copies]
                 if any(len(n) != 1 for n in copy_nodes) or len({n[0] for n in copy_nodes}) != len(

@@ -210,6 +210,8 @@ class JobView:
     ``current`` is the allocation the job holds now (None when it is not running).
     ``predicted_iterations`` is an estimate of total iterations when ``total_iterations``
     is only the user's guess (non-clairvoyant policies may ignore both).
+    ``forkable`` jobs may run as several averaged copies (HadarE); others never get more
+    than the one copy they asked for, since averaging copies changes how a model trains.
     ``memory_gpu_types`` are the GPU types whose memory holds ``memory_bytes_per_gpu``
     (None: not restricted); :class:`Snapshot` sets it from its cluster, and :meth:`allows`
     honours it, so no policy can place a job on GPUs too small for it.
@@ -226,6 +228,7 @@ class JobView:
     preemptible: bool = True
     migratable: bool = True
     shareable: bool = False
+    forkable: bool = False
     memory_bytes_per_gpu: int = 0
     arrival_time: float = 0.0
     attained_service: float = 0.0

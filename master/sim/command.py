@@ -68,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="re-plan as soon as a job's exit frees GPUs while jobs wait, as the daemon "
         "does (default: only at round ends, as Gavel's simulator)",
     )
+    parser.add_argument(
+        "--forkable",
+        choices=("trace", "all"),
+        default="trace",
+        help="which jobs may run as averaged copies (hadare): those the trace marks (a "
+        "Gavel trace marks none; the default) or all of them",
+    )
     parser.add_argument("--gpus-per-server", type=int, default=4, help="GPUs per server (4)")
     parser.add_argument("--seed", type=int, default=0, help="seed for randomized policies")
     parser.add_argument(
@@ -171,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
             overhead_s=args.overhead,
             copy_efficiency=args.copy_efficiency,
             early_rounds=args.early_rounds,
+            fork_all=args.forkable == "all",
         )
         cluster = build_cluster(parse_cluster_spec(args.cluster), args.gpus_per_server)
         model = _throughput_model(args.throughputs)

@@ -53,6 +53,8 @@ class SimConfig:
     job running and no arrival to come. ``early_rounds``: end a round
     ``early_round_delay_s`` after the first job finishes in it while jobs wait, as the
     daemon does; off by default, matching Gavel's simulator and its reference figures.
+    ``fork_all``: treat every job as forkable (it may run as averaged copies), whatever
+    the trace says; for what-if runs, since forking changes how a model trains.
     """
 
     round_s: float = 360.0
@@ -64,6 +66,7 @@ class SimConfig:
     validate_plans: bool = True
     record_segments: bool = False
     stall_rounds: int = 50
+    fork_all: bool = False
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -331,6 +334,7 @@ class Simulator:
             allowed_gpu_types=spec.allowed_gpu_types,
             preemptible=spec.preemptible,
             shareable=spec.shareable,
+            forkable=spec.forkable or self.config.fork_all,
             arrival_time=spec.arrival_s,
             attained_service=job.attained,
             gpu_seconds_by_type=MappingProxyType(dict(job.gpu_seconds)),

@@ -5,7 +5,8 @@ Each job draws a job type uniformly from the throughput model's known types (or 
 reference type: 10^U(1.5, 3) minutes with probability 0.8, else 10^U(3, 4) minutes (many
 short jobs, a few very long ones). Iterations are that duration times the job's
 throughput on ``reference_type``. Arrivals are a Poisson process with mean gap
-``mean_interarrival_s``. The same seed always gives the same trace.
+``mean_interarrival_s``. ``forkable_fraction`` of the jobs (drawn independently) are
+marked forkable. The same seed always gives the same trace.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ def generate_trace(
     job_types: Sequence[str] | None = None,
     max_gpus: int = 8,
     users: int = 20,
+    forkable_fraction: float = 0.0,
 ) -> list[TraceJob]:
+    if not 0.0 <= forkable_fraction <= 1.0:
+        raise ValueError("forkable_fraction must be in [0, 1]")
     if num_jobs < 1:
         raise ValueError("num_jobs must be >= 1")
     if mean_interarrival_s < 0:
@@ -39,6 +43,8 @@ def generate_trace(
     if not types:
         raise ValueError("no job types: give job_types or a model with a profile")
     rng = random.Random(seed)
+    # Its own stream, so marking jobs forkable leaves every other draw as it was.
+    marks = random.Random(f"{seed}-forkable")
     sizes = [(n, p) for n, p in _SIZES if n <= max_gpus]
     weights = [p for _, p in sizes]
     jobs: list[TraceJob] = []
@@ -59,6 +65,7 @@ def generate_trace(
                 iterations=iterations,
                 user=f"user{rng.randrange(users):02d}",
                 batch_size=batch_size_of(job_type),
+                forkable=marks.random() < forkable_fraction,
             )
         )
         if mean_interarrival_s > 0:

@@ -7,15 +7,16 @@ GPUs), priority_weight, SLO, arrival_time (seconds).
 CSV (header required; column order free; extra columns ignored)::
 
     job_id,arrival_s,job_type,num_gpus,iterations,duration_s,user,priority,batch_size,
-    allowed_gpu_types,preemptible,shareable
+    allowed_gpu_types,preemptible,shareable,forkable
 
 ``job_id``, ``arrival_s``, ``job_type`` and ``num_gpus`` are required, and one of
 ``iterations`` or ``duration_s`` per row (``duration_s`` is the run time alone on the
 fastest GPU type of the simulated cluster, converted to iterations with the throughput
 model). ``user`` defaults to empty, ``priority`` to 1, ``batch_size`` to the number in
 "(batch size N)" in the job type or 1, ``allowed_gpu_types`` (types separated by ``|``)
-to any type, ``preemptible`` to true and ``shareable`` to false (booleans: true/false,
-yes/no, 1/0).
+to any type, ``preemptible`` to true, ``shareable`` and ``forkable`` (may run as several
+averaged copies) to false (booleans: true/false, yes/no, 1/0). A Gavel trace marks no job
+forkable.
 
 A malformed line raises :class:`TraceError` naming ``file:line`` and the problem.
 """
@@ -52,6 +53,8 @@ class TraceJob:
     allowed_gpu_types: frozenset[str] = frozenset()
     preemptible: bool = True
     shareable: bool = False
+    # May run as several averaged copies (HadarE); a Gavel trace marks no job so.
+    forkable: bool = False
 
     def __post_init__(self) -> None:
         if (self.iterations is None) == (self.duration_s is None):
@@ -172,6 +175,7 @@ def _csv_job(row: dict[str, str | None], seen: set[int]) -> TraceJob:
     allowed = frozenset(t.strip() for t in cell("allowed_gpu_types").split("|") if t.strip())
     preemptible = _flag(cell("preemptible"), "preemptible", default=True)
     shareable = _flag(cell("shareable"), "shareable", default=False)
+    forkable = _flag(cell("forkable"), "forkable", default=False)
     batch = cell("batch_size")
     return TraceJob(
         id=job_id,
@@ -186,6 +190,7 @@ def _csv_job(row: dict[str, str | None], seen: set[int]) -> TraceJob:
         allowed_gpu_types=allowed,
         preemptible=preemptible,
         shareable=shareable,
+        forkable=forkable,
     )
 
 
@@ -223,6 +228,7 @@ def write_csv_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
         "allowed_gpu_types",
         "preemptible",
         "shareable",
+        "forkable",
     ]
     with Path(path).open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -242,6 +248,7 @@ def write_csv_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
                     "|".join(sorted(job.allowed_gpu_types)),
                     str(job.preemptible).lower(),
                     str(job.shareable).lower(),
+                    str(job.forkable).lower(),
                 ]
             )
 

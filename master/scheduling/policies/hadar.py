@@ -441,8 +441,8 @@ class PrimalDual:
         first, while the marginal payoff stays positive (at most ``max_copies``).
         """
         assert self.copy_efficiency is not None
-        if not job.preemptible:
-            return None  # copies need the runtime helper: managed (preemptible) jobs only
+        if not job.forkable or not job.preemptible:
+            return None  # copies change how the model trains: only jobs that asked for them
         e = self.copy_efficiency
         n = job.num_gpus
         room = {}

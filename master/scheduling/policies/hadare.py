@@ -12,7 +12,8 @@ Filling: servers are visited fastest type first; each gets the set of copies who
 utility gains sum highest within its idle GPUs (a copy uses the job's full GPU count on
 that one server, so GPUs a set leaves over stay idle; a job has at most one copy per
 server, and only jobs whose first copy sits on one server are forked, since each copy
-must be one server's group).
+must be one server's group). Only jobs marked forkable get copies: averaging copies changes
+how a model trains, so a job runs as copies only when its owner asked for it.
 A job that Hadar left waiting may also start there as its first copy. Shareable jobs
 still waiting once every idle GPU is used may share a placed job's GPUs by SJF-BSBF's
 best-sharing-benefit rule (see :mod:`master.scheduling.policies.sjf_bsbf`). The gain of a copy
@@ -115,14 +116,16 @@ class HadarEPolicy:
         allocations, rest = keep_pinned(snapshot, free)
         placed, reasons, decisions, _ = self._pass.run(snapshot, free, rest)
         self.last_decisions = decisions
+        # Jobs the per-server fill may give GPUs: a waiting job one copy (its ordinary
+        # placement), and a forkable one (which asked to run as averaged copies) more.
         forkable: dict[int, _Forked] = {}
         for job in rest:
             if not job.preemptible:
-                continue  # copies need the runtime helper: managed (preemptible) jobs only
+                continue  # placed by the priced pass alone
             alloc = placed.get(job.id)
             if alloc is None:
                 forkable[job.id] = _Forked(job)
-            elif all(len({s.node for s in copy}) == 1 for copy in alloc.copies):
+            elif job.forkable and all(len({s.node for s in copy}) == 1 for copy in alloc.copies):
                 forkable[job.id] = _Forked(
                     job,
                     list(alloc.copies),
@@ -214,6 +217,8 @@ class HadarEPolicy:
                     entry.copies.append(slots)
                     entry.rates.append(model.throughput(entry.job.job_type, t, n))
                     entry.version += 1
+                    if not entry.job.forkable:
+                        continue  # placed; it runs as the one copy it asked for
                     for other in allowed_types(snapshot, entry.job):
                         gain = self._gain(snapshot, entry, job_rate(snapshot, entry.job, other))
                         if gain > 0:

@@ -199,7 +199,9 @@ def test_hadare_copies_add_progress_times_efficiency() -> None:
     two_nodes = ClusterView.from_counts({"v100": 2}, gpus_per_server=1)
     slots = [GpuSlot("v100-000", 0), GpuSlot("v100-001", 0)]
     policy = ScriptedPolicy(lambda r, s: {0: Allocation.copies_on([[slots[0]], [slots[1]]], 32)})
-    result = simulate(policy, [job(0, 1800.0)], two_nodes, model(), SimConfig(copy_efficiency=0.9))
+    result = simulate(
+        policy, [job(0, 1800.0)], two_nodes, model(), SimConfig(copy_efficiency=0.9, fork_all=True)
+    )
     assert result.jobs[0].finish_s == pytest.approx(100.0)
     assert result.jobs[0].used_copies
     assert result.jobs[0].jct_s >= result.jobs[0].copies_bound_s

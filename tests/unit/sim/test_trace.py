@@ -88,6 +88,22 @@ def test_corrupt_csv_rows_name_file_and_line(tmp_path: Path, row: str, message: 
         read_csv_trace(path)
 
 
+def test_the_forkable_column_marks_jobs_and_a_bad_value_names_line_and_column(
+    tmp_path: Path,
+) -> None:
+    """`forkable` is optional (false when absent or empty); true/yes/1 mark a job; anything
+    else is refused as file:line naming the column and the value. Gavel traces mark none."""
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "job_id,arrival_s,job_type,num_gpus,iterations,forkable\n0,0,a,1,10,yes\n1,0,a,1,10,\n"
+    )
+    assert [j.forkable for j in read_csv_trace(path)] == [True, False]
+    path.write_text("job_id,arrival_s,job_type,num_gpus,iterations,forkable\n0,0,a,1,10,maybe\n")
+    with pytest.raises(TraceError, match=r"t\.csv:2: forkable must be true or false, got 'maybe'"):
+        read_csv_trace(path)
+    assert not any(j.forkable for j in read_gavel_trace(TRACES / "max_min_fairness.trace"))
+
+
 def test_csv_header_and_duplicates(tmp_path: Path) -> None:
     """A header without required columns, or a repeated job id, is refused."""
     path = tmp_path / "t.csv"
@@ -106,6 +122,7 @@ def test_csv_round_trip(tmp_path: Path) -> None:
     jobs = [
         TraceJob(0, 0.0, "a", 1, 100.0, user="u", allowed_gpu_types=frozenset({"k80"})),
         TraceJob(1, 5.5, "b", 4, None, duration_s=60.0, priority=3.0, shareable=True),
+        TraceJob(2, 6.0, "c", 2, 50.0, forkable=True),
     ]
     path = tmp_path / "out.csv"
     write_csv_trace(path, jobs)
