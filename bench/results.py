@@ -12,7 +12,10 @@ Traces (360 s rounds, no restart overhead, as Gavel's reference figures):
   :data:`POISSON_INTERARRIVAL_S` seconds on average, on v100:36,p100:36,k80:36
   (``master.sim.generate``: Gavel's job mix and duration distribution).
 
-Every job is marked shareable (a lab's managed jobs are), which only ``sjf-bsbf`` uses.
+Every job is marked shareable (a lab's managed jobs are), which ``sjf-bsbf`` and ``hadare``
+use. No job is marked forkable (Gavel's traces mark none), so ``hadare`` forks no job into
+copies there; the target traces run once more with every job forkable, labelled
+:data:`ALL_FORKABLE`, under ``gavel`` and ``hadare`` only.
 The report lists, per trace, average / median / p99 JCT, makespan, utilization and
 planning time per policy, and compares the best research policy with ``gavel``.
 """
@@ -63,13 +66,18 @@ ROUND_S = 360.0
 BASELINES = ("fifo", "srtf", "las", "gavel")
 #: Suffix of a case run with the daemon's round model (re-plan when a job exits).
 EARLY = " (early rounds)"
-#: The traces the targets are stated on, under each round model.
-TARGETS = (
+#: Suffix of a case in which every job may run as averaged copies (hadare's forking).
+ALL_FORKABLE = " (all jobs forkable)"
+#: Policies run on the all-forkable cases: the one that forks, and the reference.
+FORKING_POLICIES = ("gavel", "hadare")
+_PLAIN_TARGETS = (
     "max_min_fairness.trace",
     POISSON_NAME,
     "max_min_fairness.trace" + EARLY,
     POISSON_NAME + EARLY,
 )
+#: The traces the targets are stated on, under each round model, without and with forking.
+TARGETS = _PLAIN_TARGETS + tuple(name + ALL_FORKABLE for name in _PLAIN_TARGETS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +86,7 @@ class Case:
     cluster: str
     trace: tuple[TraceJob, ...]
     early_rounds: bool = False
+    fork_all: bool = False
 
 
 def shareable(jobs: Sequence[TraceJob]) -> tuple[TraceJob, ...]:
@@ -104,6 +113,11 @@ def cases(data: Path, model: ThroughputModel, num_jobs: int, poisson: bool) -> l
         for case in out
         if case.name + EARLY in TARGETS
     ]
+    out += [
+        dataclasses.replace(case, name=case.name + ALL_FORKABLE, fork_all=True)
+        for case in out
+        if case.name + ALL_FORKABLE in TARGETS
+    ]
     return out
 
 
@@ -116,7 +130,7 @@ def _run(args: tuple[str, Case, str]) -> tuple[str, str, dict[str, Any], float]:
         case.trace,
         build_cluster(case.cluster),
         model,
-        SimConfig(round_s=ROUND_S, early_rounds=case.early_rounds),
+        SimConfig(round_s=ROUND_S, early_rounds=case.early_rounds, fork_all=case.fork_all),
     )
     wall = time.perf_counter() - started
     return case.name, policy, _figures(result), wall
@@ -140,7 +154,7 @@ def run_all(
     work = [
         (policy, case, throughputs)
         for case in cases(data, model, num_jobs, poisson)
-        for policy in available_policies()
+        for policy in (FORKING_POLICIES if case.fork_all else available_policies())
     ]
     # Longest first so the pool does not end on one long run.
     work.sort(key=lambda w: -len(w[1].trace))
@@ -162,7 +176,8 @@ def run_all(
 
 # ---------------------------------------------------------------------------- report
 def _stem(trace: str) -> str:
-    stem = trace.replace(".trace", "").replace(EARLY, "-early").replace("_", "-")
+    stem = trace.replace(".trace", "").replace(EARLY, "-early").replace(ALL_FORKABLE, "-forkable")
+    stem = stem.replace("_", "-")
     return stem.replace(" ", "-")
 
 
@@ -239,6 +254,13 @@ def write_markdown(
         "Utilization is GPU-time held over cluster GPU-time from first arrival to last "
         "finish. `plan ms` is the policy's planning time per round (mean / max). "
         "All jobs are marked shareable; `sjf-bsbf` and `hadare` may share GPUs.",
+        "",
+        "Forking is opt-in: only a job marked forkable (`hctl submit --elastic`) may run as "
+        "averaged copies, since averaging copies changes how a model trains. Gavel's traces "
+        "and the generated trace mark no job forkable, so `hadare` forks nothing in the "
+        "plain cases. The target traces run once more with every job forkable (names ending "
+        "in" + ALL_FORKABLE + "; `hctl simulate --forkable all`), under `gavel` and `hadare` "
+        "only: that is the setting of the HadarE paper and of the 1.5x target.",
         "",
         "Two round models. Gavel's (the trace names alone): a plan holds until the round "
         "ends, so GPUs a job frees mid-round idle until then; Gavel's reference figures "

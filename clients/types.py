@@ -130,6 +130,8 @@ class JobSpec:
     # None: the master's default (true for managed jobs, false for opaque commands).
     preemptible: bool | None = None
     shareable: bool = False
+    # May run as several averaged copies on separate servers (hadare); off unless asked.
+    forkable: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     workdir: str = ""
     checkpoint_dir: str = ""

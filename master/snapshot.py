@@ -182,6 +182,7 @@ def read_round_input(
                 preemptible=preemptible(job),
                 migratable=preemptible(job),
                 shareable=spec.shareable,
+                forkable=spec.forkable,
                 memory_bytes_per_gpu=spec.gpu_memory_bytes,
                 arrival_time=job.submitted_at.timestamp(),
                 attained_service=job.attained_service,

@@ -113,6 +113,15 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         )
     if spec.shareable and not managed:
         raise InvalidArgumentError("spec.shareable", "opaque commands cannot share GPUs")
+    if spec.forkable and not managed:
+        raise InvalidArgumentError(
+            "spec.forkable",
+            "opaque commands cannot run as averaged copies (copies need the runtime helper)",
+        )
+    if spec.forkable and not preemptible:
+        raise InvalidArgumentError(
+            "spec.forkable", "a job that may not be preempted cannot run as averaged copies"
+        )
 
     allowed: list[str] = []
     if len(spec.allowed_gpu_types) > ALLOWED_GPU_TYPES_MAX:
@@ -206,6 +215,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         allowed_gpu_types=tuple(allowed),
         preemptible=preemptible,
         shareable=spec.shareable,
+        forkable=spec.forkable,
         env=tuple(sorted(spec.env.items())),
         workdir=workdir,
         checkpoint_dir=checkpoint_dir,

@@ -25,6 +25,8 @@ class JobSpec:
     allowed_gpu_types: tuple[str, ...] = ()
     preemptible: bool = True
     shareable: bool = False
+    # May run as several averaged copies (HadarE); only when the job asked for it.
+    forkable: bool = False
     env: tuple[tuple[str, str], ...] = ()
     workdir: str = ""
     checkpoint_dir: str = ""

@@ -141,6 +141,7 @@ class JobRow(Base):
     allowed_gpu_types: Mapped[list[str]] = mapped_column(JSON, default=list)
     preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
     shareable: Mapped[bool] = mapped_column(Boolean, default=False)
+    forkable: Mapped[bool] = mapped_column(Boolean, default=False)
     env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     workdir: Mapped[str] = mapped_column(Text, default="")
     checkpoint_dir: Mapped[str] = mapped_column(Text, default="")

@@ -27,15 +27,18 @@ class DemoJob:
     gpus: int
     iterations: int
     shareable: bool = False
+    # May run as averaged copies on idle servers (hadare); the others run on what they ask.
+    elastic: bool = False
 
 
-# Several models, 1 to 4 GPUs; all but the 4-GPU job may share a GPU. Sized so the whole
-# demo takes a few minutes on a 2-core machine without a GPU.
+# Several models, 1 to 4 GPUs; all but the 4-GPU job may share a GPU, and two are elastic
+# (they may run as averaged copies). Sized so the whole demo takes a few minutes on a
+# 2-core machine without a GPU.
 DEMO_JOBS: tuple[DemoJob, ...] = (
     DemoJob("resnet-2gpu", "resnet", 2, 120, shareable=True),
-    DemoJob("lstm-1gpu", "lstm", 1, 200, shareable=True),
+    DemoJob("lstm-1gpu", "lstm", 1, 200, shareable=True, elastic=True),
     DemoJob("transformer-4gpu", "transformer", 4, 60),
-    DemoJob("recsys-a", "recommendation", 1, 300, shareable=True),
+    DemoJob("recsys-a", "recommendation", 1, 300, shareable=True, elastic=True),
     DemoJob("recsys-b", "recommendation", 1, 300, shareable=True),
     DemoJob("resnet-1gpu", "resnet", 1, 100, shareable=True),
     DemoJob("lstm-2gpu", "lstm", 2, 150, shareable=True),
@@ -131,6 +134,7 @@ def _submit(client: HadarClient, scale: float) -> list[int]:
             iterations=max(1, int(demo.iterations * scale)),
             num_gpus=demo.gpus,
             shareable=demo.shareable,
+            forkable=demo.elastic,
         )
         ids.append(client.submit_job(spec).id)
     return ids

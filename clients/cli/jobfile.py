@@ -10,6 +10,7 @@ The file's keys (all optional except the amount of work and what to run)::
     gpu_types = ["v100", "a100-40gb"]  # allowed GPU types; absent: any
     preemptible = true               # absent: true for managed jobs, false for commands
     shareable = false                # may share GPUs by gradient accumulation
+    elastic = false                  # may run as averaged copies on idle servers
     workdir = "/home/alice/proj"
     checkpoint_dir = "/shared/ckpt/alice"
     job_type = "ResNet-18 (batch size 128)"   # key for the throughput model
@@ -53,6 +54,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "gpu_types": (list, str),
     "preemptible": (bool,),
     "shareable": (bool,),
+    "elastic": (bool,),
     "workdir": (str,),
     "checkpoint_dir": (str,),
     "job_type": (str,),
@@ -212,6 +214,7 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
         allowed_gpu_types=tuple(values.get("gpu_types", ())),
         preemptible=values.get("preemptible"),
         shareable=values.get("shareable", False),
+        forkable=values.get("elastic", False),
         env=dict(values.get("env", {})),
         workdir=values.get("workdir", ""),
         checkpoint_dir=values.get("checkpoint_dir", ""),

@@ -167,6 +167,15 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         const=True,
         help="may share its GPUs with another job (gradient accumulation)",
     )
+    spec.add_argument(
+        "--elastic",
+        "--forkable",
+        dest="forkable",
+        action="store_const",
+        const=True,
+        help="may run as several copies on idle servers whose models are averaged (hadare); "
+        "this changes how the model trains, so it is off unless asked",
+    )
     retries = spec.add_mutually_exclusive_group()
     retries.add_argument(
         "--retries",
@@ -224,6 +233,7 @@ def spec_values_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         "priority": args.priority,
         "preemptible": args.preemptible,
         "shareable": args.shareable,
+        "elastic": args.forkable,
         "workdir": args.workdir,
         "checkpoint_dir": args.checkpoint_dir,
         "job_type": args.job_type,
@@ -325,7 +335,8 @@ def queue_table(jobs: Sequence[Job], now: datetime) -> Table:
             job.spec.name,
             job.user,
             styled_state(job.state),
-            str(job.spec.num_gpus),
+            # A + marks an elastic job: it may hold more GPUs, as averaged copies.
+            f"{job.spec.num_gpus}{'+' if job.spec.forkable else ''}",
             fmt.node_or_reason(job),
             fmt.format_time(job.submitted_at, now),
             fmt.format_duration(fmt.run_time(job, now)),
@@ -429,7 +440,8 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         "resources",
         f"{spec.num_gpus} GPU(s), types {gpu_types}; batch {spec.batch_size or 'default'}; "
         f"priority {spec.priority:g}; preemptible {preemptible}; "
-        f"shareable {'yes' if spec.shareable else 'no'}"
+        f"shareable {'yes' if spec.shareable else 'no'}; "
+        f"elastic {'yes (may run as averaged copies)' if spec.forkable else 'no'}"
         + (
             f"; GPU memory {fmt.format_bytes(spec.gpu_memory_bytes)} per GPU"
             if spec.gpu_memory_bytes

@@ -59,6 +59,7 @@ def spec_to_pb(spec: domain.JobSpec) -> common_pb2.JobSpec:
         allowed_gpu_types=list(spec.allowed_gpu_types),
         preemptible=spec.preemptible,
         shareable=spec.shareable,
+        forkable=spec.forkable,
         env=dict(spec.env),
         workdir=spec.workdir,
         checkpoint_dir=spec.checkpoint_dir,

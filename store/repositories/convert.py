@@ -39,6 +39,7 @@ def job_spec(row: JobRow) -> JobSpec:
         allowed_gpu_types=tuple(row.allowed_gpu_types or ()),
         preemptible=row.preemptible,
         shareable=row.shareable,
+        forkable=row.forkable,
         env=tuple(sorted((row.env or {}).items())),
         workdir=row.workdir,
         checkpoint_dir=row.checkpoint_dir,
@@ -62,6 +63,7 @@ def fill_spec(row: JobRow, spec: JobSpec) -> None:
     row.allowed_gpu_types = list(spec.allowed_gpu_types)
     row.preemptible = spec.preemptible
     row.shareable = spec.shareable
+    row.forkable = spec.forkable
     row.env = dict(spec.env)
     row.workdir = spec.workdir
     row.checkpoint_dir = spec.checkpoint_dir

@@ -431,3 +431,23 @@ def test_submit_retry_flags_are_shown_by_show(hctl: Hctl):
     refused = hctl("submit", "--retries", "11", "--workload", "resnet", "--iterations", "3")
     assert refused.code == ExitCode.INVALID_ARGUMENT
     assert "spec.max_retries" in refused.err and "at most 10" in refused.err
+
+
+def test_elastic_is_asked_for_shown_and_refused_for_commands(hctl: Hctl):
+    """Forking into averaged copies is opt-in: a job submitted without --elastic is not
+    forkable; --elastic reaches the spec and is shown by show (text and --json) and by a +
+    in the queue's GPUS column; an opaque command asking for it is refused naming the
+    field."""
+    plain = submit(hctl, "--workload", "resnet", "--iterations", "3", "--gpus", "2")
+    elastic = submit(hctl, "--elastic", "--workload", "resnet", "--iterations", "3")
+    assert json.loads(hctl("show", str(plain), "--json").out)["job"]["spec"]["forkable"] is False
+    assert json.loads(hctl("show", str(elastic), "--json").out)["job"]["spec"]["forkable"] is True
+    assert "elastic no;" not in hctl("show", str(elastic)).out
+    assert "elastic yes (may run as averaged copies)" in hctl("show", str(elastic)).out
+    assert "elastic no" in hctl("show", str(plain)).out
+    queue = hctl("queue").out
+    assert row(queue, plain)[4] == "2"
+    assert row(queue, elastic)[4] == "1+"
+    refused = hctl("submit", "--elastic", "--iterations", "3", "--", "sleep", "1")
+    assert refused.code == ExitCode.INVALID_ARGUMENT
+    assert "spec.forkable" in refused.err and "opaque commands" in refused.err

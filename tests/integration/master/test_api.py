@@ -307,3 +307,38 @@ def test_a_preempted_job_says_which_job_took_its_gpus(cluster: Cluster) -> None:
     assert got.job.reason.startswith(expected)
     assert got.events[-1].kind == "preempted"
     assert got.events[-1].reason.startswith(expected)
+
+
+def test_hadare_forks_only_the_jobs_that_asked_to_be_elastic(cluster: Cluster) -> None:
+    """On three idle nodes the default policy runs a job submitted without forkable on the
+    one GPU it asked for; a forkable job may take the idle nodes as averaged copies."""
+    master = cluster.master(policy="hadare")
+    for name in ("n1", "n2", "n3"):
+        cluster.worker(master, name, num_gpus=1)
+    api = cluster.api(master)
+
+    def submit(forkable: bool) -> int:
+        spec = common_pb2.JobSpec(
+            name="elastic" if forkable else "plain",
+            num_gpus=1,
+            iterations=100_000,
+            forkable=forkable,
+            workload=common_pb2.WorkloadProgram(name="resnet"),
+        )
+        return int(api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec)).job.id)
+
+    plain = submit(False)
+    master.run_round()
+    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=plain)).job
+    assert [len(t.gpu_indices) for t in got.tasks] == [1]
+    api.CancelJob(hadar_pb2.CancelJobRequest(job_id=plain))
+
+    elastic = submit(True)
+    wait_for(
+        lambda: not api.GetJob(hadar_pb2.GetJobRequest(job_id=plain)).job.tasks,
+        what="the cancelled job's GPUs freed",
+    )
+    master.run_round()
+    got = api.GetJob(hadar_pb2.GetJobRequest(job_id=elastic)).job
+    assert got.spec.forkable
+    assert len(got.tasks) > 1, "an idle cluster forks an elastic job into copies"
