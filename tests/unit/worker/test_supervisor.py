@@ -14,7 +14,7 @@ import pytest
 
 from protos.hadar.v1 import common_pb2, worker_pb2
 from worker.agent.clock import FakeClock
-from worker.agent.processes import FakeLauncher, RunAs
+from worker.agent.processes import FakeLauncher, RunAs, is_process_of
 from worker.agent.state import RunningTaskRecord, StateStore
 from worker.agent.supervisor import Supervisor, SupervisorConfig
 from worker.agent.users import FakeUsers
@@ -478,6 +478,11 @@ def test_a_renewed_lease_survives_an_agent_restart(tmp_path: Path) -> None:
     env = {**os.environ, "HADAR_JOB_ID": "3", "HADAR_LEASE": "5"}
     stand_in = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
     try:
+        markers = (b"HADAR_JOB_ID=3", b"HADAR_LEASE=5")
+        deadline = time.monotonic() + 10
+        while not is_process_of(stand_in.pid, *markers):
+            assert time.monotonic() < deadline, "the stand-in process never showed its env"
+            time.sleep(0.01)
         assert rig.supervisor.adopt(dataclasses.replace(record, pids=(stand_in.pid,)))
         rig.clock.advance(30)
         rig.supervisor.poll()
