@@ -139,18 +139,28 @@ _COPY = (
     "except OSError as exc:\n"
     "    copy = None\n"
     "    put(1, f'hadar: cannot write {sys.argv[1]}: {exc.strerror}\\n'.encode())\n"
+    "pending = b''\n"
     "while True:\n"
     "    data = os.read(0, 65536)\n"
-    "    if not data:\n"
-    "        break\n"
-    "    put(1, data)\n"
-    "    if copy is not None:\n"
+    "    if data:\n"
+    "        put(1, data)\n"
+    "    pending += data\n"
+    # Whole lines only: standard output and standard error may share one file through two
+    # copiers, and a line written in pieces (print's text, then its newline) must not be
+    # cut in two by the other stream's line.
+    "    cut = max(pending.rfind(b'\\n'), pending.rfind(b'\\r')) + 1\n"
+    "    if not data or len(pending) > 65536:\n"
+    "        cut = len(pending)\n"
+    "    if copy is not None and cut:\n"
     "        try:\n"
-    "            put(copy, data)\n"
+    "            put(copy, pending[:cut])\n"
     "        except OSError as exc:\n"
     "            os.close(copy)\n"
     "            copy = None\n"
     "            put(1, f'hadar: stopped writing {sys.argv[1]}: {exc.strerror}\\n'.encode())\n"
+    "    pending = pending[cut:]\n"
+    "    if not data:\n"
+    "        break\n"
 )
 
 
