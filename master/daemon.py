@@ -45,6 +45,7 @@ from master.service.access import AccessInterceptor
 from master.service.coordinator import CoordinatorServicer
 from master.service.hadar import HadarServicer
 from master.settings import Settings, SettingsError
+from master.timelimits import TimeLimitEnforcer
 from master.tls import server_credentials, worker_channel_credentials
 from master.transactions import Transactor
 from master.workers import WorkerClients
@@ -174,6 +175,9 @@ class Master:
             self._base_model,
             self.changes.notify,
         )
+        self.time_limits = TimeLimitEnforcer(
+            self.tx, self.dispatcher, self.changes.notify, self.request_round
+        )
         self.auth = Authenticator(self.tx, settings.auth, self.cluster_token)
 
     # -- life --------------------------------------------------------------------------------
@@ -282,6 +286,14 @@ class Master:
             IntervalTrigger(seconds=self.settings.heartbeat_interval_s),
             id="nodes",
             name="lost-node check",
+            max_instances=1,
+            coalesce=True,
+        )
+        scheduler.add_job(
+            self._scheduled_time_limit_check,
+            IntervalTrigger(seconds=self.settings.time_limit_check_s),
+            id="time-limits",
+            name="time-limit check",
             max_instances=1,
             coalesce=True,
         )
@@ -439,6 +451,12 @@ class Master:
         except Exception:
             log.exception("lost-node check failed")
 
+    def _scheduled_time_limit_check(self) -> None:
+        try:
+            self.time_limits.check()
+        except Exception:
+            log.exception("time-limit check failed")
+
     def _resume_dispatch(self) -> None:
         try:
             self.dispatcher.dispatch_ready()
@@ -458,9 +476,15 @@ class Master:
                     else:
                         state = "unavailable"
                     gpus[(state, gpu.type)] = gpus.get((state, gpu.type), 0) + 1
+            used = uow.usage.ended_totals()
+            now = datetime.now(UTC)
+            for record in uow.usage.running():
+                key = (record.user, record.gpu_type)
+                used[key] = used.get(key, 0.0) + record.gpu_seconds(now)
             return ClusterGauges(
                 jobs_by_state={s.value: c for s, c in uow.jobs.count_by_state().items()},
                 gpus=gpus,
+                gpu_seconds=used,
             )
 
         return self.tx.read(read)

@@ -23,6 +23,7 @@ from master.limits import SubmitRateLimiter, pending_limit_error
 from master.scheduling.memory import memory_by_type
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
+from master.timelimits import apply_time_limit
 from master.transactions import Transactor
 from master.validation import ClusterFacts, validate_idempotency_key, validate_spec
 from protos.hadar.v1 import common_pb2
@@ -154,7 +155,11 @@ class JobManager:
             )
         key = validate_idempotency_key(idempotency_key)
         facts = self._facts()
-        validated = validate_spec(spec, facts)
+        validated = apply_time_limit(
+            validate_spec(spec, facts),
+            max_s=self._settings.max_time_limit_s,
+            default_s=self._settings.default_time_limit_s,
+        )
         user = caller.user
         wait_s = self._rate.try_take(user)
         if wait_s > 0:
@@ -305,10 +310,18 @@ class JobManager:
             elapsed = min(max(0.0, wall - since), self._settings.heartbeat_timeout_s)
         else:
             elapsed = max(0.0, wall - previous)
+        return elapsed * len(task.gpu_indices) * self._speed_factor(task.gpu_type)
+
+    def _run_service(self, task: Task, now: datetime) -> float:
+        """Normalized GPU-seconds of a task's whole run, from its start to `now`."""
+        since = task.acknowledged_at or task.created_at
+        elapsed = max(0.0, (now - since).total_seconds())
+        return elapsed * len(task.gpu_indices) * self._speed_factor(task.gpu_type)
+
+    def _speed_factor(self, gpu_type: str) -> float:
         speeds = self._base_model.speeds
         slowest = min(speeds.values()) if speeds else 1.0
-        factor = self._base_model.speed(task.gpu_type) / slowest
-        return elapsed * len(task.gpu_indices) * factor
+        return self._base_model.speed(gpu_type) / slowest
 
     @staticmethod
     def _measure(uow: UnitOfWork, job: Job, task: Task, update: ProgressUpdate) -> None:
@@ -380,6 +393,7 @@ class JobManager:
                     )
                 return False, []
             was_stopping = task.state is TaskState.STOPPING
+            before = uow.jobs.get(report.job_id)
             uow.tasks.set_state(
                 task.id,
                 TaskState.EXITED,
@@ -391,6 +405,9 @@ class JobManager:
                 report.job_id,
                 iterations_done=report.iterations_done,
                 checkpoint_iterations=report.iterations_done,
+                # A program that never reports progress (an opaque command, a plain script)
+                # gets its service counted once, for the whole run, when it ends.
+                service_delta=0.0 if before.reports_progress else self._run_service(task, now),
             )
             with self._report_lock:
                 self._last_report.pop((task.job_id, task.task_index, task.lease), None)

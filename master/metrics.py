@@ -4,10 +4,10 @@ run in one process (tests) without clashing."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 ROUND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -21,13 +21,15 @@ class ClusterGauges:
     jobs_by_state: dict[str, int]
     # (state, gpu type) -> count; state is busy, idle or unavailable.
     gpus: dict[tuple[str, str], int]
+    # (user, gpu type) -> GPU-seconds of every attempt so far, running ones up to now.
+    gpu_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 class _StoreCollector(Collector):
     def __init__(self, read: Callable[[], ClusterGauges]) -> None:
         self._read = read
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         gauges = self._read()
         jobs = GaugeMetricFamily("hadar_jobs", "Jobs by state", labels=["state"])
         for state, count in sorted(gauges.jobs_by_state.items()):
@@ -37,6 +39,15 @@ class _StoreCollector(Collector):
         for (state, gpu_type), count in sorted(gauges.gpus.items()):
             gpus.add_metric([state, gpu_type], count)
         yield gpus
+        # Read from the store's accounting, so it survives master restarts and only grows.
+        used = CounterMetricFamily(
+            "hadar_gpu_seconds",
+            "GPU-seconds used by each user's jobs, per GPU type (running attempts up to now)",
+            labels=["user", "gpu_type"],
+        )
+        for (user, gpu_type), seconds in sorted(gauges.gpu_seconds.items()):
+            used.add_metric([user, gpu_type], seconds)
+        yield used
 
 
 class MasterMetrics:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from protos.durations import parse_duration
+
 ENV_PREFIX = "HADAR_"
 AuthMode = Literal["token", "none"]
 LogFormat = Literal["auto", "json", "console"]
@@ -72,6 +74,13 @@ class Settings:
     heartbeat_interval_s: float = 5.0
     heartbeat_timeout_s: float = 30.0
     max_retries: int = 3
+    # Time limits (sbatch --time), written as durations (`2h`, `7-00:00:00`; see
+    # protos/durations.py). A job asking for more than `max_time_limit` is refused; one that
+    # asks for none gets `default_time_limit`. Empty: no maximum, no default.
+    max_time_limit: str = ""
+    default_time_limit: str = ""
+    # How often the master looks for jobs that reached their time limit.
+    time_limit_check_s: float = 5.0
     grace_s: float = 30.0
     dispatch_timeout_s: float = 5.0
     dispatch_attempts: int = 3
@@ -109,6 +118,16 @@ class Settings:
     log_format: LogFormat = "auto"
     log_level: str = "info"
     grpc_threads: int = 16
+
+    @property
+    def max_time_limit_s(self) -> int:
+        """The cluster's longest time limit in seconds; 0 when there is none."""
+        return parse_duration(self.max_time_limit) if self.max_time_limit.strip() else 0
+
+    @property
+    def default_time_limit_s(self) -> int:
+        """The limit of a job that gives none, in seconds; 0 when there is none."""
+        return parse_duration(self.default_time_limit) if self.default_time_limit.strip() else 0
 
     @property
     def lease_s(self) -> float:
@@ -178,6 +197,22 @@ class Settings:
         for ok, message in checks:
             if not ok:
                 raise SettingsError(message)
+        self._check_time_limits()
+
+    def _check_time_limits(self) -> None:
+        limits: dict[str, int] = {}
+        for name in ("max_time_limit", "default_time_limit"):
+            try:
+                limits[name] = getattr(self, f"{name}_s")
+            except ValueError as exc:
+                raise SettingsError(f"{name}: {exc}") from None
+        if limits["max_time_limit"] and limits["default_time_limit"] > limits["max_time_limit"]:
+            raise SettingsError(
+                f"default_time_limit ({self.default_time_limit}) must not exceed "
+                f"max_time_limit ({self.max_time_limit})"
+            )
+        if self.time_limit_check_s <= 0:
+            raise SettingsError("time_limit_check_s must be > 0")
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

@@ -36,6 +36,8 @@ IDEMPOTENCY_KEY_MAX = 255
 # A job that failed this often will not pass on the next try; each retry holds GPUs others
 # wait for.
 MAX_RETRIES_LIMIT = 10
+# Beyond any cluster's maximum; keeps the value well inside the store's integer column.
+TIME_LIMIT_MAX_S = 366 * 86400
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +182,10 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
             raise InvalidArgumentError(
                 "spec.max_retries", f"must be at most {MAX_RETRIES_LIMIT} (0 never retries)"
             )
+    if spec.time_limit_s > TIME_LIMIT_MAX_S:
+        raise InvalidArgumentError(
+            "spec.time_limit_s", f"must be at most {TIME_LIMIT_MAX_S} seconds (366 days)"
+        )
     for attr in ("output", "error"):
         value: str = getattr(spec, attr)
         if "\0" in value:
@@ -224,6 +230,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         max_retries=max_retries,
         output=spec.output,
         error=spec.error,
+        time_limit_s=spec.time_limit_s,
     )
 
 

@@ -38,6 +38,8 @@ class JobSpec:
     # sbatch-style --output and --error file patterns (see common.proto JobSpec).
     output: str = ""
     error: str = ""
+    # Run time allowed in seconds (sbatch --time), summed over attempts; 0 means none.
+    time_limit_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +138,35 @@ class Task:
     @property
     def active(self) -> bool:
         return self.state not in (TaskState.EXITED, TaskState.LOST)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """What one attempt of a job used on one node: a task from its start to its end.
+
+    Stored when the task ends; a task still running is reported with `ended_at` None.
+    """
+
+    task_id: int
+    job_id: int
+    user: str
+    node: str
+    lease: int
+    gpu_type: str
+    num_gpus: int
+    started_at: datetime
+    ended_at: datetime | None
+    # The task's final state (EXITED or LOST), how its processes ended and their exit code.
+    end_state: TaskState | None = None
+    exit_kind: ExitKind | None = None
+    exit_code: int | None = None
+
+    def seconds(self, now: datetime) -> float:
+        end = self.ended_at or now
+        return max(0.0, (end - self.started_at).total_seconds())
+
+    def gpu_seconds(self, now: datetime) -> float:
+        return self.seconds(now) * self.num_gpus
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,6 +151,8 @@ class JobRow(Base):
     max_retries: Mapped[int | None] = mapped_column(Integer, default=None)
     output: Mapped[str] = mapped_column(Text, default="")
     error: Mapped[str] = mapped_column(Text, default="")
+    # Run time allowed in seconds, summed over attempts; 0 means none.
+    time_limit_s: Mapped[int] = mapped_column(default=0)
     # Life.
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
@@ -199,6 +201,32 @@ class TaskRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     acknowledged_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    exit_kind: Mapped[str | None] = mapped_column(String(16), default=None)
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+
+
+class UsageRow(Base):
+    """One ended attempt of a job on one node, kept for accounting.
+
+    The user and job id are copied, not referenced, so the record outlives any clean-up of
+    jobs and tasks.
+    """
+
+    __tablename__ = "usage_records"
+    __table_args__ = (Index("ix_usage_records_user_ended", "user", "ended_at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    task_id: Mapped[int] = mapped_column(unique=True)
+    job_id: Mapped[int] = mapped_column(index=True)
+    user: Mapped[str] = mapped_column(String(64))
+    node_name: Mapped[str] = mapped_column(String(255))
+    lease: Mapped[int] = mapped_column()
+    gpu_type: Mapped[str] = mapped_column(String(64))
+    num_gpus: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column()
+    ended_at: Mapped[datetime] = mapped_column(index=True)
+    gpu_seconds: Mapped[float] = mapped_column(Float)
+    end_state: Mapped[str] = mapped_column(String(16))
     exit_kind: Mapped[str | None] = mapped_column(String(16), default=None)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
 

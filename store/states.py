@@ -15,26 +15,43 @@ class JobState(StrEnum):
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    # Reached its time limit (JobSpec.time_limit_s of run time) and was stopped.
+    TIMEOUT = "TIMEOUT"
 
 
 TERMINAL_JOB_STATES: frozenset[JobState] = frozenset(
-    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
 )
 
-# PENDING -> RUNNING <-> PREEMPTED -> COMPLETED | FAILED | CANCELLED. A job may finish from
-# PREEMPTED when its last task reports completion after the master decided to stop it, and
-# a pending job may fail when it can never be placed (for example its GPU types are gone).
+# PENDING -> RUNNING <-> PREEMPTED -> COMPLETED | FAILED | CANCELLED | TIMEOUT. A job may
+# finish from PREEMPTED when its last task reports completion after the master decided to
+# stop it, and a pending job may fail when it can never be placed (for example its GPU
+# types are gone). TIMEOUT needs run time, so only a job that has run (RUNNING, or
+# PREEMPTED between attempts) can reach it.
 ALLOWED_JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
     JobState.RUNNING: frozenset(
-        {JobState.PREEMPTED, JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+        {
+            JobState.PREEMPTED,
+            JobState.COMPLETED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+            JobState.TIMEOUT,
+        }
     ),
     JobState.PREEMPTED: frozenset(
-        {JobState.RUNNING, JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+        {
+            JobState.RUNNING,
+            JobState.COMPLETED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+            JobState.TIMEOUT,
+        }
     ),
     JobState.COMPLETED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
+    JobState.TIMEOUT: frozenset(),
 }
 
 

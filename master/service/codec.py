@@ -18,6 +18,7 @@ JOB_STATE_TO_PB = {
     JobState.COMPLETED: common_pb2.JOB_STATE_COMPLETED,
     JobState.FAILED: common_pb2.JOB_STATE_FAILED,
     JobState.CANCELLED: common_pb2.JOB_STATE_CANCELLED,
+    JobState.TIMEOUT: common_pb2.JOB_STATE_TIMEOUT,
 }
 JOB_STATE_FROM_PB = {v: k for k, v in JOB_STATE_TO_PB.items()}
 NODE_STATE_TO_PB = {
@@ -67,6 +68,7 @@ def spec_to_pb(spec: domain.JobSpec) -> common_pb2.JobSpec:
         gpu_memory_bytes=spec.gpu_memory_bytes,
         output=spec.output,
         error=spec.error,
+        time_limit_s=spec.time_limit_s,
     )
     if spec.max_retries is not None:
         out.max_retries = spec.max_retries

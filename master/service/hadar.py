@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import grpc
 import structlog
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from master import fields
 from master.components import Components
@@ -28,11 +30,13 @@ from master.service.codec import (
 )
 from master.service.status import streaming, unary
 from master.snapshot import with_measurements
+from master.timelimits import gpu_seconds, run_seconds
+from master.usage import Grouping, summarize
 from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc
 from store import UnitOfWork
-from store.domain import Job, Task
-from store.states import GpuHealth, JobState, NodeState
+from store.domain import Job, Task, UsageRecord
+from store.states import GpuHealth, JobState, NodeState, is_terminal
 
 log = structlog.get_logger(__name__)
 
@@ -102,6 +106,10 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         job, tasks = self.parts.jobs.get(fields.job_id(request.job_id))
         out = job_to_pb(job, tasks, self._throughputs(job))
         out.retry_limit = retry_limit(job.spec, self.parts.settings.max_retries)
+        records = self.parts.tx.read(lambda uow: uow.usage.for_jobs([job.id]))
+        now = datetime.now(UTC)
+        out.run_seconds = run_seconds(records, now)
+        out.gpu_seconds = gpu_seconds(records, now)
         events = self.parts.jobs.events(job.id) if request.include_events else []
         return hadar_pb2.GetJobResponse(job=out, events=[event_to_pb(e) for e in events])
 
@@ -383,3 +391,108 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         self.parts.auth.forget()
         log.info("token revoked", id=request.id, by=caller.user)
         return hadar_pb2.RevokeTokenResponse(info=info)
+
+    # -- accounting ----------------------------------------------------------------------
+
+    @unary(_metrics)
+    def GetUsage(
+        self, request: hadar_pb2.GetUsageRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.GetUsageResponse:
+        user = fields.text(request.user, "user", USER_MAX).strip()
+        if request.by not in USAGE_GROUPING_FROM_PB:
+            raise InvalidArgumentError("by", f"unknown grouping {request.by}")
+        grouping = USAGE_GROUPING_FROM_PB[request.by]
+        now = datetime.now(UTC)
+        until = _when(request.until, "until") if request.HasField("until") else now
+        since = _when(request.since, "since") if request.HasField("since") else None
+        if since is not None and since >= until:
+            raise InvalidArgumentError("since", "must be before until")
+
+        def read(uow: UnitOfWork) -> list[UsageRecord]:
+            ended = uow.usage.ended(user=user, since=since, until=until)
+            return ended + uow.usage.running(user=user)
+
+        records = self.parts.tx.read(read)
+        # The running attempts' part after `until` is clipped away, like any other.
+        start = since or min((r.started_at for r in records), default=until)
+        groups = summarize(records, since=start, until=min(until, now), grouping=grouping)
+        return hadar_pb2.GetUsageResponse(
+            rows=[
+                hadar_pb2.UsageRow(
+                    key=g.key, gpu_seconds=g.gpu_seconds, jobs=g.jobs, attempts=g.attempts
+                )
+                for g in groups
+            ],
+            total_gpu_seconds=sum(g.gpu_seconds for g in groups),
+            since=timestamp(start),
+            until=timestamp(until),
+        )
+
+    @unary(_metrics)
+    def ListJobHistory(
+        self, request: hadar_pb2.ListJobHistoryRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.ListJobHistoryResponse:
+        size = request.page_size or DEFAULT_PAGE
+        if size > MAX_PAGE:
+            raise InvalidArgumentError("page_size", f"must be at most {MAX_PAGE}")
+        before = 0
+        if request.page_token:
+            if not (request.page_token.isascii() and request.page_token.isdigit()):
+                raise InvalidArgumentError("page_token", "not a token from a previous response")
+            before = fields.int64(int(request.page_token), "page_token")
+        user = fields.text(request.user, "user", USER_MAX).strip()
+        since = _when(request.since, "since") if request.HasField("since") else None
+        states = []
+        for i, state in enumerate(request.states):
+            decoded = JOB_STATE_FROM_PB.get(state)
+            if decoded is None or not is_terminal(decoded):
+                raise InvalidArgumentError(
+                    f"states[{i}]",
+                    f"{common_pb2.JobState.Name(state) if decoded else state} is not a state "
+                    "a job ends in (COMPLETED, FAILED, CANCELLED, TIMEOUT)",
+                )
+            states.append(decoded)
+
+        def read(uow: UnitOfWork) -> tuple[list[Job], list[UsageRecord]]:
+            jobs = uow.jobs.history(
+                user=user, since=since, states=states, before_id=before, limit=size + 1
+            )
+            return jobs, uow.usage.for_jobs([j.id for j in jobs[:size]])
+
+        jobs, records = self.parts.tx.read(read)
+        more = len(jobs) > size
+        jobs = jobs[:size]
+        by_job: dict[int, list[UsageRecord]] = {}
+        for record in records:
+            by_job.setdefault(record.job_id, []).append(record)
+        now = datetime.now(UTC)
+        entries = []
+        for job in jobs:
+            used = by_job.get(job.id, [])
+            entries.append(
+                hadar_pb2.JobHistoryEntry(
+                    job=job_to_pb(job),
+                    run_seconds=run_seconds(used, now),
+                    gpu_seconds=gpu_seconds(used, now),
+                    attempts=len({r.lease for r in used}),
+                    gpu_types=sorted({r.gpu_type for r in used}),
+                )
+            )
+        return hadar_pb2.ListJobHistoryResponse(
+            entries=entries, next_page_token=str(jobs[-1].id) if more and jobs else ""
+        )
+
+
+USAGE_GROUPING_FROM_PB = {
+    hadar_pb2.USAGE_GROUPING_UNSPECIFIED: Grouping.USER,
+    hadar_pb2.USAGE_GROUPING_USER: Grouping.USER,
+    hadar_pb2.USAGE_GROUPING_GPU_TYPE: Grouping.GPU_TYPE,
+    hadar_pb2.USAGE_GROUPING_DAY: Grouping.DAY,
+}
+
+
+def _when(value: Timestamp, field: str) -> datetime:
+    try:
+        return value.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        raise InvalidArgumentError(field, "not a valid time") from None

@@ -14,6 +14,7 @@ from store.repositories.rounds import RoundRepository
 from store.repositories.tasks import TaskRepository
 from store.repositories.throughput import ThroughputRepository
 from store.repositories.tokens import TokenRepository
+from store.repositories.usage import UsageRepository
 
 __all__ = [
     "CounterRepository",
@@ -24,6 +25,7 @@ __all__ = [
     "ThroughputRepository",
     "TokenRepository",
     "UnitOfWork",
+    "UsageRepository",
 ]
 
 
@@ -39,6 +41,7 @@ class UnitOfWork:
         self.throughput = ThroughputRepository(session)
         self.tokens = TokenRepository(session)
         self.counters = CounterRepository(session)
+        self.usage = UsageRepository(session)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

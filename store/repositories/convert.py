@@ -12,6 +12,7 @@ from store.domain import (
     Round,
     Task,
     ThroughputMeasurement,
+    UsageRecord,
 )
 from store.models import (
     ApiTokenRow,
@@ -22,6 +23,7 @@ from store.models import (
     RoundRow,
     TaskRow,
     ThroughputRow,
+    UsageRow,
 )
 from store.states import ExitKind, GpuHealth, JobState, NodeState, ProgramKind, TaskState
 
@@ -48,6 +50,7 @@ def job_spec(row: JobRow) -> JobSpec:
         max_retries=row.max_retries,
         output=row.output,
         error=row.error,
+        time_limit_s=row.time_limit_s,
     )
 
 
@@ -72,6 +75,7 @@ def fill_spec(row: JobRow, spec: JobSpec) -> None:
     row.max_retries = spec.max_retries
     row.output = spec.output
     row.error = spec.error
+    row.time_limit_s = spec.time_limit_s
 
 
 def job(row: JobRow) -> Job:
@@ -195,4 +199,21 @@ def api_token(row: ApiTokenRow) -> ApiToken:
         created_at=row.created_at,
         last_used_at=row.last_used_at,
         revoked=row.revoked_at is not None,
+    )
+
+
+def usage(row: UsageRow) -> UsageRecord:
+    return UsageRecord(
+        task_id=row.task_id,
+        job_id=row.job_id,
+        user=row.user,
+        node=row.node_name,
+        lease=row.lease,
+        gpu_type=row.gpu_type,
+        num_gpus=row.num_gpus,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        end_state=TaskState(row.end_state),
+        exit_kind=ExitKind(row.exit_kind) if row.exit_kind else None,
+        exit_code=row.exit_code,
     )

@@ -75,6 +75,38 @@ class JobRepository:
             query = query.limit(limit)
         return [convert.job(self._keep(row)) for row in self._session.scalars(query)]
 
+    def history(
+        self,
+        *,
+        user: str = "",
+        since: datetime | None = None,
+        states: Collection[JobState] = (),
+        before_id: int = 0,
+        limit: int | None = None,
+    ) -> list[Job]:
+        """Ended jobs, newest id first, optionally filtered by owner, end time and (terminal)
+        state, paged by id."""
+        wanted = [s.value for s in (states or TERMINAL_JOB_STATES) if s in TERMINAL_JOB_STATES]
+        query = select(JobRow).where(JobRow.state.in_(wanted)).order_by(JobRow.id.desc())
+        if before_id:
+            query = query.where(JobRow.id < before_id)
+        if user:
+            query = query.where(JobRow.user == user)
+        if since is not None:
+            query = query.where(JobRow.finished_at >= since)
+        if limit is not None:
+            query = query.limit(limit)
+        return [convert.job(self._keep(row)) for row in self._session.scalars(query)]
+
+    def time_limited(self, states: Collection[JobState]) -> list[Job]:
+        """Jobs in these states that have a time limit, ordered by id."""
+        query = (
+            select(JobRow)
+            .where(JobRow.state.in_([s.value for s in states]), JobRow.time_limit_s > 0)
+            .order_by(JobRow.id)
+        )
+        return [convert.job(self._keep(row)) for row in self._session.scalars(query)]
+
     def list_unfinished(self) -> list[Job]:
         """Every job not in a terminal state, ordered by id."""
         live = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from store.domain import NewTask, Task
 from store.errors import InvalidTaskTransitionError, NotFoundError
-from store.models import TaskRow, utcnow
+from store.models import JobRow, TaskRow, UsageRow, utcnow
 from store.repositories import convert
 from store.states import FINISHED_TASK_STATES, ExitKind, TaskState, can_task_transition
 
@@ -161,9 +161,41 @@ class TaskRepository:
             row.exit_kind = exit_kind.value
         if exit_code is not None:
             row.exit_code = exit_code
+        if state in FINISHED_TASK_STATES:
+            self._account(row, at)
         # No flush: the session flushes before its next query and at commit, so a round
         # that changes hundreds of tasks sends them in one batch.
         return convert.task(row)
+
+    def _account(self, row: TaskRow, ended_at: datetime) -> None:
+        """Keep what the ended task used. It ran from its worker's acknowledgement (or, when
+        its exit report overtook that, from its creation); a task written off before any
+        worker took it used nothing."""
+        started = row.acknowledged_at
+        if started is None and row.exit_kind is not None:
+            started = row.created_at
+        if started is None:
+            return
+        job = self._session.get(JobRow, row.job_id)
+        num_gpus = len(row.gpu_indices or ())
+        seconds = max(0.0, (ended_at - started).total_seconds())
+        self._session.add(
+            UsageRow(
+                task_id=row.id,
+                job_id=row.job_id,
+                user=job.user if job is not None else "",
+                node_name=row.node_name,
+                lease=row.lease,
+                gpu_type=row.gpu_type,
+                num_gpus=num_gpus,
+                started_at=started,
+                ended_at=max(ended_at, started),
+                gpu_seconds=seconds * num_gpus,
+                end_state=row.state,
+                exit_kind=row.exit_kind,
+                exit_code=row.exit_code,
+            )
+        )
 
     def extend(self, task_id: int, *, round: int, iteration_budget: int) -> Task:
         """Keep a task for another lease period (its fencing token does not change)."""

@@ -19,6 +19,7 @@ class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATE_COMPLETED: _ClassVar[JobState]
     JOB_STATE_FAILED: _ClassVar[JobState]
     JOB_STATE_CANCELLED: _ClassVar[JobState]
+    JOB_STATE_TIMEOUT: _ClassVar[JobState]
 
 class NodeState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -65,6 +66,7 @@ JOB_STATE_PREEMPTED: JobState
 JOB_STATE_COMPLETED: JobState
 JOB_STATE_FAILED: JobState
 JOB_STATE_CANCELLED: JobState
+JOB_STATE_TIMEOUT: JobState
 NODE_STATE_UNSPECIFIED: NodeState
 NODE_STATE_READY: NodeState
 NODE_STATE_DRAINING: NodeState
@@ -131,7 +133,7 @@ class CommandProgram(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "num_gpus", "iterations", "batch_size", "priority", "allowed_gpu_types", "preemptible", "shareable", "workload", "script", "command", "env", "workdir", "checkpoint_dir", "job_type", "gpu_memory_bytes", "max_retries", "output", "error", "forkable")
+    __slots__ = ("name", "num_gpus", "iterations", "batch_size", "priority", "allowed_gpu_types", "preemptible", "shareable", "workload", "script", "command", "env", "workdir", "checkpoint_dir", "job_type", "gpu_memory_bytes", "max_retries", "output", "error", "forkable", "time_limit_s")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +161,7 @@ class JobSpec(_message.Message):
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FORKABLE_FIELD_NUMBER: _ClassVar[int]
+    TIME_LIMIT_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     num_gpus: int
     iterations: int
@@ -179,7 +182,8 @@ class JobSpec(_message.Message):
     output: str
     error: str
     forkable: bool
-    def __init__(self, name: _Optional[str] = ..., num_gpus: _Optional[int] = ..., iterations: _Optional[int] = ..., batch_size: _Optional[int] = ..., priority: _Optional[float] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., preemptible: _Optional[bool] = ..., shareable: _Optional[bool] = ..., workload: _Optional[_Union[WorkloadProgram, _Mapping]] = ..., script: _Optional[_Union[ScriptProgram, _Mapping]] = ..., command: _Optional[_Union[CommandProgram, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., job_type: _Optional[str] = ..., gpu_memory_bytes: _Optional[int] = ..., max_retries: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ..., forkable: _Optional[bool] = ...) -> None: ...
+    time_limit_s: int
+    def __init__(self, name: _Optional[str] = ..., num_gpus: _Optional[int] = ..., iterations: _Optional[int] = ..., batch_size: _Optional[int] = ..., priority: _Optional[float] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., preemptible: _Optional[bool] = ..., shareable: _Optional[bool] = ..., workload: _Optional[_Union[WorkloadProgram, _Mapping]] = ..., script: _Optional[_Union[ScriptProgram, _Mapping]] = ..., command: _Optional[_Union[CommandProgram, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., job_type: _Optional[str] = ..., gpu_memory_bytes: _Optional[int] = ..., max_retries: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ..., forkable: _Optional[bool] = ..., time_limit_s: _Optional[int] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("job_id", "task_index", "node", "gpu_indices", "gpu_type", "lease", "state", "rank_offset", "local_batch_size", "accumulation_steps", "shared_with_job_id")
@@ -236,7 +240,7 @@ class Throughput(_message.Message):
     def __init__(self, gpu_type: _Optional[str] = ..., iterations_per_s: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "user", "state", "reason", "iterations_done", "attained_service", "submitted_at", "started_at", "finished_at", "tasks", "retries", "exit_code", "throughputs", "version", "preemptions", "migrations", "checkpoint_iterations", "reports_progress", "retry_limit")
+    __slots__ = ("id", "spec", "user", "state", "reason", "iterations_done", "attained_service", "submitted_at", "started_at", "finished_at", "tasks", "retries", "exit_code", "throughputs", "version", "preemptions", "migrations", "checkpoint_iterations", "reports_progress", "retry_limit", "run_seconds", "gpu_seconds")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
@@ -257,6 +261,8 @@ class Job(_message.Message):
     CHECKPOINT_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     REPORTS_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     RETRY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RUN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     id: int
     spec: JobSpec
     user: str
@@ -277,7 +283,9 @@ class Job(_message.Message):
     checkpoint_iterations: int
     reports_progress: bool
     retry_limit: int
-    def __init__(self, id: _Optional[int] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., iterations_done: _Optional[int] = ..., attained_service: _Optional[float] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., retries: _Optional[int] = ..., exit_code: _Optional[int] = ..., throughputs: _Optional[_Iterable[_Union[Throughput, _Mapping]]] = ..., version: _Optional[int] = ..., preemptions: _Optional[int] = ..., migrations: _Optional[int] = ..., checkpoint_iterations: _Optional[int] = ..., reports_progress: _Optional[bool] = ..., retry_limit: _Optional[int] = ...) -> None: ...
+    run_seconds: float
+    gpu_seconds: float
+    def __init__(self, id: _Optional[int] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., iterations_done: _Optional[int] = ..., attained_service: _Optional[float] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., retries: _Optional[int] = ..., exit_code: _Optional[int] = ..., throughputs: _Optional[_Iterable[_Union[Throughput, _Mapping]]] = ..., version: _Optional[int] = ..., preemptions: _Optional[int] = ..., migrations: _Optional[int] = ..., checkpoint_iterations: _Optional[int] = ..., reports_progress: _Optional[bool] = ..., retry_limit: _Optional[int] = ..., run_seconds: _Optional[float] = ..., gpu_seconds: _Optional[float] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("name", "state", "address", "gpus", "last_heartbeat", "agent_version", "reason", "registered_at")

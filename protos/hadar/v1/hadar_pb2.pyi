@@ -3,12 +3,24 @@ import datetime
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from protos.hadar.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class UsageGrouping(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    USAGE_GROUPING_UNSPECIFIED: _ClassVar[UsageGrouping]
+    USAGE_GROUPING_USER: _ClassVar[UsageGrouping]
+    USAGE_GROUPING_GPU_TYPE: _ClassVar[UsageGrouping]
+    USAGE_GROUPING_DAY: _ClassVar[UsageGrouping]
+USAGE_GROUPING_UNSPECIFIED: UsageGrouping
+USAGE_GROUPING_USER: UsageGrouping
+USAGE_GROUPING_GPU_TYPE: UsageGrouping
+USAGE_GROUPING_DAY: UsageGrouping
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec", "idempotency_key")
@@ -299,3 +311,75 @@ class RevokeTokenResponse(_message.Message):
     INFO_FIELD_NUMBER: _ClassVar[int]
     info: TokenInfo
     def __init__(self, info: _Optional[_Union[TokenInfo, _Mapping]] = ...) -> None: ...
+
+class GetUsageRequest(_message.Message):
+    __slots__ = ("user", "since", "until", "by")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    since: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    by: UsageGrouping
+    def __init__(self, user: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., by: _Optional[_Union[UsageGrouping, str]] = ...) -> None: ...
+
+class UsageRow(_message.Message):
+    __slots__ = ("key", "gpu_seconds", "jobs", "attempts")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    gpu_seconds: float
+    jobs: int
+    attempts: int
+    def __init__(self, key: _Optional[str] = ..., gpu_seconds: _Optional[float] = ..., jobs: _Optional[int] = ..., attempts: _Optional[int] = ...) -> None: ...
+
+class GetUsageResponse(_message.Message):
+    __slots__ = ("rows", "total_gpu_seconds", "since", "until")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
+    total_gpu_seconds: float
+    since: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ..., total_gpu_seconds: _Optional[float] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListJobHistoryRequest(_message.Message):
+    __slots__ = ("user", "since", "states", "page_size", "page_token")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    since: _timestamp_pb2.Timestamp
+    states: _containers.RepeatedScalarFieldContainer[_common_pb2.JobState]
+    page_size: int
+    page_token: str
+    def __init__(self, user: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class JobHistoryEntry(_message.Message):
+    __slots__ = ("job", "run_seconds", "gpu_seconds", "attempts", "gpu_types")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RUN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    run_seconds: float
+    gpu_seconds: float
+    attempts: int
+    gpu_types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., run_seconds: _Optional[float] = ..., gpu_seconds: _Optional[float] = ..., attempts: _Optional[int] = ..., gpu_types: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListJobHistoryResponse(_message.Message):
+    __slots__ = ("entries", "next_page_token")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[JobHistoryEntry]
+    next_page_token: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[JobHistoryEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

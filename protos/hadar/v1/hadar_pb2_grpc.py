@@ -110,6 +110,16 @@ class HadarStub:
                 request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.RevokeTokenRequest.SerializeToString,
                 response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.RevokeTokenResponse.FromString,
                 _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/hadar.v1.Hadar/GetUsage',
+                request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.GetUsageResponse.FromString,
+                _registered_method=True)
+        self.ListJobHistory = channel.unary_unary(
+                '/hadar.v1.Hadar/ListJobHistory',
+                request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryRequest.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryResponse.FromString,
+                _registered_method=True)
 
 
 class HadarServicer:
@@ -243,6 +253,24 @@ class HadarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUsage(self, request, context):
+        """GPU-seconds used in a period, from every attempt of every job (running ones up to now),
+        grouped as asked, like Slurm's sreport. Any valid token may read everyone's usage, as
+        it may read every job. INVALID_ARGUMENT when `since` is not before `until`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobHistory(self, request, context):
+        """Jobs that ended (COMPLETED, FAILED, CANCELLED, TIMEOUT), by id, newest first, with their run
+        time and GPU-seconds, like Slurm's sacct. INVALID_ARGUMENT for a non-terminal state,
+        a page_size above the maximum or a page_token not from a previous response.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HadarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -320,6 +348,16 @@ def add_HadarServicer_to_server(servicer, server):
                     servicer.RevokeToken,
                     request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.RevokeTokenRequest.FromString,
                     response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.RevokeTokenResponse.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.GetUsageRequest.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.GetUsageResponse.SerializeToString,
+            ),
+            'ListJobHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobHistory,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryRequest.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -727,6 +765,60 @@ class Hadar:
             '/hadar.v1.Hadar/RevokeToken',
             protos_dot_hadar_dot_v1_dot_hadar__pb2.RevokeTokenRequest.SerializeToString,
             protos_dot_hadar_dot_v1_dot_hadar__pb2.RevokeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hadar.v1.Hadar/GetUsage',
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.GetUsageRequest.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hadar.v1.Hadar/ListJobHistory',
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryRequest.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,117 @@
+"""Time limits (sbatch --time): what a job may ask for, and stopping jobs that reach theirs.
+
+A job's run time is the time its tasks ran, summed over its attempts: from the worker's
+acknowledgement of a placement to the end of that placement, the longest task of each
+attempt counting once. Waiting in the queue, or preempted between attempts, does not count.
+A job whose run time reaches its limit is stopped the way a preemption stops it (SIGTERM: a
+managed job saves a checkpoint, an opaque command gets the grace to finish, then SIGKILL)
+and ends TIMEOUT. The daemon runs `TimeLimitEnforcer.check` on a timer, between rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+import structlog
+
+from master.dispatch import Dispatcher
+from master.errors import InvalidArgumentError
+from master.lifecycle import StopOrder, release_tasks
+from master.transactions import Transactor
+from protos.durations import format_duration
+from store import UnitOfWork
+from store.domain import JobSpec, UsageRecord
+from store.states import JobState
+
+log = structlog.get_logger(__name__)
+
+
+def apply_time_limit(spec: JobSpec, *, max_s: int, default_s: int) -> JobSpec:
+    """The spec with the limit the job runs under: its own, else the cluster's default.
+    InvalidArgumentError when it asks for more than the cluster's maximum."""
+    if spec.time_limit_s == 0:
+        return dataclasses.replace(spec, time_limit_s=default_s) if default_s else spec
+    if max_s and spec.time_limit_s > max_s:
+        raise InvalidArgumentError(
+            "spec.time_limit_s",
+            f"time limit {format_duration(spec.time_limit_s)} is above the cluster's maximum "
+            f"max_time_limit = {format_duration(max_s)}",
+        )
+    return spec
+
+
+def run_seconds(records: Iterable[UsageRecord], now: datetime) -> float:
+    """Seconds a job ran: per attempt (lease), from its first task's start to its last
+    task's end (now for tasks still running), summed over attempts."""
+    spans: dict[int, tuple[datetime, datetime]] = {}
+    for record in records:
+        end = record.ended_at or now
+        first, last = spans.get(record.lease, (record.started_at, end))
+        spans[record.lease] = (min(first, record.started_at), max(last, end))
+    return sum(max(0.0, (end - start).total_seconds()) for start, end in spans.values())
+
+
+def gpu_seconds(records: Iterable[UsageRecord], now: datetime) -> float:
+    """GPU-seconds of a job's attempts: each task's run time times its GPUs."""
+    return sum(record.gpu_seconds(now) for record in records)
+
+
+def timeout_reason(limit_s: int, ran_s: float) -> str:
+    return (
+        f"time limit {format_duration(limit_s)} reached after {format_duration(ran_s)} of run time"
+    )
+
+
+class TimeLimitEnforcer:
+    def __init__(
+        self,
+        tx: Transactor,
+        dispatcher: Dispatcher,
+        on_change: Callable[[], None],
+        on_capacity: Callable[[bool], None],
+    ) -> None:
+        self._tx = tx
+        self._dispatcher = dispatcher
+        self._on_change = on_change
+        self._on_capacity = on_capacity
+
+    def check(self, now: datetime | None = None) -> list[int]:
+        """Stop every job that reached its time limit; returns their ids."""
+        at = now or datetime.now(UTC)
+
+        def change(uow: UnitOfWork) -> tuple[list[int], list[StopOrder]]:
+            jobs = uow.jobs.time_limited([JobState.RUNNING, JobState.PREEMPTED])
+            if not jobs:
+                return [], []
+            used: dict[int, list[UsageRecord]] = {}
+            for record in uow.usage.for_jobs([j.id for j in jobs]):
+                used.setdefault(record.job_id, []).append(record)
+            timed_out: list[int] = []
+            orders: list[StopOrder] = []
+            for job in jobs:
+                ran = run_seconds(used.get(job.id, ()), at)
+                if ran < job.spec.time_limit_s:
+                    continue
+                reason = timeout_reason(job.spec.time_limit_s, ran)
+                # The state is stored before any worker hears of it: the stop orders go out
+                # only after this commits. Stopping as a preemption does (SIGTERM) lets a
+                # managed job save its checkpoint.
+                orders.extend(
+                    release_tasks(
+                        uow, uow.tasks.active_for_job(job.id), reason, checkpoint=True, now=at
+                    )
+                )
+                uow.jobs.transition(job.id, JobState.TIMEOUT, kind="timeout", reason=reason, at=at)
+                timed_out.append(job.id)
+            return timed_out, orders
+
+        timed_out, orders = self._tx.write(change)
+        if timed_out:
+            for job_id in timed_out:
+                log.info("job reached its time limit", job_id=job_id)
+            self._dispatcher.send_stops(orders)
+            self._on_change()
+            self._on_capacity(True)
+        return timed_out
