@@ -26,6 +26,7 @@ from clients.types import (
     Job,
     JobDescription,
     JobEvent,
+    JobRecord,
     JobSpec,
     JobState,
     JobUpdate,
@@ -40,6 +41,9 @@ from clients.types import (
     TaskState,
     Throughput,
     TokenInfo,
+    UsageGrouping,
+    UsageReport,
+    UsageRow,
     Workload,
 )
 
@@ -60,6 +64,7 @@ __all__ = [
     "Job",
     "JobDescription",
     "JobEvent",
+    "JobRecord",
     "JobSpec",
     "JobState",
     "JobUpdate",
@@ -79,5 +84,8 @@ __all__ = [
     "TokenInfo",
     "Unauthenticated",
     "Unavailable",
+    "UsageGrouping",
+    "UsageReport",
+    "UsageRow",
     "Workload",
 ]

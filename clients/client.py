@@ -17,6 +17,7 @@ import getpass
 import random
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -33,12 +34,15 @@ from clients.types import (
     Identity,
     Job,
     JobDescription,
+    JobRecord,
     JobSpec,
     JobState,
     JobUpdate,
     LogChunk,
     Node,
     TokenInfo,
+    UsageGrouping,
+    UsageReport,
     Workload,
 )
 from protos.hadar.v1 import hadar_pb2, hadar_pb2_grpc
@@ -160,6 +164,71 @@ class HadarClient:
         timeout: float | None = None,
     ) -> list[Job]:
         return list(self.iter_jobs(user=user, states=tuple(states), timeout=timeout))
+
+    def usage(
+        self,
+        *,
+        user: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        by: UsageGrouping = UsageGrouping.USER,
+        timeout: float | None = None,
+    ) -> UsageReport:
+        """GPU-seconds used in [since, until] (default: all of it, up to now), grouped by
+        user, GPU type or UTC day; running jobs count up to now."""
+        request = hadar_pb2.GetUsageRequest(user=user or "", by=convert.USAGE_GROUPING_NUMBERS[by])
+        if since is not None:
+            request.since.FromDatetime(since)
+        if until is not None:
+            request.until.FromDatetime(until)
+        response = self._unary(self._stub.GetUsage, request, timeout, retry=True)
+        return convert.usage_report(response, by)
+
+    def iter_history(
+        self,
+        *,
+        user: str | None = None,
+        since: datetime | None = None,
+        states: Iterable[JobState] = (),
+        page_size: int = 500,
+        timeout: float | None = None,
+    ) -> Iterator[JobRecord]:
+        """Ended jobs, newest first, with their run time and GPU-seconds, fetched page by
+        page (each page has its own deadline)."""
+        state_numbers = [convert.job_state_number(s) for s in states]
+        token = ""
+        while True:
+            request = hadar_pb2.ListJobHistoryRequest(
+                user=user or "", states=state_numbers, page_size=page_size, page_token=token
+            )
+            if since is not None:
+                request.since.FromDatetime(since)
+            response = self._unary(self._stub.ListJobHistory, request, timeout, retry=True)
+            for entry in response.entries:
+                yield convert.job_record(entry)
+            token = response.next_page_token
+            if not token:
+                return
+
+    def job_history(
+        self,
+        *,
+        user: str | None = None,
+        since: datetime | None = None,
+        states: Iterable[JobState] = (),
+        limit: int | None = None,
+        timeout: float | None = None,
+    ) -> list[JobRecord]:
+        """Ended jobs, newest first (at most `limit`)."""
+        out: list[JobRecord] = []
+        page = min(limit, 500) if limit else 500
+        for record in self.iter_history(
+            user=user, since=since, states=tuple(states), page_size=page, timeout=timeout
+        ):
+            out.append(record)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
 
     def cancel_job(self, job_id: int, reason: str = "", *, timeout: float | None = None) -> Job:
         """Cancels a job; cancelling a job that already ended returns it unchanged. Retried on

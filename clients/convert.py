@@ -16,6 +16,7 @@ from clients.types import (
     Identity,
     Job,
     JobEvent,
+    JobRecord,
     JobSpec,
     JobState,
     LogChunk,
@@ -29,6 +30,9 @@ from clients.types import (
     TaskState,
     Throughput,
     TokenInfo,
+    UsageGrouping,
+    UsageReport,
+    UsageRow,
     Workload,
 )
 from protos.hadar.v1 import common_pb2, hadar_pb2
@@ -40,6 +44,7 @@ _JOB_STATES: dict[int, JobState] = {
     common_pb2.JOB_STATE_COMPLETED: JobState.COMPLETED,
     common_pb2.JOB_STATE_FAILED: JobState.FAILED,
     common_pb2.JOB_STATE_CANCELLED: JobState.CANCELLED,
+    common_pb2.JOB_STATE_TIMEOUT: JobState.TIMEOUT,
 }
 _NODE_STATES: dict[int, NodeState] = {
     common_pb2.NODE_STATE_READY: NodeState.READY,
@@ -93,6 +98,7 @@ def spec_to_proto(spec: JobSpec) -> common_pb2.JobSpec:
         gpu_memory_bytes=spec.gpu_memory_bytes,
         output=spec.output,
         error=spec.error,
+        time_limit_s=spec.time_limit_s,
     )
     if spec.preemptible is not None:
         message.preemptible = spec.preemptible
@@ -135,6 +141,7 @@ def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:
         max_retries=message.max_retries if message.HasField("max_retries") else None,
         output=message.output,
         error=message.error,
+        time_limit_s=message.time_limit_s,
     )
 
 
@@ -178,6 +185,8 @@ def job(message: common_pb2.Job) -> Job:
         checkpoint_iterations=message.checkpoint_iterations,
         reports_progress=message.reports_progress,
         retry_limit=message.retry_limit if message.HasField("retry_limit") else None,
+        run_seconds=message.run_seconds,
+        gpu_seconds=message.gpu_seconds,
     )
 
 
@@ -295,4 +304,34 @@ def log_chunk(message: common_pb2.LogChunk) -> LogChunk:
         else LogStream.STDOUT,
         start_failure=message.start_failure,
         attempts=message.attempts,
+    )
+
+
+USAGE_GROUPING_NUMBERS: dict[UsageGrouping, hadar_pb2.UsageGrouping] = {
+    UsageGrouping.USER: hadar_pb2.USAGE_GROUPING_USER,
+    UsageGrouping.GPU_TYPE: hadar_pb2.USAGE_GROUPING_GPU_TYPE,
+    UsageGrouping.DAY: hadar_pb2.USAGE_GROUPING_DAY,
+}
+
+
+def usage_report(message: hadar_pb2.GetUsageResponse, grouping: UsageGrouping) -> UsageReport:
+    return UsageReport(
+        grouping=grouping,
+        rows=tuple(
+            UsageRow(key=r.key, gpu_seconds=r.gpu_seconds, jobs=r.jobs, attempts=r.attempts)
+            for r in message.rows
+        ),
+        total_gpu_seconds=message.total_gpu_seconds,
+        since=timestamp(message.since, message.HasField("since")),
+        until=timestamp(message.until, message.HasField("until")),
+    )
+
+
+def job_record(message: hadar_pb2.JobHistoryEntry) -> JobRecord:
+    return JobRecord(
+        job=job(message.job),
+        run_seconds=message.run_seconds,
+        gpu_seconds=message.gpu_seconds,
+        attempts=message.attempts,
+        gpu_types=tuple(message.gpu_types),
     )

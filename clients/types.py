@@ -19,6 +19,8 @@ class JobState(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Stopped at its time limit (--time); a managed job's checkpoint is kept.
+    TIMEOUT = "timeout"
     UNSPECIFIED = "unspecified"
 
     @property
@@ -27,7 +29,7 @@ class JobState(StrEnum):
 
     @classmethod
     def parse(cls, text: str) -> JobState:
-        """Accepts the name in any case, and Slurm's short codes (PD, R, CA, CD, F)."""
+        """Accepts the name in any case, and Slurm's short codes (PD, R, CA, CD, F, TO)."""
         key = text.strip().lower()
         found = _JOB_STATE_ALIASES.get(key)
         if found is None:
@@ -40,7 +42,7 @@ class JobState(StrEnum):
 
 
 TERMINAL_JOB_STATES: frozenset[JobState] = frozenset(
-    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
 )
 ACTIVE_JOB_STATES: tuple[JobState, ...] = (
     JobState.PENDING,
@@ -55,6 +57,7 @@ _JOB_STATE_ALIASES: dict[str, JobState] = {
     "f": JobState.FAILED,
     "ca": JobState.CANCELLED,
     "canceled": JobState.CANCELLED,
+    "to": JobState.TIMEOUT,
 }
 
 
@@ -143,6 +146,9 @@ class JobSpec:
     # sbatch's --output and --error: files in the workdir the output is also appended to.
     output: str = ""
     error: str = ""
+    # Run time allowed in seconds (sbatch --time), summed over attempts; 0: the cluster's
+    # default (none unless the admin set one). See protos.durations for the written forms.
+    time_limit_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +202,10 @@ class Job:
     # Whether its program has reported progress (uses the runtime helper). Opaque commands
     # and plain scripts never do: their iterations mean nothing, their exit code does.
     reports_progress: bool = False
+    # Seconds run so far (summed over attempts) and GPU-seconds used; only get_job and
+    # describe_job fill them (0 elsewhere).
+    run_seconds: float = 0.0
+    gpu_seconds: float = 0.0
 
     @property
     def progress_measured(self) -> bool:
@@ -340,6 +350,58 @@ class CreatedToken:
     # Plaintext, returned once by the master and never again.
     token: str
     info: TokenInfo
+
+
+class UsageGrouping(StrEnum):
+    """How a usage report groups GPU-seconds."""
+
+    USER = "user"
+    GPU_TYPE = "type"
+    DAY = "day"
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    # The user, the GPU type or the UTC day (YYYY-MM-DD), as grouped.
+    key: str
+    gpu_seconds: float
+    jobs: int
+    attempts: int
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_seconds / 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    """GPU-seconds used in a period, grouped (like Slurm's sreport)."""
+
+    grouping: UsageGrouping
+    rows: tuple[UsageRow, ...]
+    total_gpu_seconds: float
+    since: datetime | None
+    until: datetime | None
+
+    @property
+    def total_gpu_hours(self) -> float:
+        return self.total_gpu_seconds / 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """An ended job and what it used (like a line of Slurm's sacct)."""
+
+    job: Job
+    # Seconds it ran, summed over its attempts, and the GPU-seconds they used.
+    run_seconds: float
+    gpu_seconds: float
+    attempts: int
+    gpu_types: tuple[str, ...]
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_seconds / 3600.0
 
 
 class LogStream(StrEnum):

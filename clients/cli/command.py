@@ -51,6 +51,8 @@ class ExitCode(IntEnum):
     # hctl wait: the job's final state, or the wait timing out.
     JOB_FAILED = 100
     JOB_CANCELLED = 103
+    # The job reached its time limit (state TIMEOUT).
+    JOB_TIMEOUT = 104
     TIMEOUT = 124
     INTERRUPTED = 130
 

@@ -38,6 +38,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.NOT_STARTED: "`logs`: the job has no output because it did not start",
     ExitCode.JOB_FAILED: "`wait`: the job failed",
     ExitCode.JOB_CANCELLED: "`wait`: the job was cancelled",
+    ExitCode.JOB_TIMEOUT: "`wait`: the job reached its time limit (TIMEOUT)",
     ExitCode.TIMEOUT: "`wait`: the job had not ended when --timeout ran out",
     ExitCode.INTERRUPTED: "interrupted by Ctrl-C",
 }

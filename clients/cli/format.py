@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from clients.types import Job, JobState, Task
+from protos.durations import parse_duration
 
 _UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
@@ -206,3 +207,42 @@ def estimate_eta(job: Job, now: datetime) -> Eta | None:
     if not candidates:
         return None
     return Eta(remaining / max(candidates), "once running, on the fastest allowed GPU type")
+
+
+def format_gpu_hours(gpu_seconds: float) -> str:
+    """GPU time for people, in GPU-hours as sreport and sacct report it: ``0.25 GPU-h``;
+    below a hundredth of an hour, in GPU-seconds (``42 GPU-s``) so short jobs do not read 0."""
+    if gpu_seconds < 36:
+        return f"{gpu_seconds:.0f} GPU-s"
+    return f"{gpu_seconds / 3600:.2f} GPU-h"
+
+
+def time_limit_line(job: Job) -> str:
+    """The job's time limit and how much of it its run time has used."""
+    limit = job.spec.time_limit_s
+    used = format_duration(job.run_seconds)
+    if not limit:
+        return f"none (ran {used} in all attempts)"
+    share = min(1.0, job.run_seconds / limit)
+    return f"{format_duration(limit)} of run time; used {used} ({share:.0%}) in all attempts" + (
+        "; stopped at it" if job.state is JobState.TIMEOUT else ""
+    )
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """A start time given as an age (``30d``, ``12h``, ``90m``: that long before ``now``), a
+    date (``2026-11-01``, midnight UTC) or an ISO time (``2026-11-01T08:00``, UTC unless
+    it says otherwise). Raises ValueError naming the accepted forms."""
+    value = text.strip()
+    try:
+        return now - timedelta(seconds=parse_duration(value))
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither an age (30d, 12h, 90m) nor a date (2026-11-01) "
+            "or time (2026-11-01T08:00)"
+        ) from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)

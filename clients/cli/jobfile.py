@@ -19,6 +19,8 @@ The file's keys (all optional except the amount of work and what to run)::
                                      # commands, the cluster's max_retries otherwise
     output = "train-%j.out"          # also append standard output here (%j: the job id)
     error = "train-%j.err"           # and standard error here (absent: to `output`)
+    time = "2h"                      # time limit, as sbatch --time: 30s, 90m, 2h, 1d,
+                                     # MM:SS, HH:MM:SS, D-HH:MM:SS (a bare number: minutes)
 
     # exactly one of:
     workload = "resnet"              # a built-in workload (see `hctl workloads`)
@@ -42,6 +44,7 @@ from typing import Any
 
 from clients.cli.format import parse_size
 from clients.types import JobSpec, Program, ProgramKind
+from protos.durations import parse_duration
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROGRAM_KEYS = ("workload", "script", "command")
@@ -62,6 +65,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "retries": (int,),
     "output": (str,),
     "error": (str,),
+    "time": (str,),
     "env": (dict,),
     "workload": (str,),
     "script": (list, str),
@@ -128,6 +132,11 @@ def _normalize_value(key: str, raw: Any) -> Any:
             raise SpecError(key, str(exc)) from None
     if key == "priority":
         return float(raw)
+    if key == "time":
+        try:
+            return parse_duration(raw)
+        except ValueError as exc:
+            raise SpecError(key, str(exc)) from None
     return raw
 
 
@@ -223,6 +232,7 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
         max_retries=retries,
         output=values.get("output", ""),
         error=values.get("error", ""),
+        time_limit_s=values.get("time", 0),
     )
 
 

@@ -44,6 +44,7 @@ STATE_STYLES: dict[JobState, str] = {
     JobState.COMPLETED: "blue",
     JobState.FAILED: "red",
     JobState.CANCELLED: "dim",
+    JobState.TIMEOUT: "red",
 }
 QUEUE_COLUMNS = (
     "ID",
@@ -191,6 +192,15 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         const=0,
         help="never retry a failed attempt (same as --retries 0)",
     )
+    spec.add_argument(
+        "-t",
+        "--time",
+        metavar="LIMIT",
+        help="time limit, as sbatch's: 30s, 90m, 2h, 1d, MM:SS, HH:MM:SS or D-HH:MM:SS (a bare "
+        "number is minutes); run time summed over attempts, queue time not counted; at the "
+        "limit the job is stopped (managed jobs checkpoint first) and ends TIMEOUT "
+        "(default: the cluster's default limit, if any)",
+    )
     spec.add_argument("--env", action="append", metavar="K=V", help="environment; repeatable")
     spec.add_argument("--workdir", metavar="DIR", help="working directory on the worker")
     spec.add_argument(
@@ -241,6 +251,7 @@ def spec_values_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         "retries": args.retries,
         "output": args.output,
         "error": args.error,
+        "time": args.time,
         "workload": args.workload,
     }
     values = {key: value for key, value in flags.items() if value is not None}
@@ -296,7 +307,7 @@ def _configure_queue(parser: argparse.ArgumentParser) -> None:
             action="append",
             metavar="STATE",
             help="only these states (pending, running, preempted, completed, failed, "
-            "cancelled, or PD/R/PR/CD/F/CA); repeat or comma-separate",
+            "cancelled, timeout, or PD/R/PR/CD/F/CA/TO); repeat or comma-separate",
         ),
         STATE_NAMES,
     )
@@ -466,6 +477,7 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         f"finished {fmt.format_time(job.finished_at, now)}; "
         f"ran {fmt.format_duration(fmt.run_time(job, now))}",
     )
+    info.add_row("limit", fmt.time_limit_line(job))
     if job.progress_measured:
         progress = fmt.format_progress(job.iterations_done, spec.iterations)
         progress += f"; checkpoint at {job.checkpoint_iterations}"
@@ -484,6 +496,7 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         "history",
         f"{job.preemptions} preemption(s), {job.migrations} migration(s), "
         f"{retries}; {'exit' if job.state.terminal else 'last exit'} code {exit_code}; "
+        f"GPU time {fmt.format_gpu_hours(job.gpu_seconds)}; "
         f"attained service {job.attained_service:.1f} GPU-s",
     )
     parts.append(info)
@@ -768,6 +781,7 @@ WAIT_EXIT_CODES: dict[JobState, ExitCode] = {
     JobState.COMPLETED: ExitCode.OK,
     JobState.FAILED: ExitCode.JOB_FAILED,
     JobState.CANCELLED: ExitCode.JOB_CANCELLED,
+    JobState.TIMEOUT: ExitCode.JOB_TIMEOUT,
 }
 
 
@@ -890,7 +904,7 @@ COMMANDS = [
         _configure_wait,
         _run_wait,
         description="Block until the job ends. Exit code: 0 completed, 100 failed, "
-        "103 cancelled, 124 timed out.",
+        "103 cancelled, 104 stopped at its time limit (TIMEOUT), 124 --timeout ran out.",
         epilog="examples:\n"
         "  hctl wait 42 --timeout 3600 && echo done\n"
         "  JOB=$(hctl submit -f job.toml --parsable) && hctl wait $JOB",

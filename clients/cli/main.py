@@ -37,6 +37,7 @@ from clients.errors import (
 COMMAND_MODULES: tuple[str, ...] = (
     "clients.cli.jobs",
     "clients.cli.cluster",
+    "clients.cli.accounting",
     "clients.cli.access",
     "clients.cli.simulate",
     "clients.cli.local",

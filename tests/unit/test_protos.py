@@ -35,6 +35,7 @@ def test_job_states_follow_the_documented_life() -> None:
         "JOB_STATE_COMPLETED",
         "JOB_STATE_FAILED",
         "JOB_STATE_CANCELLED",
+        "JOB_STATE_TIMEOUT",
     ]
     for enum in common_pb2.DESCRIPTOR.enum_types_by_name.values():
         assert enum.values[0].number == 0
