@@ -162,23 +162,36 @@ class TaskRepository:
         if exit_code is not None:
             row.exit_code = exit_code
         if state in FINISHED_TASK_STATES:
-            self._account(row, at)
+            self._account(row, at, written_off=from_state is TaskState.LOST)
         # No flush: the session flushes before its next query and at commit, so a round
         # that changes hundreds of tasks sends them in one batch.
         return convert.task(row)
 
-    def _account(self, row: TaskRow, ended_at: datetime) -> None:
+    def _account(self, row: TaskRow, ended_at: datetime, *, written_off: bool) -> None:
         """Keep what the ended task used. It ran from its worker's acknowledgement (or, when
         its exit report overtook that, from its creation); a task written off before any
-        worker took it used nothing."""
+        worker took it used nothing. A task written off (LOST) that ends again later (its
+        exit arrives, or its node returned still running it) ran until then: its record
+        is extended."""
         started = row.acknowledged_at
         if started is None and row.exit_kind is not None:
             started = row.created_at
         if started is None:
             return
-        job = self._session.get(JobRow, row.job_id)
         num_gpus = len(row.gpu_indices or ())
         seconds = max(0.0, (ended_at - started).total_seconds())
+        if written_off:
+            existing = self._session.scalars(
+                select(UsageRow).where(UsageRow.task_id == row.id)
+            ).one_or_none()
+            if existing is not None:
+                existing.ended_at = max(ended_at, started)
+                existing.gpu_seconds = seconds * num_gpus
+                existing.end_state = row.state
+                existing.exit_kind = row.exit_kind
+                existing.exit_code = row.exit_code
+                return
+        job = self._session.get(JobRow, row.job_id)
         self._session.add(
             UsageRow(
                 task_id=row.id,
