@@ -41,6 +41,8 @@ class StopRecord:
     lease: int
     reason: str
     via: str  # "StopTask" or "ApplyAssignments"
+    # StopTask's checkpoint flag: stop gracefully (SIGTERM, checkpoint) or kill at once.
+    checkpoint: bool = True
 
 
 @dataclass
@@ -298,7 +300,11 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
                 for t in self.tasks.values()
                 if t.job_id == request.job_id and request.lease in (0, t.lease)
             ]
-            self.stops.append(StopRecord(request.job_id, request.lease, request.reason, "StopTask"))
+            self.stops.append(
+                StopRecord(
+                    request.job_id, request.lease, request.reason, "StopTask", request.checkpoint
+                )
+            )
         self._exit_later(mine)
         return worker_pb2.StopTaskResponse(was_running=bool(mine))
 
