@@ -152,6 +152,8 @@ class TaskRepository:
         if not can_task_transition(from_state, state):
             raise InvalidTaskTransitionError(task_id, row.job_id, from_state.value, state.value)
         at = now or utcnow()
+        # A task written off (LOST) may come back (STOPPING) and end again later.
+        ended_before = row.finished_at is not None
         row.state = state.value
         if state in (TaskState.STARTING, TaskState.RUNNING) and row.acknowledged_at is None:
             row.acknowledged_at = at
@@ -162,7 +164,7 @@ class TaskRepository:
         if exit_code is not None:
             row.exit_code = exit_code
         if state in FINISHED_TASK_STATES:
-            self._account(row, at, written_off=from_state is TaskState.LOST)
+            self._account(row, at, written_off=ended_before)
         # No flush: the session flushes before its next query and at commit, so a round
         # that changes hundreds of tasks sends them in one batch.
         return convert.task(row)
@@ -171,8 +173,8 @@ class TaskRepository:
         """Keep what the ended task used. It ran from its worker's acknowledgement (or, when
         its exit report overtook that, from its creation); a task written off before any
         worker took it used nothing. A task written off (LOST) that ends again later (its
-        exit arrives, or its node returned still running it) ran until then: its record
-        is extended."""
+        exit arrives, or its node returned still running it and it stopped) ran until
+        then: its record is extended."""
         started = row.acknowledged_at
         if started is None and row.exit_kind is not None:
             started = row.created_at

@@ -44,11 +44,16 @@ class UsageRepository:
         self, *, user: str = "", job_ids: Collection[int] | None = None
     ) -> list[UsageRecord]:
         """Attempts still holding GPUs that a worker has started, as records without an
-        end."""
+        end. A task written off and back (LOST, then STOPPING) already has a record, which
+        its end extends; it is not counted twice."""
         query = (
             select(TaskRow, JobRow.user)
             .join(JobRow, JobRow.id == TaskRow.job_id)
-            .where(TaskRow.state.not_in(_FINISHED), TaskRow.acknowledged_at.is_not(None))
+            .where(
+                TaskRow.state.not_in(_FINISHED),
+                TaskRow.acknowledged_at.is_not(None),
+                TaskRow.finished_at.is_(None),
+            )
             .order_by(TaskRow.id)
         )
         if user:

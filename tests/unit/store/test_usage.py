@@ -159,3 +159,24 @@ def test_history_lists_ended_jobs_newest_first_with_filters(db: Database) -> Non
         assert [j.id for j in recent] == [ids[3], ids[2]]
         page = uow.jobs.history(before_id=ids[2], limit=1)
         assert [j.id for j in page] == [ids[1]]
+
+
+def test_a_lost_task_whose_node_returns_and_stops_it_keeps_one_record(db: Database) -> None:
+    """LOST -> STOPPING (its node came back still running it) -> EXITED: one record, ending
+    at the real exit."""
+    register(db)
+    job_id = submit(db)
+    task_id = place(db, job_id, lease=1, gpus=(0,))
+    with db.transaction() as uow:
+        uow.tasks.set_state(task_id, TaskState.RUNNING, now=T0)
+        uow.tasks.set_state(task_id, TaskState.LOST, now=T0 + timedelta(seconds=10))
+    with db.transaction() as uow:
+        uow.tasks.set_state(task_id, TaskState.STOPPING, now=T0 + timedelta(seconds=20))
+        assert uow.usage.running() == []
+    with db.transaction() as uow:
+        uow.tasks.set_state(
+            task_id, TaskState.EXITED, now=T0 + timedelta(seconds=40), exit_kind=ExitKind.STOPPED
+        )
+    with db.transaction() as uow:
+        (record,) = uow.usage.ended()
+    assert record.gpu_seconds(T0) == 40.0
