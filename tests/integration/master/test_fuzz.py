@@ -19,6 +19,7 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
+from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -414,6 +415,11 @@ def found_queries() -> list[tuple[str, Message, Code]]:
         ("CreateToken", hadar_pb2.CreateTokenRequest(user="b\0"), bad),
         ("ListTokens", hadar_pb2.ListTokensRequest(user="\0"), bad),
         ("RevokeToken", hadar_pb2.RevokeTokenRequest(id="\0"), bad),
+        ("GetUsage", hadar_pb2.GetUsageRequest(user="a\0"), bad),
+        ("GetUsage", hadar_pb2.GetUsageRequest(by=99), bad),  # type: ignore[arg-type]
+        ("GetUsage", hadar_pb2.GetUsageRequest(since=Timestamp(seconds=2**62)), bad),
+        ("ListJobHistory", hadar_pb2.ListJobHistoryRequest(page_token="9" * 30), bad),
+        ("ListJobHistory", hadar_pb2.ListJobHistoryRequest(states=[99]), bad),  # type: ignore[list-item]
     ]
 
 
