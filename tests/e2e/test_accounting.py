@@ -1,0 +1,125 @@
+"""Time limits and accounting on a real local cluster: master and worker processes, real
+PyTorch training on CPU, hctl as a user runs it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from clients.types import JobState
+from tests.e2e.conftest import Cluster, wait_for
+from worker.runtime.checkpoint import CheckpointStore, job_directory
+
+pytestmark = pytest.mark.e2e
+
+DONE = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
+
+
+def submitted(cluster: Cluster, *argv: str) -> int:
+    result = cluster.hctl("submit", "--parsable", *argv)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.strip())
+
+
+def test_a_job_with_time_30s_ends_timeout_with_a_resumable_checkpoint_and_usage_adds_up(
+    start_cluster: Callable[..., Cluster],
+) -> None:
+    """`hctl submit --time 30s` on a training job far too long for 30 s: after about 30 s
+    of run time it is stopped, ends TIMEOUT with the limit in its reason, and its last
+    checkpoint on disk loads and holds the iteration it reached; `hctl wait` exits 104.
+    A command job and a short training job complete beside it, and `hctl usage` (by user
+    and by GPU type) totals exactly the sum of the three jobs' GPU-seconds, which
+    `hctl history` lists with their states and exit codes."""
+    cluster = start_cluster(
+        "v100:2",
+        settings={"HADAR_TIME_LIMIT_CHECK_S": "1"},
+        worker_settings={"HADAR_WORKER_CHECKPOINT_INTERVAL_S": "2"},
+    )
+    limited = submitted(
+        cluster,
+        "--workload",
+        "recommendation",
+        "--iterations",
+        "10000000",
+        "--time",
+        "30s",
+        "--name",
+        "limited",
+    )
+    command = submitted(
+        cluster,
+        "--iterations",
+        "1",
+        "--name",
+        "prep",
+        "--",
+        "python3",
+        "-c",
+        "import time; time.sleep(3); print('prepared')",
+    )
+    short = submitted(cluster, "--workload", "recommendation", "--iterations", "30")
+
+    job = cluster.wait_state(limited, DONE, timeout=240)
+    assert job.state == JobState.TIMEOUT, job.reason
+    assert job.reason.startswith("time limit 00:00:30 reached after 00:00:3"), job.reason
+    waited = cluster.hctl("wait", str(limited))
+    assert waited.returncode == 104, (waited.returncode, waited.stderr)
+
+    # The graceful stop checkpointed where the job got to; the runtime resumes from it.
+    store = CheckpointStore(job_directory(cluster.local.state_dir / "checkpoints", str(limited)))
+
+    wait_for(lambda: limited not in cluster.local.job_processes(), 60, "the job to stop")
+
+    def checkpoint_reported() -> bool:
+        on_disk = store.iterations_on_disk()
+        return bool(on_disk) and cluster.job(limited).checkpoint_iterations == on_disk[0]
+
+    wait_for(checkpoint_reported, 30, "the stopped task's checkpoint to be reported")
+    final = cluster.client.get_job(limited)
+    latest = store.load_latest()
+    assert latest is not None
+    assert latest.iterations == final.checkpoint_iterations > 0
+    assert latest.state["iterations"] == latest.iterations
+    assert final.iterations_done == final.checkpoint_iterations
+    assert 30 <= final.run_seconds < 60, final.run_seconds
+
+    shown = cluster.hctl("show", str(limited))
+    assert shown.returncode == 0, shown.stderr
+    assert "timeout" in shown.stdout and "30s of run time" in shown.stdout, shown.stdout
+
+    for job_id in (command, short):
+        ended = cluster.wait_state(job_id, DONE, timeout=240)
+        assert ended.state == JobState.COMPLETED, (job_id, ended.reason)
+    jobs = {j: cluster.client.get_job(j) for j in (limited, command, short)}
+    assert all(j.gpu_seconds > 0 for j in jobs.values()), jobs
+    # The command never reports progress; its GPU time is its run time on its one GPU.
+    assert jobs[command].gpu_seconds >= 3.0
+    total = sum(j.gpu_seconds for j in jobs.values())
+
+    for grouping in ("user", "type"):
+        result = cluster.hctl("usage", "--by", grouping, "--json")
+        assert result.returncode == 0, result.stderr
+        usage = json.loads(result.stdout)["usage"]
+        assert usage["total_gpu_seconds"] == pytest.approx(total, rel=1e-9)
+        assert sum(r["gpu_seconds"] for r in usage["rows"]) == pytest.approx(total, rel=1e-9)
+        if grouping == "type":
+            assert [r["key"] for r in usage["rows"]] == ["v100"]
+    table = cluster.hctl("usage")
+    assert table.returncode == 0, table.stderr
+    assert f"{total / 3600:.2f}" in table.stdout.splitlines()[-1], table.stdout
+
+    result = cluster.hctl("history", "--json")
+    assert result.returncode == 0, result.stderr
+    history = {e["job"]["id"]: e for e in json.loads(result.stdout)["jobs"]}
+    assert set(history) == {limited, command, short}
+    assert history[limited]["job"]["state"] == "timeout"
+    assert history[command]["job"]["state"] == "completed"
+    assert history[command]["job"]["exit_code"] == 0
+    for job_id, job_now in jobs.items():
+        assert history[job_id]["gpu_seconds"] == pytest.approx(job_now.gpu_seconds)
+    listed = cluster.hctl("history", "-t", "timeout")
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+    assert [row[0] for row in rows] == [str(limited)]
