@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -82,7 +83,7 @@ def issue_token(master: Master, user: str, admin: bool) -> str:
 
 
 @contextmanager
-def running_cluster(tmp_path: Path, *, auth: str = "token") -> Iterator[Cluster]:
+def running_cluster(tmp_path: Path, *, auth: str = "token", **changes: Any) -> Iterator[Cluster]:
     settings = Settings(
         listen="127.0.0.1:0",
         database=f"sqlite:///{tmp_path / 'hadar.db'}",
@@ -99,7 +100,7 @@ def running_cluster(tmp_path: Path, *, auth: str = "token") -> Iterator[Cluster]
         max_retries=0,
         grace_s=1.0,
         grpc_threads=8,
-    )
+    ).replace(**changes)
     master = Master(settings)
     master.start()
     tokens = {user: issue_token(master, user, admin) for user, admin in USERS.items()}
