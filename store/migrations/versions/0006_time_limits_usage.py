@@ -97,5 +97,9 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_usage_records_ended_at"), table_name="usage_records")
     op.drop_index(op.f("ix_usage_records_job_id"), table_name="usage_records")
     op.drop_table("usage_records")
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_column("time_limit_s")
+    if op.get_bind().dialect.name == "sqlite":
+        # Batch mode would rebuild jobs: dropping the old table fires its ON DELETE CASCADE
+        # and takes every task and event with it. SQLite (3.35+) drops a plain column.
+        op.execute("ALTER TABLE jobs DROP COLUMN time_limit_s")
+    else:
+        op.drop_column("jobs", "time_limit_s")

@@ -42,3 +42,61 @@ def test_upgrade_is_idempotent(db: Database) -> None:
     """Running the upgrade on a database at head changes nothing (master start does this)."""
     upgrade(db.url, engine=db.engine)
     assert current(db.url, engine=db.engine) == head()
+
+
+def test_the_accounting_migration_backfills_attempts_that_ended_before_it(db: Database) -> None:
+    """Down to 0005 and up again: usage_records is rebuilt from the tasks of earlier
+    attempts (start, end, GPUs, GPU-seconds, exit), and a task that never started adds
+    nothing."""
+    from datetime import UTC, datetime, timedelta
+
+    from store.domain import NewTask
+    from store.states import ExitKind, TaskState
+    from tests.unit.store.conftest import submit
+    from tests.unit.store.test_cluster import register
+
+    t0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    register(db)
+    job_id = submit(db, user="carol")
+    with db.transaction() as uow:
+        ran, never = (
+            uow.tasks.add(
+                NewTask(
+                    job_id=job_id,
+                    task_index=0,
+                    node="n1",
+                    lease=lease,
+                    gpu_indices=(0, 1),
+                    gpu_type="v100",
+                    rank_offset=0,
+                    local_batch_sizes=(16, 16),
+                ),
+                now=t0,
+            ).id
+            for lease in (1, 2)
+        )
+        uow.tasks.set_state(ran, TaskState.RUNNING, now=t0 + timedelta(seconds=5))
+        uow.tasks.set_state(
+            ran,
+            TaskState.EXITED,
+            now=t0 + timedelta(seconds=65),
+            exit_kind=ExitKind.FAILED,
+            exit_code=2,
+        )
+        uow.tasks.set_state(never, TaskState.LOST, now=t0 + timedelta(seconds=70))
+    with db.transaction() as uow:
+        before = uow.usage.ended()
+
+    downgrade(db.url, "0005", engine=db.engine)
+    assert "usage_records" not in inspect(db.engine).get_table_names()
+    upgrade(db.url, engine=db.engine)
+    with db.transaction() as uow:
+        after = uow.usage.ended()
+    assert after == before
+    (record,) = after
+    assert (record.user, record.num_gpus, record.gpu_seconds(t0), record.exit_code) == (
+        "carol",
+        2,
+        120.0,
+        2,
+    )
