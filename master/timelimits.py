@@ -22,7 +22,7 @@ from master.lifecycle import StopOrder, release_tasks
 from master.transactions import Transactor
 from protos.durations import format_duration
 from store import UnitOfWork
-from store.domain import JobSpec, UsageRecord
+from store.domain import Job, JobSpec, UsageRecord
 from store.states import JobState
 
 log = structlog.get_logger(__name__)
@@ -64,6 +64,23 @@ def timeout_reason(limit_s: int, ran_s: float) -> str:
     )
 
 
+def over_limit(uow: UnitOfWork, now: datetime) -> list[tuple[Job, float]]:
+    """Jobs still running or waiting to run again whose run time reached their limit, with
+    that run time."""
+    jobs = uow.jobs.time_limited([JobState.RUNNING, JobState.PREEMPTED])
+    if not jobs:
+        return []
+    used: dict[int, list[UsageRecord]] = {}
+    for record in uow.usage.for_jobs([j.id for j in jobs]):
+        used.setdefault(record.job_id, []).append(record)
+    due = []
+    for job in jobs:
+        ran = run_seconds(used.get(job.id, ()), now)
+        if ran >= job.spec.time_limit_s:
+            due.append((job, ran))
+    return due
+
+
 class TimeLimitEnforcer:
     def __init__(
         self,
@@ -80,20 +97,16 @@ class TimeLimitEnforcer:
     def check(self, now: datetime | None = None) -> list[int]:
         """Stop every job that reached its time limit; returns their ids."""
         at = now or datetime.now(UTC)
+        # Read first: the write below takes the job lock rounds also need, so it is taken
+        # only when some job is due.
+        if not self._tx.read(lambda uow: over_limit(uow, at)):
+            return []
 
         def change(uow: UnitOfWork) -> tuple[list[int], list[StopOrder]]:
-            jobs = uow.jobs.time_limited([JobState.RUNNING, JobState.PREEMPTED])
-            if not jobs:
-                return [], []
-            used: dict[int, list[UsageRecord]] = {}
-            for record in uow.usage.for_jobs([j.id for j in jobs]):
-                used.setdefault(record.job_id, []).append(record)
             timed_out: list[int] = []
             orders: list[StopOrder] = []
-            for job in jobs:
-                ran = run_seconds(used.get(job.id, ()), at)
-                if ran < job.spec.time_limit_s:
-                    continue
+            # Again under the lock: a job may have ended since the read.
+            for job, ran in over_limit(uow, at):
                 reason = timeout_reason(job.spec.time_limit_s, ran)
                 # The state is stored before any worker hears of it: the stop orders go out
                 # only after this commits. Stopping as a preemption does (SIGTERM) lets a
