@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from clients.types import JobState
+from store import Database
 from tests.e2e.conftest import Cluster, wait_for
 from worker.runtime.checkpoint import CheckpointStore, job_directory
 
@@ -92,6 +93,18 @@ def test_a_job_with_time_30s_ends_timeout_with_a_resumable_checkpoint_and_usage_
     for job_id in (command, short):
         ended = cluster.wait_state(job_id, DONE, timeout=240)
         assert ended.state == JobState.COMPLETED, (job_id, ended.reason)
+    # A job may be COMPLETED by its last progress report before its process has exited; its
+    # attempt counts up to now until the exit is reported. Compare once every attempt ended.
+    database = Database(cluster.local.database_url)
+
+    def all_ended() -> bool:
+        with database.transaction() as uow:
+            return not uow.usage.running()
+
+    try:
+        wait_for(all_ended, 60, "every attempt to end")
+    finally:
+        database.dispose()
     jobs = {j: cluster.client.get_job(j) for j in (limited, command, short)}
     assert all(j.gpu_seconds > 0 for j in jobs.values()), jobs
     # The command never reports progress; its GPU time is its run time on its one GPU.

@@ -15,6 +15,7 @@ from clients.cli.command import ExitCode
 from protos.hadar.v1 import common_pb2
 from tests.integration.cli.conftest import Cluster, Hctl, running_cluster
 from tests.integration.cli.test_hctl import submit
+from tests.integration.master.fakes import wait_for
 
 
 def test_a_job_at_its_time_limit_shows_timeout_and_wait_exits_104(hctl: Hctl, cluster: Cluster):
@@ -54,6 +55,11 @@ def test_usage_and_history_read_as_sreport_and_sacct(hctl: Hctl, cluster: Cluste
     cluster.worker_running(alice).exit(alice, common_pb2.EXIT_KIND_COMPLETED, exit_code=0)
     cluster.worker_running(bob).report_progress(bob, 5)
     assert hctl("cancel", str(bob), user="bob").code == 0
+    # Until its worker reports the stopped task's exit, bob's attempt still counts up to now.
+    wait_for(
+        lambda: not cluster.master.tx.read(lambda uow: uow.usage.running()),
+        what="every attempt to end",
+    )
 
     usage = hctl("usage", "--json")
     assert usage.code == 0, usage.err
