@@ -232,7 +232,7 @@ class JobEvent:
     from_state: JobState
     to_state: JobState
     # submitted, scheduled, preempted, migrated, resized, node_lost, exited, retried,
-    # completed, failed, cancelled, waiting, ...
+    # completed, failed, cancelled, timeout, waiting, ...
     kind: str
     reason: str
     # 0 when no round caused it.
