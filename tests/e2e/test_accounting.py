@@ -136,3 +136,40 @@ def test_a_job_with_time_30s_ends_timeout_with_a_resumable_checkpoint_and_usage_
     assert listed.returncode == 0, listed.stderr
     rows = [line.split() for line in listed.stdout.splitlines()[1:]]
     assert [row[0] for row in rows] == [str(limited)]
+
+
+def test_a_command_ignoring_sigterm_is_killed_after_the_grace_at_its_time_limit(
+    start_cluster: Callable[..., Cluster],
+) -> None:
+    """An opaque command that ignores SIGTERM, submitted with `--time 5s`: it ends TIMEOUT
+    about 5 s after it started, its process is SIGKILLed once the grace (10 s on a local
+    cluster) has passed, and its GPU time covers the grace it held the GPU for."""
+    cluster = start_cluster("v100:1", settings={"HADAR_TIME_LIMIT_CHECK_S": "1"})
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('started', flush=True); time.sleep(600)"
+    )
+    job_id = submitted(
+        cluster, "--iterations", "1", "--time", "5s", "--", "python3", "-c", stubborn
+    )
+    wait_for(lambda: job_id in cluster.local.job_processes(), 120, "the command to start")
+    job = cluster.wait_state(job_id, DONE, timeout=60)
+    assert job.state == JobState.TIMEOUT, job.reason
+    assert job.reason.startswith("time limit 00:00:05 reached after 00:00:0"), job.reason
+    # Still running through the grace, then killed.
+    wait_for(lambda: job_id not in cluster.local.job_processes(), 30, "the SIGKILL")
+    database = Database(cluster.local.database_url)
+
+    def ended() -> bool:
+        with database.transaction() as uow:
+            return not uow.usage.running()
+
+    try:
+        wait_for(ended, 30, "the attempt to end")
+    finally:
+        database.dispose()
+    final = cluster.client.get_job(job_id)
+    assert final.state == JobState.TIMEOUT
+    assert 5 + 8 <= final.gpu_seconds < 5 + 30, final.gpu_seconds
+    waited = cluster.hctl("wait", str(job_id))
+    assert waited.returncode == 104, waited.stderr
