@@ -255,6 +255,13 @@ def write_markdown(
         "finish. `plan ms` is the policy's planning time per round (mean / max). "
         "All jobs are marked shareable; `sjf-bsbf` and `hadare` may share GPUs.",
         "",
+        "Every round is decided by the daemon's own round function "
+        "(`master.scheduling.round.decide_round`): the daemon's migration hysteresis "
+        "applies (a running job moves to other GPUs of the same count only for at least "
+        f"{SimConfig().min_migration_gain:.0%} more throughput, `min_migration_gain`; "
+        "`hctl simulate --min-migration-gain`), non-preemptible jobs keep their GPUs, and "
+        "`a-srpt` learns from each completed job before the next round, as in the daemon.",
+        "",
         "Forking is opt-in: only a job marked forkable (`hctl submit --elastic`) may run as "
         "averaged copies, since averaging copies changes how a model trains. Gavel's traces "
         "and the generated trace mark no job forkable, so `hadare` forks nothing in the "
