@@ -15,10 +15,10 @@ The steps, in order:
 2. Lost-lease holds: a job whose lease may still run on a lost node is hidden from the
    policy until that lease is over, so it never runs twice. Opaque commands are exempt:
    their workers run them to completion whatever the lease, so waiting would not help.
-3. The policy's plan. Should the policy raise, or return a plan that breaks the cluster's
-   rules (:meth:`Plan.violations`), every job keeps what it holds.
-4. Pinning: a running job that may not be preempted keeps exactly its GPUs; a job the plan
-   put on them waits, saying so.
+3. The policy's plan, with pinning: a running job that may not be preempted keeps exactly
+   its GPUs; a job the plan put on them waits, saying so.
+4. Should the policy raise, or its plan (pinning applied) break the cluster's rules
+   (:meth:`Plan.violations`), every job keeps what it holds.
 5. The diff against what runs, with hysteresis (:class:`Hysteresis`): a move that gains
    less than ``min_migration_gain`` is not carried out.
 """
@@ -179,6 +179,8 @@ def decide_round(
         errors.append(exc)
         fallback = f"policy {policy.name!r} failed: {exc!r}"
     else:
+        # Pinned jobs first: a plan that moves one is corrected rather than set aside.
+        planned = keep_non_preemptible(visible, current, planned)
         problems = tuple(planned.violations(visible))
         if problems:
             fallback = f"policy {policy.name!r} produced an invalid plan: " + "; ".join(
@@ -189,7 +191,7 @@ def decide_round(
         why = f"waiting: {fallback}"
         plan = hold(held, Plan(dict(current), {j.id: why for j in visible.jobs}))
     else:
-        plan = hold(held, keep_non_preemptible(visible, current, planned))
+        plan = hold(held, planned)
     actions = diff(current, plan, snapshot=visible, hysteresis=Hysteresis(rules.min_migration_gain))
     placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
     tasks = {
