@@ -75,10 +75,11 @@ class Persisted:
     set_aside: tuple[int, ...] = ()
 
 
-def decide(inp: RoundInput, policy: Policy, settings: Settings, now: datetime) -> RoundDecision:
+def decide(inp: RoundInput, policy: Policy, settings: Settings, now: float) -> RoundDecision:
     """The daemon's round decision: what the store shows, decided by the one round function
-    the simulator runs too (:func:`master.scheduling.round.decide_round`)."""
-    state = RoundState(inp.snapshot, now.timestamp(), inp.lost, inp.completed)
+    the simulator runs too (:func:`master.scheduling.round.decide_round`). ``now``: the
+    round's start in Unix time."""
+    state = RoundState(inp.snapshot, now, inp.lost, inp.completed)
     return decide_round(state, policy, RoundRules(settings.min_migration_gain))
 
 
@@ -125,7 +126,7 @@ class RoundRunner:
             )
         )
         read_s = time.monotonic() - started
-        decision = decide(inp, self._policy, self._settings, now)
+        decision = decide(inp, self._policy, self._settings, now.timestamp())
         self._report(decision)
         plan_s = time.monotonic() - started - read_s
         actions = decision.actions
