@@ -108,6 +108,11 @@ class RoundRunner:
     def policy_name(self) -> str:
         return self._policy.name
 
+    @property
+    def policy(self) -> Policy:
+        """The policy the rounds run (and whose memory they keep)."""
+        return self._policy
+
     def run(self, now: datetime | None = None) -> RoundResult:
         """Run one round now (waits for a round in progress to finish first). `now`, the
         round's time (for tests), is the clock's by default."""
