@@ -252,7 +252,8 @@ def write_markdown(
         f"Rounds of {ROUND_S:.0f} s, no restart overhead (as Gavel's reference figures), "
         "HadarE copy efficiency 0.9 (the simulator's default). Times in hours. "
         "Utilization is GPU-time held over cluster GPU-time from first arrival to last "
-        "finish. `plan ms` is the policy's planning time per round (mean / max). "
+        "finish. `plan ms` is the time to decide each round (the policy's plan, then "
+        "checking it and the diff against what runs; mean / max). "
         "All jobs are marked shareable; `sjf-bsbf` and `hadare` may share GPUs.",
         "",
         "Every round is decided by the daemon's own round function "

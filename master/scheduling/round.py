@@ -20,7 +20,8 @@ The steps, in order:
 4. Should the policy raise, or its plan (pinning applied) break the cluster's rules
    (:meth:`Plan.violations`), every job keeps what it holds.
 5. The diff against what runs, with hysteresis (:class:`Hysteresis`): a move that gains
-   less than ``min_migration_gain`` is not carried out.
+   less than ``min_migration_gain`` is not carried out, unless holding it back would
+   break the cluster's rules (a job the plan moved in to share its new GPUs).
 """
 
 from __future__ import annotations
@@ -194,6 +195,11 @@ def decide_round(
         plan = hold(held, planned)
     actions = diff(current, plan, snapshot=visible, hysteresis=Hysteresis(rules.min_migration_gain))
     placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
+    if placements != plan.allocations and Plan(placements).violations(visible):
+        # A job held back where it was can collide with a job the plan moved in beside it
+        # to share its new GPUs; the plan as made is valid, so it is carried out instead.
+        actions = diff(current, plan)
+        placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
     tasks = {
         a.job_id: split_tasks(a.allocation, snapshot)
         for a in actions

@@ -274,6 +274,32 @@ def test_a_move_below_the_minimum_gain_is_not_made_a_faster_one_is() -> None:
     assert kinds(eager) == {1: ActionKind.MIGRATE}
 
 
+def test_a_move_is_not_held_back_when_that_would_double_book_a_gpu() -> None:
+    """Job 5 runs alone on two v100s; the plan moves it to an equally fast pair and puts job
+    0 beside it, sharing both. Holding 5 back would leave it alone on a GPU that job 0 now
+    shares with it: the move is carried out as planned, and every GPU has one owner or
+    two sharing partners."""
+    node = NodeView("n", tuple(GpuView("n", i, "v100") for i in range(4)))
+    cluster = ClusterView((node,))
+    a, b, c = GpuSlot("n", 0), GpuSlot("n", 1), GpuSlot("n", 2)
+    model = ThroughputModel({("a", "v100", 2, True): 10.0})
+    jobs = (
+        job(0, num_gpus=2, shareable=True),
+        job(5, num_gpus=2, shareable=True, current=Allocation.on((a, b), 32)),
+    )
+    plan = Plan(
+        {
+            0: Allocation.on((a, c), 32, shared_with=5),
+            5: Allocation.on((a, c), 32, shared_with=0),
+        }
+    )
+    snapshot = Snapshot(cluster, jobs, 3, 60.0, model)
+    decision = decide_round(RoundState(snapshot, NOW), Scripted(lambda s: plan))
+    assert decision.fallback == ""
+    assert Plan(decision.placements).violations(snapshot) == []
+    assert kinds(decision) == {0: ActionKind.START, 5: ActionKind.MIGRATE}
+
+
 def test_a_negative_minimum_gain_is_refused() -> None:
     with pytest.raises(ValueError, match="min_migration_gain"):
         RoundRules(-0.1)
