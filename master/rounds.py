@@ -194,14 +194,13 @@ class RoundRunner:
                 policy=name,
                 problems=list(decision.problems[:10]),
             )
-        elif decision.fallback:
+        elif decision.plan_error is not None:
             log.error(
                 "policy failed; keeping the current placements",
                 policy=name,
-                exc_info=decision.errors[-1] if decision.errors else None,
+                exc_info=decision.plan_error,
             )
-        failed_to_learn = decision.errors[:-1] if decision.fallback else decision.errors
-        for error in failed_to_learn:
+        for error in decision.learn_errors:
             log.error("policy failed to learn from a completed job", policy=name, exc_info=error)
         if decision.learned:
             log.info("policy learned from completed jobs", policy=name, jobs=decision.learned)

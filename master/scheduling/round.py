@@ -123,9 +123,11 @@ class RoundDecision:
     :func:`diff`). ``placements``: what each job runs on for the next lease, hysteresis
     applied. ``tasks``: for each job started, migrated or resized, its new tasks.
     ``waiting``: why each job that got nothing waits. ``fallback``: why the policy's plan
-    was set aside (every job kept what it held), or ``""``. ``errors``: what the policy
-    raised (while planning or learning), for the caller to report. ``memory``: the
-    policy's memory to keep, when it learned from completions this round (else None).
+    was set aside (every job kept what it held), or ``""``: ``plan_error``, what the policy
+    raised while planning, or ``problems``, what was wrong with its plan.
+    ``learn_errors``: what the policy raised while told of completions (each completion
+    is told once all the same). ``memory``: the policy's memory to keep, when it learned
+    from completions this round (else None).
     ``learned``: how many completions were told to a policy that learns from them.
     """
 
@@ -135,8 +137,9 @@ class RoundDecision:
     tasks: Mapping[int, tuple[TaskPlacement, ...]]
     waiting: Mapping[int, str]
     fallback: str = ""
-    errors: tuple[Exception, ...] = ()
+    plan_error: Exception | None = None
     problems: tuple[str, ...] = ()
+    learn_errors: tuple[Exception, ...] = ()
     memory: Mapping[str, Any] | None = None
     learned: int = 0
 
@@ -158,13 +161,14 @@ def decide_round(
     state (what it learns and remembers between rounds)."""
     rules = rules or RoundRules()
     snapshot = state.snapshot
-    errors: list[Exception] = []
+    learn_errors: list[Exception] = []
+    plan_error: Exception | None = None
     learned = 0
     for done in state.completed:
         try:
             notify_completion(policy, done.job, done.iterations, done.at)
         except Exception as exc:
-            errors.append(exc)
+            learn_errors.append(exc)
             continue
         learned += learns(policy)
     current = {job.id: job.current for job in snapshot.jobs if job.current is not None}
@@ -177,7 +181,7 @@ def decide_round(
     try:
         planned = policy.plan(visible, state.now)
     except Exception as exc:
-        errors.append(exc)
+        plan_error = exc
         fallback = f"policy {policy.name!r} failed: {exc!r}"
     else:
         # Pinned jobs first: a plan that moves one is corrected rather than set aside.
@@ -217,8 +221,9 @@ def decide_round(
         tasks=tasks,
         waiting=waiting,
         fallback=fallback,
-        errors=tuple(errors),
+        plan_error=plan_error,
         problems=problems,
+        learn_errors=tuple(learn_errors),
         memory=export_memory(policy) if learned else None,
         learned=learned,
     )

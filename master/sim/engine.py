@@ -471,6 +471,12 @@ class Simulator:
                 fallbacks += 1
                 if cfg.validate_plans:
                     self._refuse(decision, round_index, now)
+            if decision.learn_errors and cfg.validate_plans:
+                exc = decision.learn_errors[0]
+                raise SimulationError(
+                    f"policy {self.policy.name!r} failed to learn from a completed job in "
+                    f"round {round_index} at t={now:.0f}s: {exc!r}"
+                ) from exc
             if self._on_round is not None:
                 self._on_round(state, decision)
             # What runs this round: the plan as the round carried it out (hysteresis kept
@@ -632,8 +638,8 @@ class Simulator:
     def _refuse(self, decision: RoundDecision, round_index: int, now: float) -> None:
         """Raise for a round whose plan the policy failed to make (``validate_plans``)."""
         name = self.policy.name
-        if decision.errors and not decision.problems:
-            exc = decision.errors[-1]
+        exc = decision.plan_error
+        if exc is not None:
             raise SimulationError(
                 f"policy {name!r} failed in round {round_index} at t={now:.0f}s: {exc!r}"
             ) from exc

@@ -143,6 +143,22 @@ def test_a_srpt_learns_from_completions_and_exports_what_it_learned() -> None:
     assert restored.predictor.predict(nxt) == pytest.approx(predicted)  # type: ignore[attr-defined]
 
 
+def test_a_policy_that_fails_to_learn_still_plans() -> None:
+    """A policy that raises while told of a completion plans all the same; the error is
+    handed back for the caller to report, and nothing learned is kept."""
+
+    class Forgetful(Scripted):
+        def observe_completion(self, job: JobView, iterations: float, now: float) -> None:
+            raise RuntimeError("cannot learn")
+
+    done = CompletedJob(job(1), 1000.0, NOW)
+    decision = decide_round(state(job(2), completed=(done,)), Forgetful(lambda s: {2: on(V0)}))
+    assert kinds(decision) == {2: ActionKind.START}
+    assert decision.fallback == "" and decision.plan_error is None
+    assert [str(e) for e in decision.learn_errors] == ["cannot learn"]
+    assert decision.learned == 0 and decision.memory is None
+
+
 # -- lost leases --------------------------------------------------------------------------
 
 
@@ -250,7 +266,7 @@ def test_a_failing_policy_keeps_every_job_where_it_is() -> None:
 
     decision = decide_round(state(job(1, current=on(K0)), job(2)), Scripted(boom))
     assert kinds(decision) == {1: ActionKind.EXTEND}
-    assert isinstance(decision.errors[0], ZeroDivisionError)
+    assert isinstance(decision.plan_error, ZeroDivisionError)
     assert "oops" in decision.fallback and decision.problems == ()
 
 
