@@ -83,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=SimConfig().min_migration_gain,
         help="a running job moves to other GPUs of the same count only for at least this "
         "relative throughput gain, as in the daemon (its setting of the same name; "
-        f"{SimConfig().min_migration_gain}); 0 makes every move the policy plans",
+        f"{SimConfig().min_migration_gain}); 0 holds back only moves that make a job slower",
     )
     parser.add_argument(
         "--copy-efficiency",

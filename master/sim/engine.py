@@ -69,7 +69,7 @@ class SimConfig:
     daemon does; off by default, matching Gavel's simulator and its reference figures.
     ``min_migration_gain``: the daemon's hysteresis (its setting of the same name, same
     default): a running job moves to other GPUs of the same count only for at least this
-    relative throughput gain; 0 carries out every move the policy plans.
+    relative throughput gain; 0 still holds back moves that would make the job slower.
     ``fork_all``: treat every job as forkable (it may run as averaged copies), whatever
     the trace says; for what-if runs, since forking changes how a model trains.
     """

@@ -142,7 +142,7 @@ def test_min_migration_gain_holds_back_moves_as_the_daemon_does(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """By default the daemon's hysteresis applies (10 %): fewer migrations than with
-    --min-migration-gain 0, which carries out every move the policy plans; a negative gain
+    --min-migration-gain 0, which holds back only moves that make a job slower; a negative gain
     is bad input, named."""
 
     def migrations(*extra: str) -> int:
