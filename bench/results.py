@@ -252,8 +252,16 @@ def write_markdown(
         f"Rounds of {ROUND_S:.0f} s, no restart overhead (as Gavel's reference figures), "
         "HadarE copy efficiency 0.9 (the simulator's default). Times in hours. "
         "Utilization is GPU-time held over cluster GPU-time from first arrival to last "
-        "finish. `plan ms` is the policy's planning time per round (mean / max). "
+        "finish. `plan ms` is the time to decide each round (the policy's plan, then "
+        "checking it and the diff against what runs; mean / max). "
         "All jobs are marked shareable; `sjf-bsbf` and `hadare` may share GPUs.",
+        "",
+        "Every round is decided by the daemon's own round function "
+        "(`master.scheduling.round.decide_round`): the daemon's migration hysteresis "
+        "applies (a running job moves to other GPUs of the same count only for at least "
+        f"{SimConfig().min_migration_gain:.0%} more throughput, `min_migration_gain`; "
+        "`hctl simulate --min-migration-gain`), non-preemptible jobs keep their GPUs, and "
+        "`a-srpt` learns from each completed job before the next round, as in the daemon.",
         "",
         "Forking is opt-in: only a job marked forkable (`hctl submit --elastic`) may run as "
         "averaged copies, since averaging copies changes how a model trains. Gavel's traces "

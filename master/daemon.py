@@ -39,7 +39,7 @@ from master.jobs import JobManager
 from master.metrics import ClusterGauges, MasterMetrics
 from master.registry import Registry
 from master.rounds import RoundResult, RoundRunner
-from master.scheduling.policy import Policy, UnknownPolicyError, make_policy
+from master.scheduling.policy import Policy, UnknownPolicyError, import_memory, make_policy
 from master.scheduling.throughput import ThroughputModel
 from master.service.access import AccessInterceptor
 from master.service.coordinator import CoordinatorServicer
@@ -206,6 +206,7 @@ class Master:
             ),
         )
         upgrade(self.database.url, engine=self.database.engine)
+        self._restore_policy_memory()
         self._started_at = time.monotonic()
         parts = Components(
             settings=self.settings,
@@ -312,6 +313,23 @@ class Master:
             metrics_port=self.metrics_port,
         )
         return self.port
+
+    def _restore_policy_memory(self) -> None:
+        """What the policy learned before a restart (a-srpt's completed jobs), if any."""
+        name = self._policy.name
+        memory = self.tx.read(lambda uow: uow.memory.get(name))
+        if memory is None:
+            return
+        try:
+            restored = import_memory(self._policy, memory)
+        except ValueError as exc:
+            # Starting without it beats not starting; the next completion overwrites it.
+            log.error(
+                "the policy's stored memory is unreadable; starting without it", error=str(exc)
+            )
+            return
+        if restored:
+            log.info("policy memory restored", policy=name)
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop serving: NOT_SERVING, refuse submissions, finish the current round, exit.

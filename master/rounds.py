@@ -1,11 +1,15 @@
-"""One scheduling round: snapshot, plan, diff, persist, push.
+"""One scheduling round: read the store, decide, persist, push.
 
-1. Read the store into the scheduling views (master/snapshot.py).
-2. ``policy.plan(snapshot, now)``; a plan that breaks the cluster's rules is not applied.
-3. Diff against what runs, with hysteresis; jobs that may not be preempted keep their GPUs.
-4. Store the round, its actions, the new tasks (each placement with a fresh fencing token)
-   and the jobs' transitions in ONE transaction.
-5. Push to the workers concurrently (stops and extensions now, starts as soon as their GPUs
+1. Read the store into the scheduling views (master/snapshot.py): the jobs, what they
+   hold, the leases that may still run on lost nodes, the jobs completed since the last
+   round.
+2. Decide with :func:`master.scheduling.round.decide_round`, the pure function the
+   simulator runs too: the policy learns from the completions and plans; a plan that
+   breaks the cluster's rules is not applied; jobs that may not be preempted keep their
+   GPUs; the diff against what runs applies hysteresis.
+3. Store the round, its actions, the new tasks (each placement with a fresh fencing token),
+   the jobs' transitions and what the policy learned in ONE transaction.
+4. Push to the workers concurrently (stops and extensions now, starts as soon as their GPUs
    are free), record acknowledgements and the round's duration.
 
 Rounds never overlap: one lock serializes them, whoever triggers them.
@@ -25,13 +29,19 @@ import structlog
 from master.dispatch import Dispatcher, Outgoing
 from master.lifecycle import StopOrder
 from master.metrics import MasterMetrics
-from master.scheduling.diff import Action, ActionKind, Hysteresis, diff, preemption_reason
-from master.scheduling.plan import Allocation, Plan
+from master.scheduling.diff import Action, ActionKind, preemption_reason
+from master.scheduling.plan import Allocation
 from master.scheduling.policy import Policy
+from master.scheduling.round import (
+    RoundDecision,
+    RoundRules,
+    RoundState,
+    TaskPlacement,
+    decide_round,
+)
 from master.scheduling.throughput import ThroughputModel
-from master.scheduling.views import Snapshot
 from master.settings import Settings
-from master.snapshot import RoundInput, preemptible, read_round_input
+from master.snapshot import RoundInput, read_round_input
 from master.transactions import Transactor
 from store import UnitOfWork
 from store.domain import Job, NewTask, Task
@@ -65,81 +75,12 @@ class Persisted:
     set_aside: tuple[int, ...] = ()
 
 
-def keep_non_preemptible(inp: RoundInput, plan: Plan) -> Plan:
-    """Jobs that may not be preempted (opaque commands, scripts that report no progress:
-    :func:`master.snapshot.preemptible`) keep exactly what they hold; a job the policy put
-    on their GPUs waits instead."""
-    allocations = dict(plan.allocations)
-    reasons = dict(plan.reasons)
-    pinned: dict[int, Allocation] = {}
-    for job_id, alloc in inp.current.items():
-        job = inp.jobs[job_id]
-        if not preemptible(job):
-            pinned[job_id] = alloc
-    if not pinned:
-        return plan
-    held = {slot: job_id for job_id, alloc in pinned.items() for slot in alloc.slots}
-    for job_id, alloc in list(allocations.items()):
-        if job_id in pinned:
-            continue
-        holders = {held[s] for s in alloc.slots if s in held}
-        if holders:
-            del allocations[job_id]
-            reasons[job_id] = f"waiting: GPUs held by job {min(holders)} (not preemptible)"
-    allocations.update(pinned)
-    return Plan(allocations, reasons)
-
-
-def hold_lost_leases(inp: RoundInput, plan: Plan) -> Plan:
-    """A preemptible job whose lease may still run on a lost node is not placed elsewhere
-    until that lease is over (its worker stops the task then): it never runs twice.
-
-    Opaque commands are exempt: their workers run them to completion whatever the lease,
-    so waiting would not make them safe."""
-    allocations = dict(plan.allocations)
-    reasons = dict(plan.reasons)
-    for job_id, lost in inp.lost.items():
-        job = inp.jobs.get(job_id)
-        if job is None or not job.spec.preemptible or job_id in inp.current:
-            continue
-        allocations.pop(job_id, None)
-        reasons[job_id] = (
-            f"waiting: lease {lost.lease} on {lost.node} (lost) ends at "
-            f"{lost.ends_at.astimezone(UTC):%H:%M:%S} UTC"
-        )
-    if reasons == dict(plan.reasons):
-        return plan
-    return Plan(allocations, reasons)
-
-
-def split_tasks(
-    alloc: Allocation, snapshot: Snapshot
-) -> list[tuple[int, str, str, list[int], list[int], int]]:
-    """(copy index, node, GPU type, GPU indices, batch shares, rank offset) per task.
-
-    One task per node and GPU type within each copy, in the allocation's order. Ranks count
-    over all copies: the job is one torch.distributed group in which the runtime forms a
-    subgroup per copy (for its gradients) and averages the copies over the whole group.
-    """
-    out: list[tuple[int, str, str, list[int], list[int], int]] = []
-    rank = 0
-    for copy_index, (copy, shares) in enumerate(
-        zip(alloc.copies, alloc.shares_per_copy(), strict=True)
-    ):
-        groups: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
-        order: list[tuple[str, str]] = []
-        for slot, share in zip(copy, shares, strict=True):
-            key = (slot.node, snapshot.cluster.gpu_type(slot))
-            if key not in groups:
-                groups[key] = ([], [])
-                order.append(key)
-            groups[key][0].append(slot.index)
-            groups[key][1].append(share)
-        for node, gpu_type in order:
-            indices, batch = groups[(node, gpu_type)]
-            out.append((copy_index, node, gpu_type, indices, batch, rank))
-            rank += len(indices)
-    return out
+def decide(inp: RoundInput, policy: Policy, settings: Settings, now: float) -> RoundDecision:
+    """The daemon's round decision: what the store shows, decided by the one round function
+    the simulator runs too (:func:`master.scheduling.round.decide_round`). ``now``: the
+    round's start in Unix time."""
+    state = RoundState(inp.snapshot, now, inp.lost, inp.completed)
+    return decide_round(state, policy, RoundRules(settings.min_migration_gain))
 
 
 class RoundRunner:
@@ -167,6 +108,11 @@ class RoundRunner:
     def policy_name(self) -> str:
         return self._policy.name
 
+    @property
+    def policy(self) -> Policy:
+        """The policy the rounds run (and whose memory they keep)."""
+        return self._policy
+
     def run(self, now: datetime | None = None) -> RoundResult:
         """Run one round now (waits for a round in progress to finish first). `now`, the
         round's time (for tests), is the clock's by default."""
@@ -185,15 +131,11 @@ class RoundRunner:
             )
         )
         read_s = time.monotonic() - started
-        plan = self._plan(inp, now)
+        decision = decide(inp, self._policy, self._settings, now.timestamp())
+        self._report(decision)
         plan_s = time.monotonic() - started - read_s
-        actions = diff(
-            inp.current,
-            plan,
-            snapshot=inp.snapshot,
-            hysteresis=Hysteresis(self._settings.min_migration_gain),
-        )
-        stored = self._store(inp, plan, actions, now)
+        actions = decision.actions
+        stored = self._store(inp, decision, now)
         number, changed = stored.number, stored.changed
         persist_s = time.monotonic() - started - read_s - plan_s
         self._on_change()
@@ -225,7 +167,7 @@ class RoundRunner:
                 for a in actions
                 if a.kind is ActionKind.STOP and a.job_id not in stored.set_aside
             ),
-            waiting=sum(1 for job_id in inp.jobs if job_id not in plan.allocations),
+            waiting=sum(1 for job_id in inp.jobs if job_id not in decision.placements),
             set_aside=stored.set_aside,
         )
         self.last_result = result
@@ -244,49 +186,47 @@ class RoundRunner:
         )
         return result
 
-    def _plan(self, inp: RoundInput, now: datetime) -> Plan:
-        keep = Plan(dict(inp.current))
-        try:
-            plan = self._policy.plan(inp.snapshot, now.timestamp())
-        except Exception:
-            log.exception("policy failed; keeping the current placements", policy=self._policy.name)
-            return keep
-        problems = plan.violations(inp.snapshot)
-        if problems:
+    def _report(self, decision: RoundDecision) -> None:
+        name = self._policy.name
+        if decision.problems:
             log.error(
                 "policy produced an invalid plan; keeping the current placements",
-                policy=self._policy.name,
-                problems=problems[:10],
+                policy=name,
+                problems=list(decision.problems[:10]),
             )
-            return keep
-        return hold_lost_leases(inp, keep_non_preemptible(inp, plan))
+        elif decision.plan_error is not None:
+            log.error(
+                "policy failed; keeping the current placements",
+                policy=name,
+                exc_info=decision.plan_error,
+            )
+        for error in decision.learn_errors:
+            log.error("policy failed to learn from a completed job", policy=name, exc_info=error)
+        if decision.learned:
+            log.info("policy learned from completed jobs", policy=name, jobs=decision.learned)
 
-    def _store(
-        self, inp: RoundInput, plan: Plan, actions: list[Action], now: datetime
-    ) -> Persisted:
+    def _store(self, inp: RoundInput, decision: RoundDecision, now: datetime) -> Persisted:
         """Store the round in one transaction. Should one job's part raise, the round is
         stored again with each job's part in a savepoint: that job is set aside until the
         next round and the others go ahead."""
         try:
-            return self._tx.write(
-                lambda uow: self._persist(uow, inp, plan, actions, now, isolate=False)
-            )
+            return self._tx.write(lambda uow: self._persist(uow, inp, decision, now, isolate=False))
         except Exception as exc:
             # The job by job pass logs the failing job's traceback.
             log.warning("storing the round failed; storing it again job by job", error=str(exc))
-        return self._tx.write(lambda uow: self._persist(uow, inp, plan, actions, now, isolate=True))
+        return self._tx.write(lambda uow: self._persist(uow, inp, decision, now, isolate=True))
 
     def _persist(
         self,
         uow: UnitOfWork,
         inp: RoundInput,
-        plan: Plan,
-        actions: list[Action],
+        decision: RoundDecision,
         now: datetime,
         *,
         isolate: bool,
     ) -> Persisted:
-        changes = [a for a in actions if a.kind is not ActionKind.EXTEND]
+        actions, plan = decision.actions, decision.plan
+        changes = decision.changes()
         # Read everything first: on SQLite the first write takes the database's write lock,
         # which heartbeats and submissions then wait for until this transaction commits.
         jobs_now = uow.jobs.get_many([a.job_id for a in actions])
@@ -306,6 +246,11 @@ class RoundRunner:
             actions=len(changes),
         )
         number = record.number
+        # What the policy learned is kept with the round that told it, and each completion
+        # is told once (see store.repositories.memory).
+        uow.memory.forget_completions([done.job.id for done in inp.completed])
+        if decision.memory is not None:
+            uow.memory.save(self._policy.name, decision.memory, now=now)
         outgoing: list[Outgoing] = []
         orders: list[StopOrder] = []
         set_aside: list[int] = []
@@ -317,14 +262,16 @@ class RoundRunner:
             if action.kind not in (ActionKind.EXTEND, ActionKind.STOP):
                 next_lease += 1
             if not isolate:
-                sends, placed = self._apply(uow, inp, action, jobs_now, active, number, lease, now)
+                sends, placed = self._apply(
+                    uow, decision, action, jobs_now, inp, active, number, lease, now
+                )
                 outgoing.extend(sends)
                 new_tasks.extend(placed)
                 continue
             try:
                 with uow.savepoint():
                     sends, placed = self._apply(
-                        uow, inp, action, jobs_now, active, number, lease, now
+                        uow, decision, action, jobs_now, inp, active, number, lease, now
                     )
                     uow.tasks.add_many(placed)
             except Exception:
@@ -339,15 +286,12 @@ class RoundRunner:
                 continue
             outgoing.extend(sends)
         uow.tasks.add_many(new_tasks)
-        # Why each job that got nothing waits.
+        # Why each job that got nothing waits (a running job holding nothing, its last
+        # placement being torn down, is not waiting).
         reasons: dict[int, str] = {}
-        for job_id, job in inp.jobs.items():
-            if job_id in plan.allocations or job.state is JobState.RUNNING:
-                continue
-            waiting = inp.snapshot.pending_reason(
-                job_id, plan.reason(job_id) or "waiting: not chosen by the policy this round"
-            )
-            if job.reason != waiting:
+        for job_id, waiting in decision.waiting.items():
+            job = inp.jobs.get(job_id)
+            if job is not None and job.state is not JobState.RUNNING and job.reason != waiting:
                 reasons[job_id] = waiting
         if not isolate:
             uow.jobs.set_waiting_reasons(reasons)
@@ -365,9 +309,10 @@ class RoundRunner:
     def _apply(
         self,
         uow: UnitOfWork,
-        inp: RoundInput,
+        decision: RoundDecision,
         action: Action,
         jobs_now: dict[int, Job],
+        inp: RoundInput,
         active: dict[int, list[Task]],
         number: int,
         lease: int,
@@ -412,7 +357,7 @@ class RoundRunner:
         assert action.allocation is not None
         if action.kind in (ActionKind.MIGRATE, ActionKind.RESIZE):
             outgoing.extend(self._stop_tasks(uow, tasks, number))
-        new_tasks = self._place(inp.snapshot, job.id, action.allocation, number, lease)
+        new_tasks = self._place(job.id, action.allocation, decision.tasks[job.id], number, lease)
         where = ", ".join(
             f"{node}:{len(action.allocation.slots_on(node))}" for node in action.allocation.nodes
         )
@@ -464,28 +409,30 @@ class RoundRunner:
 
     @staticmethod
     def _place(
-        snapshot: Snapshot, job_id: int, alloc: Allocation, number: int, lease: int
+        job_id: int,
+        alloc: Allocation,
+        tasks: tuple[TaskPlacement, ...],
+        number: int,
+        lease: int,
     ) -> list[NewTask]:
         """The tasks of one placement, all under one fresh fencing token."""
         return [
             NewTask(
                 job_id=job_id,
                 task_index=index,
-                node=node,
+                node=task.node,
                 lease=lease,
-                gpu_indices=tuple(indices),
-                gpu_type=gpu_type,
-                rank_offset=rank,
-                local_batch_sizes=tuple(shares),
+                gpu_indices=task.gpu_indices,
+                gpu_type=task.gpu_type,
+                rank_offset=task.rank_offset,
+                local_batch_sizes=task.batch_shares,
                 accumulation_steps=alloc.accumulation_steps,
                 num_copies=alloc.num_copies,
-                copy_index=copy_index,
+                copy_index=task.copy_index,
                 shared_with_job_id=alloc.shared_with or 0,
                 round=number,
             )
-            for index, (copy_index, node, gpu_type, indices, shares, rank) in enumerate(
-                split_tasks(alloc, snapshot)
-            )
+            for index, task in enumerate(tasks)
         ]
 
     @staticmethod

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from master.scheduling.plan import Allocation, GpuSlot
+from master.scheduling.round import CompletedJob, LostLease
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
 from store import UnitOfWork
@@ -34,16 +35,6 @@ def preemptible(job: Job) -> bool:
     return spec.program_kind is not ProgramKind.SCRIPT or job.reports_progress
 
 
-@dataclass(frozen=True, slots=True)
-class LostLease:
-    """A lease that may still run on a lost node: its worker stops the task by `ends_at`."""
-
-    job_id: int
-    node: str
-    lease: int
-    ends_at: datetime
-
-
 @dataclass(frozen=True)
 class RoundInput:
     snapshot: Snapshot
@@ -53,10 +44,16 @@ class RoundInput:
     nodes: Mapping[str, Node]
     # Per job, the last-ending lease on an unreachable node not yet over (see lost_leases).
     lost: Mapping[int, LostLease] = field(default_factory=dict)
+    # Jobs completed that the policy has not been told about (see completions).
+    completed: tuple[CompletedJob, ...] = ()
 
 
 def lost_leases(
-    uow: UnitOfWork, nodes: Iterable[Node], hold_s: float, now: datetime
+    uow: UnitOfWork,
+    nodes: Iterable[Node],
+    hold_s: float,
+    now: datetime,
+    jobs: Mapping[int, Job],
 ) -> dict[int, LostLease]:
     """Leases that tasks on unreachable nodes may still be running under.
 
@@ -73,12 +70,54 @@ def lost_leases(
         if task.finished_at is None:
             continue
         ends = task.finished_at + timedelta(seconds=hold_s)
-        if ends <= now:
+        job = jobs.get(task.job_id)
+        if ends <= now or job is None:
             continue
         known = held.get(task.job_id)
-        if known is None or ends > known.ends_at:
-            held[task.job_id] = LostLease(task.job_id, task.node, task.lease, ends)
+        if known is None or ends.timestamp() > known.ends_at:
+            # An opaque command runs to completion on its worker whatever the lease.
+            held[task.job_id] = LostLease(
+                task.job_id, task.node, task.lease, ends.timestamp(), job.spec.preemptible
+            )
     return held
+
+
+def completions(uow: UnitOfWork) -> tuple[CompletedJob, ...]:
+    """The completed jobs the policy has not been told about, oldest first, each with the
+    iterations it ran."""
+    notices = uow.memory.completions()
+    jobs = uow.jobs.get_many([job_id for job_id, _ in notices])
+    return tuple(
+        CompletedJob(
+            job_view(jobs[job_id], None), float(jobs[job_id].iterations_done), at.timestamp()
+        )
+        for job_id, at in notices
+        if job_id in jobs
+    )
+
+
+def job_view(job: Job, alloc: Allocation | None) -> JobView:
+    """What a policy sees of a job holding ``alloc`` (None: nothing)."""
+    spec = job.spec
+    return JobView(
+        id=job.id,
+        job_type=spec.job_type,
+        num_gpus=spec.num_gpus,
+        total_iterations=float(spec.iterations),
+        iterations_done=float(job.iterations_done),
+        batch_size=max(1, spec.batch_size),
+        priority=spec.priority,
+        allowed_gpu_types=frozenset(spec.allowed_gpu_types),
+        preemptible=preemptible(job),
+        migratable=preemptible(job),
+        shareable=spec.shareable,
+        forkable=spec.forkable,
+        memory_bytes_per_gpu=spec.gpu_memory_bytes,
+        arrival_time=job.submitted_at.timestamp(),
+        attained_service=job.attained_service,
+        current=alloc,
+        user=job.user,
+    )
 
 
 def with_measurements(
@@ -150,46 +189,25 @@ def read_round_input(
     lost_hold_s: float = 0.0,
     now: datetime | None = None,
 ) -> RoundInput:
-    """The round's views. With `lost_hold_s` and `now`, also the leases that may still run
-    on lost nodes (:func:`lost_leases`)."""
+    """The round's views: every unfinished job (those held by a lost lease too: the round
+    hides them from the policy), the jobs completed since the last round, and with
+    `lost_hold_s` and `now` the leases that may still run on lost nodes
+    (:func:`lost_leases`)."""
     nodes = uow.nodes.all()
     jobs = uow.jobs.list_unfinished()
     tasks_by_job: dict[int, list[Task]] = defaultdict(list)
     for task in uow.tasks.active():
         tasks_by_job[task.job_id].append(task)
     model = with_measurements(base_model, uow.throughput.all())
-    lost = lost_leases(uow, nodes, lost_hold_s, now) if now is not None else {}
+    by_id = {j.id: j for j in jobs}
+    lost = lost_leases(uow, nodes, lost_hold_s, now, by_id) if now is not None else {}
     current: dict[int, Allocation] = {}
     views: list[JobView] = []
     for job in jobs:
         alloc = current_allocation(job, tasks_by_job.get(job.id, ()))
         if alloc is not None:
             current[job.id] = alloc
-        spec = job.spec
-        if alloc is None and job.id in lost and spec.preemptible:
-            # Its lease may still run on a lost node: the policy does not see it this round.
-            continue
-        views.append(
-            JobView(
-                id=job.id,
-                job_type=spec.job_type,
-                num_gpus=spec.num_gpus,
-                total_iterations=float(spec.iterations),
-                iterations_done=float(job.iterations_done),
-                batch_size=max(1, spec.batch_size),
-                priority=spec.priority,
-                allowed_gpu_types=frozenset(spec.allowed_gpu_types),
-                preemptible=preemptible(job),
-                migratable=preemptible(job),
-                shareable=spec.shareable,
-                forkable=spec.forkable,
-                memory_bytes_per_gpu=spec.gpu_memory_bytes,
-                arrival_time=job.submitted_at.timestamp(),
-                attained_service=job.attained_service,
-                current=alloc,
-                user=job.user,
-            )
-        )
+        views.append(job_view(job, alloc))
     snapshot = Snapshot(
         cluster=cluster_view(nodes),
         jobs=tuple(views),
@@ -199,9 +217,10 @@ def read_round_input(
     )
     return RoundInput(
         snapshot=snapshot,
-        jobs={j.id: j for j in jobs},
+        jobs=by_id,
         current=current,
         tasks={k: tuple(v) for k, v in tasks_by_job.items()},
         nodes={n.name: n for n in nodes},
         lost=lost,
+        completed=completions(uow),
     )

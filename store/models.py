@@ -285,3 +285,32 @@ class CounterRow(Base):
 
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     value: Mapped[int] = mapped_column(default=0)
+
+
+class PolicyMemoryRow(Base):
+    """What a scheduling policy learned and must keep across restarts (a-srpt's completed
+    jobs), as the policy exports it: plain JSON, one row per policy name."""
+
+    __tablename__ = "policy_memory"
+
+    policy: Mapped[str] = mapped_column(String(64), primary_key=True)
+    memory: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CompletionNoticeRow(Base):
+    """A job that completed and that the scheduling policy has not been told about yet.
+
+    Written in the same transaction as the job's move to COMPLETED and removed in the same
+    transaction as the policy's memory that learned from it, so that each completion is
+    learned exactly once, across crashes and restarts."""
+
+    __tablename__ = "completion_notices"
+
+    job_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"),
+        ForeignKey("jobs.id", ondelete="CASCADE"),
+        primary_key=True,
+        autoincrement=False,
+    )
+    completed_at: Mapped[datetime] = mapped_column()

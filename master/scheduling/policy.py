@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, Protocol, runtime_checkable
 
@@ -52,6 +52,43 @@ def notify_completion(policy: Policy, job: JobView, iterations: float, now: floa
     """Tell ``policy`` that ``job`` completed after ``iterations``, if it wants to know."""
     if isinstance(policy, CompletionObserver):
         policy.observe_completion(job, iterations, now)
+
+
+def learns(policy: Policy) -> bool:
+    """Whether ``policy`` learns from completed jobs (see :class:`CompletionObserver`)."""
+    return isinstance(policy, CompletionObserver)
+
+
+@runtime_checkable
+class RemembersAcrossRestarts(Protocol):
+    """Optional: a policy whose memory must survive a restart of the master (what it
+    learned, e.g. ``a-srpt``'s completed-job history), as plain JSON.
+
+    ``export_memory`` returns a JSON-serialisable dict (str keys; lists, numbers, strings);
+    ``import_memory`` restores it into a new instance and raises ``ValueError`` for a
+    memory it cannot read. Round-to-round bookkeeping that the next rounds rebuild (time
+    received so far, the last plan) is not memory in this sense.
+    """
+
+    def export_memory(self) -> dict[str, Any]: ...
+
+    def import_memory(self, memory: Mapping[str, Any]) -> None: ...
+
+
+def export_memory(policy: Policy) -> dict[str, Any] | None:
+    """The policy's memory to keep, or None for a policy that keeps none."""
+    if isinstance(policy, RemembersAcrossRestarts):
+        return policy.export_memory()
+    return None
+
+
+def import_memory(policy: Policy, memory: Mapping[str, Any]) -> bool:
+    """Restore ``memory`` into ``policy``; False (nothing done) for a policy that keeps none.
+    Raises ``ValueError`` for a memory the policy cannot read."""
+    if not isinstance(policy, RemembersAcrossRestarts):
+        return False
+    policy.import_memory(memory)
+    return True
 
 
 class UnknownPolicyError(ValueError):

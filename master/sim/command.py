@@ -78,6 +78,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus-per-server", type=int, default=4, help="GPUs per server (4)")
     parser.add_argument("--seed", type=int, default=0, help="seed for randomized policies")
     parser.add_argument(
+        "--min-migration-gain",
+        type=float,
+        default=SimConfig().min_migration_gain,
+        help="a running job moves to other GPUs of the same count only for at least this "
+        "relative throughput gain, as in the daemon (its setting of the same name; "
+        f"{SimConfig().min_migration_gain}); 0 holds back only moves that make a job slower",
+    )
+    parser.add_argument(
         "--copy-efficiency",
         type=float,
         default=0.9,
@@ -179,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
             copy_efficiency=args.copy_efficiency,
             early_rounds=args.early_rounds,
             fork_all=args.forkable == "all",
+            min_migration_gain=args.min_migration_gain,
         )
         cluster = build_cluster(parse_cluster_spec(args.cluster), args.gpus_per_server)
         model = _throughput_model(args.throughputs)
@@ -206,6 +215,13 @@ def run(args: argparse.Namespace) -> int:
         if progress is not None:
             progress.stop()
 
+    for result in results:
+        if result.fallback_rounds:
+            print(
+                f"hctl simulate: {result.policy}: in {result.fallback_rounds} rounds the policy "
+                "failed or planned what the cluster cannot run; every job kept its GPUs then",
+                file=sys.stderr,
+            )
     if args.json:
         print(json.dumps(as_json(results), indent=2))
     else:

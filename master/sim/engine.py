@@ -1,8 +1,11 @@
 """Round-based discrete-event simulation of a cluster driven by a :class:`Policy`.
 
 Time advances in rounds of ``round_s`` seconds. At the start of a round the jobs that
-have arrived are shown to the policy as a :class:`Snapshot`, exactly as the daemon does,
-and the returned plan holds for the round. Within the round every placed job progresses
+have arrived are shown to the policy as a :class:`Snapshot`, and the round is decided by
+the daemon's own function (:func:`master.scheduling.round.decide_round`: the policy learns
+from the jobs completed in the round before, plans, non-preemptible jobs keep their GPUs,
+a move worth less than ``min_migration_gain`` is not made); what it decides holds for the
+round. Within the round every placed job progresses
 at its allocation's throughput (see :mod:`master.scheduling.rates`), after a restart
 overhead when its placement changed; a job that completes mid-round finishes at the exact
 time. Jobs arriving mid-round wait for the next round. When no job is active the clock
@@ -27,9 +30,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from master.scheduling.diff import Hysteresis
 from master.scheduling.plan import Allocation, GpuSlot, Plan
-from master.scheduling.policy import Policy, notify_completion
+from master.scheduling.policy import Policy
 from master.scheduling.rates import allocation_throughput
+from master.scheduling.round import (
+    CompletedJob,
+    RoundDecision,
+    RoundRules,
+    RoundState,
+    decide_round,
+)
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, JobView, Snapshot
 from master.sim.trace import TraceJob
@@ -46,13 +57,19 @@ class SimConfig:
     ``overhead_s``: seconds without progress each time a job (re)starts on a new
     placement: first start, resume after preemption, migration or resize. 0 by default;
     about 30-60 s is realistic for a checkpoint-restore of a mid-size model (see
-    docs/simulator.md). ``validate_plans`` checks every plan (GPUs double-booked, wrong
-    counts, disallowed types) and raises :class:`SimulationError` on a violation.
+    docs/simulator.md). Every round is decided as the daemon decides it
+    (:func:`master.scheduling.round.decide_round`): a policy that raises or plans something
+    the cluster cannot run (GPUs double-booked, wrong counts, disallowed types) leaves every
+    job where it is for that round, counted in ``SimResult.fallback_rounds``;
+    ``validate_plans`` raises :class:`SimulationError` instead, naming the policy and round.
     ``record_segments`` keeps every (job, interval, GPUs, iterations) piece of work.
     ``stall_rounds``: raise when this many consecutive rounds pass with jobs waiting, no
     job running and no arrival to come. ``early_rounds``: end a round
     ``early_round_delay_s`` after the first job finishes in it while jobs wait, as the
     daemon does; off by default, matching Gavel's simulator and its reference figures.
+    ``min_migration_gain``: the daemon's hysteresis (its setting of the same name, same
+    default): a running job moves to other GPUs of the same count only for at least this
+    relative throughput gain; 0 still holds back moves that would make the job slower.
     ``fork_all``: treat every job as forkable (it may run as averaged copies), whatever
     the trace says; for what-if runs, since forking changes how a model trains.
     """
@@ -63,10 +80,11 @@ class SimConfig:
     early_round_end: bool = True
     early_rounds: bool = False
     early_round_delay_s: float = 1.0
-    validate_plans: bool = True
+    validate_plans: bool = False
     record_segments: bool = False
     stall_rounds: int = 50
     fork_all: bool = False
+    min_migration_gain: float = Hysteresis().min_migration_gain
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -79,6 +97,8 @@ class SimConfig:
             raise ValueError(f"early round delay must be >= 0 s, got {self.early_round_delay_s}")
         if self.stall_rounds < 1:
             raise ValueError("stall_rounds must be >= 1")
+        if self.min_migration_gain < 0:
+            raise ValueError(f"min_migration_gain must be >= 0, got {self.min_migration_gain}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +169,8 @@ class SimResult:
     capacity_by_type: dict[str, int]
     config: SimConfig
     segments: tuple[Segment, ...] = field(default=())
+    # Rounds in which the policy failed or its plan was invalid: every job kept its GPUs.
+    fallback_rounds: int = 0
 
 
 @dataclass(slots=True)
@@ -278,8 +300,10 @@ class Simulator:
         config: SimConfig | None = None,
         *,
         progress: Callable[[float], None] | None = None,
+        on_round: Callable[[RoundState, RoundDecision], None] | None = None,
     ) -> None:
         self.policy = policy
+        self._on_round = on_round
         self.cluster = cluster
         self.model = model
         self.config = config or SimConfig()
@@ -415,6 +439,9 @@ class Simulator:
         segments: list[Segment] = []
         now = jobs[0].spec.arrival_s
         finished = 0
+        fallbacks = 0
+        completed: tuple[CompletedJob, ...] = ()
+        rules = RoundRules(min_migration_gain=cfg.min_migration_gain)
         idle_rounds = 0
         round_index = 0
         while finished < len(jobs):
@@ -435,26 +462,26 @@ class Simulator:
                 cfg.round_s,
                 self.model,
             )
+            state = RoundState(snapshot, now, completed=completed)
+            completed = ()
             started = time.perf_counter()
-            try:
-                plan = self.policy.plan(snapshot, now)
-            except Exception as exc:
-                raise SimulationError(
-                    f"policy {self.policy.name!r} failed in round {round_index} at "
-                    f"t={now:.0f}s: {exc!r}"
-                ) from exc
+            decision = decide_round(state, self.policy, rules)
             plan_ms = (time.perf_counter() - started) * 1000.0
-            if cfg.validate_plans:
-                problems = plan.violations(snapshot)
-                if problems:
-                    raise SimulationError(
-                        f"policy {self.policy.name!r}, round {round_index} at t={now:.0f}s: "
-                        + "; ".join(problems[:5])
-                    )
-            else:
-                unknown = [j for j in plan if j not in by_id or by_id[j].finish is not None]
-                if unknown:
-                    raise SimulationError(f"plan places unknown or finished jobs {unknown[:5]}")
+            if decision.fallback:
+                fallbacks += 1
+                if cfg.validate_plans:
+                    self._refuse(decision, round_index, now)
+            if decision.learn_errors and cfg.validate_plans:
+                exc = decision.learn_errors[0]
+                raise SimulationError(
+                    f"policy {self.policy.name!r} failed to learn from a completed job in "
+                    f"round {round_index} at t={now:.0f}s: {exc!r}"
+                ) from exc
+            if self._on_round is not None:
+                self._on_round(state, decision)
+            # What runs this round: the plan as the round carried it out (hysteresis kept
+            # some jobs where they were), with the policy's reasons for the others.
+            plan = Plan(decision.placements, decision.plan.reasons)
             round_end = now + cfg.round_s
             demand = max(1.0, sum(job.spec.num_gpus for job in active) / self._total_gpus)
             busy_until: dict[GpuSlot, float] = {}  # only for GPUs shared by two jobs
@@ -570,10 +597,13 @@ class Simulator:
             done_now = [job for job in active if job.finish is not None]
             if done_now:
                 finished += len(done_now)
+                notices: list[CompletedJob] = []
                 for job in done_now:
                     job.current = None
                     assert job.finish is not None and job.seen is not None
-                    notify_completion(self.policy, job.seen, job.done, job.finish)
+                    notices.append(CompletedJob(job.seen, job.done, job.finish))
+                # The next round tells the policy, as the daemon's does.
+                completed = tuple(notices)
                 active = [job for job in active if job.finish is None]
             if any_progress:
                 idle_rounds = 0
@@ -602,6 +632,20 @@ class Simulator:
             capacity_by_type=self.cluster.capacity_by_type(),
             config=cfg,
             segments=tuple(segments),
+            fallback_rounds=fallbacks,
+        )
+
+    def _refuse(self, decision: RoundDecision, round_index: int, now: float) -> None:
+        """Raise for a round whose plan the policy failed to make (``validate_plans``)."""
+        name = self.policy.name
+        exc = decision.plan_error
+        if exc is not None:
+            raise SimulationError(
+                f"policy {name!r} failed in round {round_index} at t={now:.0f}s: {exc!r}"
+            ) from exc
+        raise SimulationError(
+            f"policy {name!r}, round {round_index} at t={now:.0f}s: "
+            + "; ".join(decision.problems[:5])
         )
 
     def _result(self, job: _Job) -> JobResult:

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from store.repositories.counters import LEASE, CounterRepository
 from store.repositories.jobs import JobRepository
+from store.repositories.memory import PolicyMemoryRepository
 from store.repositories.nodes import NodeRepository
 from store.repositories.rounds import RoundRepository
 from store.repositories.tasks import TaskRepository
@@ -20,6 +21,7 @@ __all__ = [
     "CounterRepository",
     "JobRepository",
     "NodeRepository",
+    "PolicyMemoryRepository",
     "RoundRepository",
     "TaskRepository",
     "ThroughputRepository",
@@ -42,6 +44,7 @@ class UnitOfWork:
         self.tokens = TokenRepository(session)
         self.counters = CounterRepository(session)
         self.usage = UsageRepository(session)
+        self.memory = PolicyMemoryRepository(session)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

@@ -12,7 +12,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from store.domain import Job, JobEvent, NewJob
 from store.errors import ConflictError, InvalidTransitionError, NotFoundError
-from store.models import IdempotencyKeyRow, JobEventRow, JobRow, utcnow
+from store.models import CompletionNoticeRow, IdempotencyKeyRow, JobEventRow, JobRow, utcnow
 from store.repositories import convert
 from store.states import TERMINAL_JOB_STATES, JobState, can_transition
 
@@ -209,6 +209,9 @@ class JobRepository:
             row.started_at = when
         if to_state in TERMINAL_JOB_STATES:
             row.finished_at = when
+        if to_state is JobState.COMPLETED:
+            # The scheduling policy learns from it in the next round (see rounds.py).
+            self._session.add(CompletionNoticeRow(job_id=row.id, completed_at=when))
         if exit_code is not None:
             row.exit_code = exit_code
         if count_retry:

@@ -8,7 +8,10 @@ job's total iterations from completed jobs with similar features: user, job type
 and batch size), batch size, GPU count and the submitted estimate. It predicts the
 logarithm of actual over submitted iterations, so that with no history, or a history
 in which submissions were exact, the prediction is the submitted estimate itself.
-It refits every ``refit_every`` new completions once ``min_history`` are known.
+It refits every ``refit_every`` new completions once ``min_history`` are known. The
+history survives a restart of the master: the policy exports it as JSON
+(``export_memory``), the daemon stores it whenever the policy learns and restores it
+(``import_memory``) at start.
 
 Completions reach the predictor two ways: a caller that knows the exact count calls
 ``observe_completion(job, iterations, now)`` (see
@@ -30,9 +33,9 @@ are preempted when the GPUs run out.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,6 +56,8 @@ if TYPE_CHECKING:
     from sklearn.ensemble import RandomForestRegressor
 
 NAME = "a-srpt"
+#: Version of the memory :meth:`IterationPredictor.export` writes.
+MEMORY_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,16 +131,57 @@ class IterationPredictor:
         ):
             self._fit()
 
-    def _fit(self) -> None:
+    def export(self) -> dict[str, Any]:
+        """The history, the feature codes and how much of the history the forest was fitted
+        on, as JSON-ready values (see :meth:`restore`)."""
+        return {
+            "version": MEMORY_VERSION,
+            "history": [
+                [c.user, c.job_type, c.batch_size, c.num_gpus, c.submitted, c.actual]
+                for c in self._history
+            ],
+            "fitted_on": self._fitted_on if self._forest is not None else 0,
+            "codes": {kind: dict(table) for kind, table in self._codes.items()},
+        }
+
+    def restore(self, memory: Mapping[str, Any]) -> None:
+        """Replace what this predictor knows with an :meth:`export`: the same history, codes
+        and forest (refitted on the same rows, so it predicts as the exported one did).
+        Raises ValueError for a memory it cannot read; nothing changes then."""
+        if memory.get("version") != MEMORY_VERSION:
+            raise ValueError(f"a-srpt memory version {memory.get('version')!r} is not supported")
+        try:
+            history = [
+                Completion(str(u), str(t), int(b), int(g), float(s), float(a))
+                for u, t, b, g, s, a in memory["history"]
+            ]
+            fitted_on = int(memory["fitted_on"])
+            codes = {
+                kind: {str(k): int(v) for k, v in memory["codes"][kind].items()}
+                for kind in ("user", "job_type")
+            }
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"unreadable a-srpt memory: {exc!r}") from None
+        if not 0 <= fitted_on <= len(history):
+            raise ValueError(f"a-srpt memory fitted on {fitted_on} of {len(history)} completions")
+        self._history = history
+        self._codes = codes
+        self._forest = None
+        self._fitted_on = 0
+        self._cache.clear()
+        if fitted_on:
+            self._fit(fitted_on)
+
+    def _fit(self, count: int | None = None) -> None:
         # Imported here: scikit-learn takes a second or more to import, and every process
         # that loads the policy registry would otherwise pay it.
         from sklearn.ensemble import RandomForestRegressor
 
+        history = self._history if count is None else self._history[:count]
         rows = [
-            self._row(c.user, c.job_type, c.batch_size, c.num_gpus, c.submitted)
-            for c in self._history
+            self._row(c.user, c.job_type, c.batch_size, c.num_gpus, c.submitted) for c in history
         ]
-        target = [math.log(c.actual / c.submitted) for c in self._history]
+        target = [math.log(c.actual / c.submitted) for c in history]
         forest = RandomForestRegressor(
             n_estimators=self._trees,
             max_depth=self._max_depth,
@@ -145,7 +191,7 @@ class IterationPredictor:
         )
         forest.fit(np.asarray(rows), np.asarray(target))
         self._forest = forest
-        self._fitted_on = len(self._history)
+        self._fitted_on = len(history)
         self._cache.clear()
 
     def predict_many(self, jobs: Sequence[JobView]) -> dict[int, float]:
@@ -198,6 +244,14 @@ class ASrptPolicy:
         self._last_seen: dict[int, JobView] = {}
         self._last_progress: dict[int, float] = {}
         self._told: set[int] = set()
+
+    # ------------------------------------------------------------------------ memory
+    def export_memory(self) -> dict[str, Any]:
+        """What the predictor learned (see :class:`RemembersAcrossRestarts`)."""
+        return self.predictor.export()
+
+    def import_memory(self, memory: Mapping[str, Any]) -> None:
+        self.predictor.restore(memory)
 
     # ------------------------------------------------------------------ completions
     def observe_completion(self, job: JobView, iterations: float, now: float) -> None:

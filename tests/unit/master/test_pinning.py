@@ -1,24 +1,17 @@
-"""Which running jobs rounds may stop, move, resize or fork, and which stay where they are."""
+"""Which running jobs rounds may stop, move, resize or fork (master.snapshot.preemptible);
+what the round does with the others is in tests/unit/scheduling/test_round.py."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
-from master.rounds import keep_non_preemptible
-from master.scheduling.plan import Allocation, GpuSlot, Plan
-from master.scheduling.throughput import ThroughputModel
-from master.scheduling.views import ClusterView, Snapshot
-from master.snapshot import RoundInput, preemptible
+from master.snapshot import preemptible
 from store.domain import Job, JobSpec
 from store.states import JobState, ProgramKind
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
-CLUSTER = ClusterView.from_counts({"k80": 1, "v100": 1}, gpus_per_server=1)
-K80 = GpuSlot("k80-000", 0)
-V100 = GpuSlot("v100-000", 0)
 
 
 def make_job(
@@ -80,33 +73,3 @@ def test_a_script_is_preemptible_only_once_it_has_reported_progress(
     preemptible always wins."""
     job = make_job(1, kind, reports_progress=reports_progress, spec_preemptible=spec_preemptible)
     assert preemptible(job) is expected
-
-
-def round_input(script: Job, other: Job) -> RoundInput:
-    snapshot = Snapshot(CLUSTER, (), 2, 60.0, ThroughputModel({}))
-    return RoundInput(
-        snapshot=snapshot,
-        jobs={script.id: script, other.id: other},
-        current={script.id: Allocation.on((K80,), 32)},
-        tasks={},
-        nodes={},
-    )
-
-
-def test_a_running_script_that_never_reported_progress_keeps_its_gpus() -> None:
-    """A plan that moves a running plain script to a faster GPU and gives its GPU to another
-    job is overruled: the script keeps its GPU and the other job waits, saying why."""
-    script = make_job(1, ProgramKind.SCRIPT)
-    other = make_job(2, ProgramKind.WORKLOAD)
-    plan = Plan({1: Allocation.on((V100,), 32), 2: Allocation.on((K80,), 32)})
-    kept = keep_non_preemptible(round_input(script, other), plan)
-    assert dict(kept.allocations) == {1: Allocation.on((K80,), 32)}
-    assert kept.reason(2) == "waiting: GPUs held by job 1 (not preemptible)"
-
-
-def test_a_running_script_that_reported_progress_follows_the_plan() -> None:
-    """Once the script has reported progress it uses the runtime helper: the plan stands."""
-    script = replace(make_job(1, ProgramKind.SCRIPT), reports_progress=True)
-    other = make_job(2, ProgramKind.WORKLOAD)
-    plan = Plan({1: Allocation.on((V100,), 32), 2: Allocation.on((K80,), 32)})
-    assert keep_non_preemptible(round_input(script, other), plan) == plan

@@ -136,3 +136,33 @@ def test_unschedulable_job_fails_the_run(
     trace.write_text("job_id,arrival_s,job_type,num_gpus,iterations\n0,0,a,8,10\n")
     assert run(["--trace", str(trace), "--cluster", "v100:2,k80:2", "--policy", "las"]) == 1
     assert "made no progress" in capsys.readouterr().err
+
+
+def test_min_migration_gain_holds_back_moves_as_the_daemon_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """By default the daemon's hysteresis applies (10 %): fewer migrations than with
+    --min-migration-gain 0, which holds back only moves that make a job slower; a negative gain
+    is bad input, named."""
+
+    def migrations(*extra: str) -> int:
+        argv = [
+            "--trace",
+            str(TRACES / "medium_test.trace"),
+            "--throughputs",
+            str(THROUGHPUTS),
+            "--cluster",
+            "v100:4,p100:4,k80:4",
+            "--policy",
+            "hare",
+            "--json",
+            *extra,
+        ]
+        assert run(argv) == 0
+        (result,) = json.loads(capsys.readouterr().out)["results"]
+        count: int = result["migrations"]
+        return count
+
+    assert migrations() < migrations("--min-migration-gain", "0")
+    assert run(base("--policy", "fifo", "--min-migration-gain", "-0.5")) == 2
+    assert "min_migration_gain must be >= 0" in capsys.readouterr().err

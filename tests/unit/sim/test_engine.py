@@ -76,12 +76,32 @@ def test_restart_overhead_is_charged_on_start_and_on_migration() -> None:
     def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
         return {0: on([V[0]] if r == 0 else [V[1]])}
 
-    result = simulate(
-        ScriptedPolicy(decide), [job(0, 7200.0)], cluster(), model(), SimConfig(overhead_s=30.0)
-    )
+    config = SimConfig(overhead_s=30.0, min_migration_gain=0.0)
+    result = simulate(ScriptedPolicy(decide), [job(0, 7200.0)], cluster(), model(), config)
     # 330 s in round 0, then 30 s overhead in round 1 and 390 s more: 3300 + 3900 = 7200.
     assert result.jobs[0].finish_s == pytest.approx(360.0 + 30.0 + 390.0)
     assert result.jobs[0].migrations == 1
+
+
+def test_a_move_without_gain_is_not_made_as_in_the_daemon() -> None:
+    """With the daemon's hysteresis (the default min_migration_gain), a plan that moves a
+    running job to an equally fast GPU leaves it where it is: no migration, no overhead; a
+    move to a GPU 5x faster is made."""
+
+    def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
+        return {0: on([V[0]] if r == 0 else [V[1]])}
+
+    config = SimConfig(overhead_s=30.0)
+    result = simulate(ScriptedPolicy(decide), [job(0, 7200.0)], cluster(), model(), config)
+    # 330 s in round 0, then 390 s more without a second overhead: 3300 + 3900 = 7200.
+    assert result.jobs[0].finish_s == pytest.approx(360.0 + 390.0)
+    assert result.jobs[0].migrations == 0
+
+    def faster(r: int, s: Snapshot) -> dict[int, Allocation]:
+        return {0: on([K[0]] if r == 0 else [V[1]])}
+
+    moved = simulate(ScriptedPolicy(faster), [job(0, 7200.0)], cluster(), model(), config)
+    assert moved.jobs[0].migrations == 1
 
 
 def test_preemption_and_resume_are_counted() -> None:
@@ -188,10 +208,22 @@ def test_shared_gpus_progress_at_colocation_throughputs() -> None:
 
 
 def test_sharing_without_both_sides_agreeing_is_rejected() -> None:
-    """A plan that puts two jobs on one GPU without mutual shared_with fails, naming the policy."""
-    policy = ScriptedPolicy(lambda r, s: {0: on([V[0]]), 1: on([V[0]])})
+    """A plan that puts two jobs on one GPU without mutual shared_with is set aside as the
+    daemon sets it aside (nothing runs that round, the round is counted); with
+    validate_plans it fails the simulation, naming the policy."""
+
+    def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
+        if r == 0:
+            return {0: on([V[0]]), 1: on([V[0]])}
+        return {j.id: on([V[j.id]]) for j in s.jobs}
+
+    trace = [job(0, 100.0), job(1, 100.0)]
+    result = simulate(ScriptedPolicy(decide), trace, cluster(), model())
+    assert result.fallback_rounds == 1
+    assert [j.start_s for j in result.jobs] == [360.0, 360.0]
+    policy = ScriptedPolicy(decide)
     with pytest.raises(SimulationError, match=r"'scripted', round 0.*without sharing"):
-        simulate(policy, [job(0, 100.0), job(1, 100.0)], cluster(), model())
+        simulate(policy, trace, cluster(), model(), SimConfig(validate_plans=True))
 
 
 def test_hadare_copies_add_progress_times_efficiency() -> None:
@@ -253,10 +285,23 @@ def test_bad_config_is_rejected() -> None:
 
 
 def test_a_failing_policy_is_named() -> None:
-    """An exception inside a policy becomes a SimulationError naming policy and round."""
+    """With validate_plans, an exception inside a policy becomes a SimulationError naming
+    policy and round; without, the simulation stalls and says why."""
 
     def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
         raise ZeroDivisionError("oops")
 
     with pytest.raises(SimulationError, match=r"'scripted' failed in round 0 .*oops"):
-        simulate(ScriptedPolicy(decide), [job(0, 10.0)], cluster(), model())
+        simulate(
+            ScriptedPolicy(decide),
+            [job(0, 10.0)],
+            cluster(),
+            model(),
+            SimConfig(validate_plans=True),
+        )
+    # Without validate_plans the rounds keep every job where it is, as the daemon's do,
+    # and the stall names the failure.
+    with pytest.raises(SimulationError, match=r"made no progress.*'scripted' failed.*oops"):
+        simulate(
+            ScriptedPolicy(decide), [job(0, 10.0)], cluster(), model(), SimConfig(stall_rounds=3)
+        )
