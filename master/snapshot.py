@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from master.scheduling.churn import DEFAULT_RESTART_S
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
@@ -149,9 +150,11 @@ def read_round_input(
     *,
     lost_hold_s: float = 0.0,
     now: datetime | None = None,
+    restart_s: float = DEFAULT_RESTART_S,
 ) -> RoundInput:
     """The round's views. With `lost_hold_s` and `now`, also the leases that may still run
-    on lost nodes (:func:`lost_leases`)."""
+    on lost nodes (:func:`lost_leases`). `restart_s` is what a move costs each job (the
+    `restart_cost_s` setting)."""
     nodes = uow.nodes.all()
     jobs = uow.jobs.list_unfinished()
     tasks_by_job: dict[int, list[Task]] = defaultdict(list)
@@ -188,6 +191,7 @@ def read_round_input(
                 attained_service=job.attained_service,
                 current=alloc,
                 user=job.user,
+                restart_s=restart_s,
             )
         )
     snapshot = Snapshot(
