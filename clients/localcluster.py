@@ -543,6 +543,29 @@ class LocalCluster:
         self._wait_master(record, timeout)
         return record.master
 
+    def restart_worker(
+        self, name: str, settings: Mapping[str, str] | None = None, timeout: float = 60.0
+    ) -> ProcessRecord:
+        """Start worker ``name`` again with its GPUs, address and state directory (after a
+        crash), so it adopts the tasks its predecessor left running; waits until READY."""
+        record = self._require()
+        position = next((i for i, w in enumerate(record.workers) if w.name == name), None)
+        if position is None:
+            raise LocalClusterError(f"no worker {name!r} in the local cluster")
+        old = record.workers[position]
+        if pid_alive(old.pid):
+            raise LocalClusterError(f"worker {name!r} still runs (pid {old.pid})")
+        worker = self.start_worker(
+            WorkerGroup(node=name, gpus=old.gpus),
+            record.master.address,
+            settings,
+            listen=old.address,
+        )
+        record.workers[position] = worker
+        self._save(record)
+        self._wait_nodes(record, [name], timeout)
+        return worker
+
     def _check_alive(self, proc: ProcessRecord) -> None:
         if not pid_alive(proc.pid):
             raise LocalClusterError(

@@ -181,10 +181,10 @@ class PrimalDual:
         self._held: dict[GpuSlot, list[int]] = {}
 
     def after_restart(self, snapshot: Snapshot, job: JobView, rate: float) -> float:
-        """The speed a running job gets from a new placement of speed ``rate`` over the
-        restart horizon: it first loses ``restart_s`` to the move (checkpoint, restart)."""
-        if job.current is None:
-            return rate
+        """The speed a job gets from a new placement of speed ``rate`` over the restart
+        horizon: it first loses ``restart_s`` to starting there (a running job also to its
+        checkpoint). Only a running job kept on its GPUs runs at full speed, so a waiting
+        job displaces it only when worth a restart."""
         horizon = snapshot.round_seconds * self.restart_horizon_rounds
         if horizon <= 0:
             return rate
