@@ -205,8 +205,11 @@ def _tail(path: Path, lines: int = 15) -> str:
 class LocalCluster:
     """Start, inspect and stop a local cluster rooted at ``state_dir``."""
 
-    def __init__(self, state_dir: Path | str) -> None:
+    def __init__(self, state_dir: Path | str, database_url: str | None = None) -> None:
+        """``database_url``: the master's database (default: a SQLite file in the state
+        directory), e.g. a PostgreSQL schema made for a test."""
         self.state_dir = Path(state_dir).resolve()
+        self._database_url = database_url
 
     # -- the record ---------------------------------------------------------------------
 
@@ -238,7 +241,7 @@ class LocalCluster:
 
     @property
     def database_url(self) -> str:
-        return f"sqlite:///{self.state_dir / DATABASE_FILE}"
+        return self._database_url or f"sqlite:///{self.state_dir / DATABASE_FILE}"
 
     def client_config(self, timeout: float = 10.0) -> ClientConfig:
         """What ``hctl`` reads with ``HADAR_CONFIG`` naming this cluster's config; the

@@ -1,5 +1,6 @@
 """The master's default policy under faults: ten jobs on a real local cluster while the
-master and then a worker agent are killed with SIGKILL and started again.
+master and then a worker agent are killed with SIGKILL and started again, on SQLite and,
+when HADAR_TEST_POSTGRES_URL is set, on PostgreSQL.
 
 Each run prints its figures (wall time, and per job its placements and migrations) and
 writes them as JSON to ``$HADAR_E2E_FIGURES`` when that names a file; docs/benchmarks.md
@@ -12,14 +13,16 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from clients.localcluster import LocalCluster, parse_worker_groups
 from clients.types import Job, JobState
 from master.settings import Settings
-from tests.e2e.conftest import Cluster, TwiceWatcher, wait_for
+from store.testing import backends, temporary_database_url
+from tests.e2e.conftest import ROUND_S, Cluster, TwiceWatcher, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -39,6 +42,26 @@ JOBS = [
     ("recommendation", 250, False),
     ("lstm", 80, False),
 ]
+
+
+@pytest.fixture(params=backends())
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    """A local cluster (v100:2, p100:2, k80:2 on three workers) under the default policy,
+    its master on a fresh database of the backend."""
+    with temporary_database_url(request.param, tmp_path) as url:
+        local = LocalCluster(tmp_path / "cluster", database_url=url)
+        local.up(
+            parse_worker_groups("v100:2;p100:2;k80:2"),
+            policy=Settings().policy,
+            round_seconds=ROUND_S,
+            timeout=120,
+        )
+        started = Cluster(local)
+        try:
+            yield started
+        finally:
+            started.reconnect()
+            local.down(timeout=10)
 
 
 def _figures(cluster: Cluster, jobs: list[Job], wall_s: float, policy: str) -> dict[str, object]:
@@ -67,7 +90,7 @@ def _figures(cluster: Cluster, jobs: list[Job], wall_s: float, policy: str) -> d
 
 
 def test_the_default_policy_completes_every_job_once_through_master_and_worker_kills(
-    start_cluster: Callable[..., Cluster],
+    cluster: Cluster,
 ) -> None:
     """Ten jobs under the default policy (some forkable, so copies run too). Once jobs run,
     the master is killed with SIGKILL and started again on the same database; once it has
@@ -77,7 +100,6 @@ def test_the_default_policy_completes_every_job_once_through_master_and_worker_k
     and the migrations per job stay low."""
     policy = Settings().policy
     begun = time.monotonic()
-    cluster = start_cluster("v100:2;p100:2;k80:2", policy=policy)
     with TwiceWatcher(cluster.local) as watcher:
         ids = [
             cluster.submit(workload, iterations=n, forkable=forkable)
