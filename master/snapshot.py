@@ -153,8 +153,8 @@ def read_round_input(
     restart_s: float = DEFAULT_RESTART_S,
 ) -> RoundInput:
     """The round's views. With `lost_hold_s` and `now`, also the leases that may still run
-    on lost nodes (:func:`lost_leases`). `restart_s` is what a move costs each job (the
-    `restart_cost_s` setting)."""
+    on lost nodes (:func:`lost_leases`). `restart_s` is what a move costs a job whose cost was
+    not measured yet (the `restart_cost_s` setting)."""
     nodes = uow.nodes.all()
     jobs = uow.jobs.list_unfinished()
     tasks_by_job: dict[int, list[Task]] = defaultdict(list)
@@ -191,7 +191,7 @@ def read_round_input(
                 attained_service=job.attained_service,
                 current=alloc,
                 user=job.user,
-                restart_s=restart_s,
+                restart_s=job.restart_s if job.restart_s is not None else restart_s,
             )
         )
     snapshot = Snapshot(

@@ -7,9 +7,10 @@ within the planning horizon (the next lease): the work the job would do there if
 (``min(remaining, before * horizon)`` iterations) must take longer where it is than the
 restart plus the same work at the new speed.
 
-``restart_s`` comes from the views (:attr:`JobView.restart_s`): the daemon takes it from its
-``restart_cost_s`` setting, whose default was measured (docs/benchmarks.md); the simulator
-from its restart overhead.
+``restart_s`` comes from the views (:attr:`JobView.restart_s`): the daemon measures it per
+job (placement to first progress, averaged over placements) and takes its ``restart_cost_s``
+setting, whose default was measured (docs/benchmarks.md), until then; the simulator uses
+its restart overhead.
 """
 
 from __future__ import annotations
