@@ -205,8 +205,11 @@ def _tail(path: Path, lines: int = 15) -> str:
 class LocalCluster:
     """Start, inspect and stop a local cluster rooted at ``state_dir``."""
 
-    def __init__(self, state_dir: Path | str) -> None:
+    def __init__(self, state_dir: Path | str, database_url: str | None = None) -> None:
+        """``database_url``: the master's database (default: a SQLite file in the state
+        directory), e.g. a PostgreSQL schema made for a test."""
         self.state_dir = Path(state_dir).resolve()
+        self._database_url = database_url
 
     # -- the record ---------------------------------------------------------------------
 
@@ -238,7 +241,7 @@ class LocalCluster:
 
     @property
     def database_url(self) -> str:
-        return f"sqlite:///{self.state_dir / DATABASE_FILE}"
+        return self._database_url or f"sqlite:///{self.state_dir / DATABASE_FILE}"
 
     def client_config(self, timeout: float = 10.0) -> ClientConfig:
         """What ``hctl`` reads with ``HADAR_CONFIG`` naming this cluster's config; the
@@ -542,6 +545,29 @@ class LocalCluster:
         self._save(record)
         self._wait_master(record, timeout)
         return record.master
+
+    def restart_worker(
+        self, name: str, settings: Mapping[str, str] | None = None, timeout: float = 60.0
+    ) -> ProcessRecord:
+        """Start worker ``name`` again with its GPUs, address and state directory (after a
+        crash), so it adopts the tasks its predecessor left running; waits until READY."""
+        record = self._require()
+        position = next((i for i, w in enumerate(record.workers) if w.name == name), None)
+        if position is None:
+            raise LocalClusterError(f"no worker {name!r} in the local cluster")
+        old = record.workers[position]
+        if pid_alive(old.pid):
+            raise LocalClusterError(f"worker {name!r} still runs (pid {old.pid})")
+        worker = self.start_worker(
+            WorkerGroup(node=name, gpus=old.gpus),
+            record.master.address,
+            settings,
+            listen=old.address,
+        )
+        record.workers[position] = worker
+        self._save(record)
+        self._wait_nodes(record, [name], timeout)
+        return worker
 
     def _check_alive(self, proc: ProcessRecord) -> None:
         if not pid_alive(proc.pid):

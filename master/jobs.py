@@ -261,6 +261,11 @@ class JobManager:
                 stale_flags.append(False)
                 if task.state in (TaskState.ASSIGNED, TaskState.STARTING):
                     uow.tasks.set_state(task.id, TaskState.RUNNING, now=now)
+                    if task.task_index == 0:
+                        # Placement to first progress: what starting there cost the job
+                        # (for a move, the old placement's checkpoint too: it starts after).
+                        started = (now - task.created_at).total_seconds()
+                        uow.jobs.record_restart(task.job_id, max(0.0, started))
                 service = self._service(task, update, wall)
                 job = uow.jobs.record_progress(
                     job.id,

@@ -128,6 +128,7 @@ class RoundRunner:
                 self._settings.round_seconds,
                 lost_hold_s=self._settings.lost_lease_hold_s,
                 now=now,
+                restart_s=self._settings.restart_cost_s,
             )
         )
         read_s = time.monotonic() - started

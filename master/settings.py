@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from master.scheduling.churn import DEFAULT_RESTART_S
 from protos.durations import parse_duration
 
 ENV_PREFIX = "HADAR_"
@@ -67,6 +68,9 @@ class Settings:
     # recovers sooner from a lost worker.
     lease_rounds: int = 5
     min_migration_gain: float = 0.1
+    # Seconds one move (migration, resize, new copies) costs a running job: a checkpoint and
+    # a restart. A move is made only when it wins this back within the next round.
+    restart_cost_s: float = DEFAULT_RESTART_S
     # Gavel-format throughputs JSON used before measurements exist; empty: priors only.
     throughput_profile: str = ""
     gpu_speeds: Mapping[str, float] = field(default_factory=dict)
@@ -155,6 +159,7 @@ class Settings:
             (self.dispatch_attempts >= 1, "dispatch_attempts must be >= 1"),
             (self.lease_rounds >= 1, "lease_rounds must be >= 1"),
             (self.early_round_delay_s >= 0, "early_round_delay_s must be >= 0"),
+            (self.restart_cost_s >= 0, "restart_cost_s must be >= 0"),
             (self.auth in get_args(AuthMode), f"auth must be one of {get_args(AuthMode)}"),
             (
                 self.log_format in get_args(LogFormat),

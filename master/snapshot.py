@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from master.scheduling.churn import DEFAULT_RESTART_S
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.round import CompletedJob, LostLease
 from master.scheduling.throughput import ThroughputModel
@@ -96,8 +97,11 @@ def completions(uow: UnitOfWork) -> tuple[CompletedJob, ...]:
     )
 
 
-def job_view(job: Job, alloc: Allocation | None) -> JobView:
-    """What a policy sees of a job holding ``alloc`` (None: nothing)."""
+def job_view(
+    job: Job, alloc: Allocation | None, restart_s: float = DEFAULT_RESTART_S
+) -> JobView:
+    """What a policy sees of a job holding ``alloc`` (None: nothing). ``restart_s`` is what
+    a move costs the job until its own cost is measured."""
     spec = job.spec
     return JobView(
         id=job.id,
@@ -117,6 +121,7 @@ def job_view(job: Job, alloc: Allocation | None) -> JobView:
         attained_service=job.attained_service,
         current=alloc,
         user=job.user,
+        restart_s=job.restart_s if job.restart_s is not None else restart_s,
     )
 
 
@@ -188,11 +193,13 @@ def read_round_input(
     *,
     lost_hold_s: float = 0.0,
     now: datetime | None = None,
+    restart_s: float = DEFAULT_RESTART_S,
 ) -> RoundInput:
     """The round's views: every unfinished job (those held by a lost lease too: the round
     hides them from the policy), the jobs completed since the last round, and with
     `lost_hold_s` and `now` the leases that may still run on lost nodes
-    (:func:`lost_leases`)."""
+    (:func:`lost_leases`). `restart_s` is what a move costs a job whose cost
+    was not measured yet (the `restart_cost_s` setting)."""
     nodes = uow.nodes.all()
     jobs = uow.jobs.list_unfinished()
     tasks_by_job: dict[int, list[Task]] = defaultdict(list)
@@ -207,7 +214,7 @@ def read_round_input(
         alloc = current_allocation(job, tasks_by_job.get(job.id, ()))
         if alloc is not None:
             current[job.id] = alloc
-        views.append(job_view(job, alloc))
+        views.append(job_view(job, alloc, restart_s))
     snapshot = Snapshot(
         cluster=cluster_view(nodes),
         jobs=tuple(views),

@@ -62,6 +62,8 @@ class Job:
     version: int
     # Whether any task of the job ever reported progress (it uses the runtime helper).
     reports_progress: bool = False
+    # Measured seconds from a placement to its first progress (None: not yet measured).
+    restart_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,6 +166,9 @@ class JobRow(Base):
     # Set by the first progress report: the program uses the runtime helper. A script that
     # never reports is pinned where it started, like an opaque command.
     reports_progress: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Seconds from a placement to the job's first progress there, smoothed over placements
+    # (what a move costs it); None until measured.
+    restart_s: Mapped[float | None] = mapped_column(Float, default=None)
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)

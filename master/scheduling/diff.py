@@ -8,7 +8,11 @@ accumulation), and ``extend`` (unchanged: its lease is simply renewed).
 
 Hysteresis: a running job that the plan merely moves to other GPUs with the same count
 keeps its current GPUs when the move's predicted throughput gain is below
-``min_migration_gain`` and none of its current GPUs is given to another job.
+``min_migration_gain`` and none of its current GPUs is given to another job. With
+``pay_restart``, a running job that the plan migrates or resizes (other GPUs, another
+count, other copies) while none of its current GPUs is given to another job also keeps
+them when the move does not win back the job's restart cost within
+``restart_horizon_rounds`` rounds (:func:`master.scheduling.churn.move_pays`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from master.scheduling.churn import move_pays
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.rates import allocation_throughput
 from master.scheduling.views import Snapshot
@@ -53,10 +58,16 @@ class Hysteresis:
     """
 
     min_migration_gain: float = 0.1
+    #: A non-forced move (migration or resize) must also pay for the job's restart
+    #: (``JobView.restart_s``) within this many rounds.
+    pay_restart: bool = True
+    restart_horizon_rounds: float = 1.0
 
     def __post_init__(self) -> None:
         if self.min_migration_gain < 0:
             raise ValueError("min_migration_gain must be >= 0")
+        if self.restart_horizon_rounds < 0:
+            raise ValueError("restart_horizon_rounds must be >= 0")
 
 
 def preemption_reason(action: Action, round_number: int) -> str:
@@ -142,7 +153,8 @@ def _apply_hysteresis(
         new = planned.get(job_id)
         if new is None or old == new or old.same_placement(new):
             continue
-        if old.num_gpus != new.num_gpus or old.num_copies != new.num_copies:
+        migration = old.num_gpus == new.num_gpus and old.num_copies == new.num_copies
+        if not migration and not hysteresis.pay_restart:
             continue
         if any(slot not in usable for slot in old.slots):
             continue
@@ -155,7 +167,15 @@ def _apply_hysteresis(
         model, cluster = snapshot.throughput, snapshot.cluster
         before = allocation_throughput(model, cluster, job.job_type, old)
         after = allocation_throughput(model, cluster, job.job_type, new)
-        if before > 0 and after < before * (1 + hysteresis.min_migration_gain):
+        small = migration and before > 0 and after < before * (1 + hysteresis.min_migration_gain)
+        unpaid = hysteresis.pay_restart and not move_pays(
+            before,
+            after,
+            remaining=job.remaining_iterations,
+            restart_s=job.restart_s,
+            horizon_s=snapshot.round_seconds * hysteresis.restart_horizon_rounds,
+        )
+        if small or unpaid:
             for slot in new.slots:
                 claimed.pop(slot, None)
             for slot in old.slots:

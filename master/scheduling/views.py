@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 
+from master.scheduling.churn import DEFAULT_RESTART_S
 from master.scheduling.memory import fitting_types, memory_by_type, memory_wait_reason
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.throughput import ThroughputModel
@@ -215,6 +216,8 @@ class JobView:
     ``memory_gpu_types`` are the GPU types whose memory holds ``memory_bytes_per_gpu``
     (None: not restricted); :class:`Snapshot` sets it from its cluster, and :meth:`allows`
     honours it, so no policy can place a job on GPUs too small for it.
+    ``restart_s`` is what one move (migration, resize, new set of copies) costs the job in
+    seconds without progress (see :mod:`master.scheduling.churn`).
     """
 
     id: int
@@ -239,8 +242,11 @@ class JobView:
     features: Mapping[str, str] = field(default_factory=dict)
     run_seconds: float = 0.0
     memory_gpu_types: frozenset[str] | None = None
+    restart_s: float = DEFAULT_RESTART_S
 
     def __post_init__(self) -> None:
+        if self.restart_s < 0:
+            raise ValueError(f"job {self.id}: restart_s must be >= 0, got {self.restart_s}")
         if self.num_gpus < 1:
             raise ValueError(f"job {self.id}: num_gpus must be >= 1, got {self.num_gpus}")
         if self.total_iterations <= 0:

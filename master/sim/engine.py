@@ -365,6 +365,8 @@ class Simulator:
             current=job.current,
             user=spec.user,
             run_seconds=job.run_s,
+            # What a move costs here: the simulated restart overhead.
+            restart_s=self.config.overhead_s,
         )
         return job.view
 

@@ -97,6 +97,7 @@ def job(row: JobRow) -> Job:
         finished_at=row.finished_at,
         version=row.version,
         reports_progress=row.reports_progress,
+        restart_s=row.restart_s,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
@@ -324,6 +325,16 @@ class JobRepository:
             changed = True
         if changed:
             self._flush(job_id)
+        return convert.job(row)
+
+    def record_restart(self, job_id: int, seconds: float) -> Job:
+        """Record how long a placement of the job took to report progress: the mean of this
+        and the previous figure, so one slow start (a cold disk cache) weighs half."""
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"restart seconds must be finite and >= 0, got {seconds}")
+        row = self._row(job_id)
+        row.restart_s = seconds if row.restart_s is None else (row.restart_s + seconds) / 2
+        self._flush(job_id)
         return convert.job(row)
 
     def set_exit_code(self, job_id: int, exit_code: int) -> Job:

@@ -31,17 +31,6 @@ def average_copies(module: nn.Module, context: DistContext) -> None:
             context.broadcast_world(buffer, source=0)
 
 
-def sum_over_copies(local_count: int, context: DistContext) -> int:
-    """Sum of one number per copy (each copy's first process contributes it)."""
-    if not context.distributed:
-        return local_count
-    value = torch.tensor(
-        [local_count if context.copy_rank == 0 else 0], dtype=torch.int64, device=context.device
-    )
-    context.all_reduce_world(value)
-    return int(value.item())
-
-
 def _scatter(flat: torch.Tensor, targets: list[torch.Tensor]) -> None:
     offset = 0
     for target in targets:

@@ -35,13 +35,23 @@ class LeaseWatch:
         self._ends: float | None = None
 
     def over(self) -> bool:
+        ends = self.ends()
+        return ends is not None and self._wall() >= ends
+
+    def ends(self) -> float | None:
+        """The Unix time the lease ends as last written by the agent (None: no file, or
+        unreadable); the file is read again at most once per :data:`CHECK_INTERVAL_S`."""
         if self._path is None:
-            return False
+            return None
         now = self._monotonic()
         if self._checked_at is None or now - self._checked_at >= CHECK_INTERVAL_S:
             self._checked_at = now
             self._ends = _read(self._path)
-        return self._ends is not None and self._wall() >= self._ends
+        return self._ends
+
+    def reached(self, moment: float) -> bool:
+        """Whether the wall clock has reached ``moment`` (a Unix time)."""
+        return self._wall() >= moment
 
 
 def _read(path: Path) -> float | None:

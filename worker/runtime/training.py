@@ -38,7 +38,7 @@ from worker.runtime import rng
 from worker.runtime.batching import Span, even_split, micro_spans, rank_spans
 from worker.runtime.checkpoint import CheckpointError, CheckpointStore, job_directory
 from worker.runtime.contract import ExitReason
-from worker.runtime.copies import average_copies, sum_over_copies
+from worker.runtime.copies import average_copies
 from worker.runtime.distributed import DistContext, init_distributed
 from worker.runtime.lease import LeaseWatch
 from worker.runtime.pacing import Pacer
@@ -191,6 +191,10 @@ class TrainingRun:
         self._progress = ProgressWriter(settings.progress_file, settings.progress_interval_s)
         self._last_loss: torch.Tensor | None = None
         self._own_reduce = self.ddp is None and self.context.copy_size > 1
+        # HadarE: this copy's own iterations in this lease (its budget counts them), and
+        # the lease end after which the copies meet to average (None: not known yet).
+        self._own_done = 0
+        self._average_at: float | None = None
 
     @classmethod
     def from_env(
@@ -292,23 +296,85 @@ class TrainingRun:
         self._last_checkpoint_at = now
         self._report_from = (now, self.iterations_done)
         self._report("progress", now)
+        copies = self.settings.num_copies > 1
         stop = False
-        while self.iterations_done < self._end and not stop:
-            self.optimizer.zero_grad(set_to_none=True)
-            step = Step(self, self.iterations_done)
-            yield step
-            if not step.finished:
-                raise RuntimeError("every step's micro_batches() must be iterated to the end")
-            self.iterations_done += 1
-            self._last_loss = step.loss
-            # Alone, a stop that arrived after this iteration's update needs no agreement.
-            stop = step.stop_agreed or (self.context.copy_size == 1 and self._stop_requested)
-            now = self._clock()
-            if step.checkpoint_agreed and self.iterations_done < self._end and not stop:
-                self._checkpoint(now)
-            elif self._progress.due(now):
-                self._report("progress", now)
+        while True:
+            meet = False
+            while self.iterations_done < self._end and not stop and not meet:
+                self.optimizer.zero_grad(set_to_none=True)
+                step = Step(self, self.iterations_done)
+                yield step
+                if not step.finished:
+                    raise RuntimeError("every step's micro_batches() must be iterated to the end")
+                self.iterations_done += 1
+                self._last_loss = step.loss
+                # Alone, a stop that arrived after this iteration's update needs no agreement.
+                stop = step.stop_agreed or (self.context.copy_size == 1 and self._stop_requested)
+                now = self._clock()
+                if copies:
+                    meet = step.checkpoint_agreed
+                    if self._progress.due(now):
+                        self._report("progress", now)
+                elif step.checkpoint_agreed and self.iterations_done < self._end and not stop:
+                    self._checkpoint(now)
+                elif self._progress.due(now):
+                    self._report("progress", now)
+            if not copies:
+                break
+            ended, stop = self._meet(stopped=stop)
+            if ended:
+                break
         self._end_lease(stopped=stop)
+
+    def _meet(self, *, stopped: bool) -> tuple[bool, bool]:
+        """HadarE: every copy meets here (at the end of its share, on a stop, when the lease
+        it started under ends although renewed, or every checkpoint interval); their
+        parameters are averaged and the job's count becomes start + the copies'
+        iterations. Unless the lease ends here (a copy was stopped, or no copy has work
+        left), the average is checkpointed and every copy continues from it with its even
+        share of what remains. Returns whether the lease ends, and whether a copy was
+        stopped."""
+        settings, context = self.settings, self.context
+        copies = settings.num_copies
+        local = self.iterations_done - self._start_iterations
+        self._own_done += local
+        # Per copy what is left of its lease budget (-1: no budget; copies may have
+        # different budgets), then the copies' iterations since the last meeting and the
+        # number of stopped copies; each copy's first process speaks for it.
+        counts = torch.zeros(copies + 2, dtype=torch.float64, device=self.device)
+        if context.copy_rank == 0:
+            budget = settings.iteration_budget
+            counts[context.copy_index] = max(0, budget - self._own_done) if budget > 0 else -1
+            counts[copies] = local
+            counts[copies + 1] = float(stopped)
+        context.all_reduce_world(counts)
+        values = [int(v) for v in counts.tolist()]
+        average_copies(self._module, context)
+        self.iterations_done = self._start_iterations + values[copies]
+        self._start_iterations = self.iterations_done
+        shares = self._shares(values[:copies])
+        self._end = self.iterations_done + shares[settings.copy_index]
+        any_stopped = values[copies + 1] > 0
+        if any_stopped or sum(shares) == 0:
+            return True, any_stopped
+        now = self._clock()
+        if self._store is not None:
+            self._checkpoint(now)
+        self._last_checkpoint_at = self._clock()
+        self._report_from = (now, self.iterations_done)
+        self._average_at = None
+        log.info("copies averaged at %d iterations", self.iterations_done)
+        return False, False
+
+    def _shares(self, budgets_left: list[int]) -> list[int]:
+        """Each copy's iterations from here: its even share of what remains, within what
+        is left of its lease budget (-1: none)."""
+        remaining = max(0, self.total_iterations - self.iterations_done)
+        shares = even_split(remaining, self.settings.num_copies)
+        return [
+            share if left < 0 else min(share, left)
+            for share, left in zip(shares, budgets_left, strict=True)
+        ]
 
     def _finish_step(self, step: Step) -> None:
         """After the last micro-batch: pace, all-reduce, agree on stopping, update."""
@@ -317,10 +383,11 @@ class TrainingRun:
             self._pace(step)
         wants_checkpoint = (
             self.settings.checkpoint_interval_s > 0
-            and self.settings.num_copies == 1
             and context.copy_rank == 0
             and self._clock() - self._last_checkpoint_at >= self.settings.checkpoint_interval_s
         )
+        if self.settings.num_copies > 1 and context.copy_rank == 0:
+            wants_checkpoint = self._lease_turned() or wants_checkpoint
         if not self._stop_requested and self._lease.over():
             log.warning("lease over without renewal (the agent did not stop this task): stopping")
             self._stop_requested = True
@@ -369,11 +436,17 @@ class TrainingRun:
             compute = now - step.began
         self._pacer.pace(compute)
 
+    def _lease_turned(self) -> bool:
+        """Whether the lease this copy has been running under since the last meeting has
+        ended (renewed or not): the round's end, where HadarE averages its copies."""
+        ends = self._lease.ends()
+        if self._average_at is None:
+            if ends is not None and not self._lease.reached(ends):
+                self._average_at = ends
+            return False
+        return self._lease.reached(self._average_at)
+
     def _end_lease(self, *, stopped: bool) -> None:
-        if self.settings.num_copies > 1:
-            local = self.iterations_done - self._start_iterations
-            average_copies(self._module, self.context)
-            self.iterations_done = self._start_iterations + sum_over_copies(local, self.context)
         if self.iterations_done >= self.total_iterations:
             reason: ExitReason = "completed"
         elif self.iterations_done >= self._end or (self.settings.num_copies > 1 and not stopped):

@@ -175,6 +175,20 @@ class PrimalDual:
         self.completion_exponent = completion_exponent
         self.now = 0.0
         self._scales: dict[int, float] = {}
+        # Rounds over which a running job's move must win back its restart.
+        self.restart_horizon_rounds = 1.0
+        # GPU -> running jobs holding it, for the round being planned.
+        self._held: dict[GpuSlot, list[int]] = {}
+
+    def after_restart(self, snapshot: Snapshot, job: JobView, rate: float) -> float:
+        """The speed a job gets from a new placement of speed ``rate`` over the restart
+        horizon: it first loses ``restart_s`` to starting there (a running job also to its
+        checkpoint). Only a running job kept on its GPUs runs at full speed, so a waiting
+        job displaces it only when worth a restart."""
+        horizon = snapshot.round_seconds * self.restart_horizon_rounds
+        if horizon <= 0:
+            return rate
+        return rate * max(0.0, 1.0 - job.restart_s / horizon)
 
     def scale(self, snapshot: Snapshot, job: JobView) -> float:
         """Utility per iteration/s of speed this round.
@@ -231,6 +245,7 @@ class PrimalDual:
         payoff on its best option: a lone job never waits.
         """
         self._scales = {}
+        self._held = snapshot.running_slots()
         capacity = snapshot.cluster.capacity_by_type()
         unpriced = Prices(capacity, 1.0, 1.0, free=True)
         # Per-GPU utility of each job on each type alone (its zero-price options).
@@ -339,7 +354,10 @@ class PrimalDual:
 
         def utility(job_id: int, alloc: Allocation) -> float:
             job = jobs[job_id]
-            return self.utility(snapshot, job, allocation_rate(snapshot, job, alloc))
+            rate = allocation_rate(snapshot, job, alloc)
+            if job.current is not None and not alloc.same_placement(job.current):
+                rate = self.after_restart(snapshot, job, rate)
+            return self.utility(snapshot, job, rate)
 
         keys = sorted(groups)
         for i, key_a in enumerate(keys):
@@ -406,6 +424,8 @@ class PrimalDual:
             rate = job_rate(snapshot, job, t, consolidated=consolidated)
             if kept == {t: n} and job.current is not None:
                 rate = allocation_rate(snapshot, job, job.current)
+            else:
+                rate = self.after_restart(snapshot, job, rate)
             option = _Option(
                 {t: n}, self.utility(snapshot, job, rate), prices.cost(t, n), consolidated
             )
@@ -519,7 +539,8 @@ class PrimalDual:
             return None
         if utility / scale > single_type_bound(snapshot, job) * (1 + 1e-9):
             return None
-        return _Option(used, self.utility(snapshot, job, utility / scale), cost, False)
+        rate = self.after_restart(snapshot, job, utility / scale)
+        return _Option(used, self.utility(snapshot, job, rate), cost, False)
 
     @staticmethod
     def _kept_counts(snapshot: Snapshot, job: JobView, free: FreeGpus) -> dict[str, int] | None:
@@ -567,9 +588,21 @@ class PrimalDual:
             and free.take_slots(current.slots)
         ):
             return current.slots
+        # GPUs another running job holds come last: taking them moves that job.
+        unheld = FreeGpus(
+            snapshot.cluster,
+            used=[
+                gpu.slot
+                for gpu in snapshot.cluster.usable_gpus()
+                if not free.is_free(gpu.slot)
+                or any(other != job.id for other in self._held.get(gpu.slot, ()))
+            ],
+        )
         slots: list[GpuSlot] = []
         for t, k in sorted(option.counts.items(), key=lambda e: (-e[1], e[0])):
-            got = free.take(k, t)
+            got = unheld.take(k, t)
+            if got is None or not free.take_slots(got):
+                got = free.take(k, t)
             if got is None:  # pragma: no cover - the option was built from free counts
                 raise AssertionError(f"{k} free {t} GPUs promised but not found")
             slots.extend(got)

@@ -20,6 +20,16 @@ best-sharing-benefit rule (see :mod:`master.scheduling.policies.sjf_bsbf`). The 
 of speed ``r`` for a job already at combined speed ``S`` is
 ``w * round_s / remaining * (e * (S + r) - S_now)`` where ``S_now`` is ``S`` for a job
 with one copy and ``e * S`` with several; a copy is only added when that gain is positive.
+
+Churn: in the daemon every move of a running job costs a checkpoint and a restart
+(``JobView.restart_s``). A running job keeps its GPUs, with its copies, unless another job
+takes one of them or the new placement pays for the restart within the next
+``restart_horizon_rounds`` rounds (:func:`master.scheduling.churn.move_pays`); the pass's
+price alone never stops a job whose GPUs nobody else gets. Adding copies to a running job
+restarts it, so that too must pay. Finally the plan is work-conserving: a job still waiting
+while enough idle GPUs of its allowed types remain is placed on them (oldest first, across
+servers and types if need be), and a waiting job for which too few are idle says so in its
+reason.
 """
 
 from __future__ import annotations
@@ -27,10 +37,14 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from master.scheduling.churn import move_pays
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policies._speeds import (
+    allocation_on,
+    allocation_rate,
     allowed_types,
+    current_usable,
     job_rate,
     keep_pinned,
     remaining_seconds,
@@ -74,9 +88,14 @@ class HadarEPolicy:
         share: bool = True,
         assumed_pair_slowdown: float = 0.0,
         finish_weight: float = 0.1,
+        restart_horizon_rounds: float = 1.0,
     ) -> None:
         if not 0 < copy_efficiency <= 1:
             raise ValueError(f"copy_efficiency must be in (0, 1], got {copy_efficiency}")
+        if restart_horizon_rounds < 0:
+            raise ValueError(f"restart_horizon_rounds must be >= 0, got {restart_horizon_rounds}")
+        self.restart_horizon_rounds = restart_horizon_rounds
+        self._mixed = mixed
         self._pass = PrimalDual(
             floor_fraction=floor_fraction,
             mixed=mixed,
@@ -90,6 +109,7 @@ class HadarEPolicy:
             finish_weight=finish_weight,
         )
         self.copy_efficiency = copy_efficiency
+        self._pass.restart_horizon_rounds = restart_horizon_rounds
         self.last_decisions: dict[int, Decision] = {}
         self._sharer = SjfBsbfPolicy(assumed_pair_slowdown=assumed_pair_slowdown) if share else None
         self.last_sharing: list[Sharing] = []
@@ -116,6 +136,7 @@ class HadarEPolicy:
         allocations, rest = keep_pinned(snapshot, free)
         placed, reasons, decisions, _ = self._pass.run(snapshot, free, rest)
         self.last_decisions = decisions
+        self._stay(snapshot, free, placed, reasons, rest)
         # Jobs the per-server fill may give GPUs: a waiting job one copy (its ordinary
         # placement), and a forkable one (which asked to run as averaged copies) more.
         forkable: dict[int, _Forked] = {}
@@ -154,7 +175,103 @@ class HadarEPolicy:
         self.last_sharing = []
         if self._sharer is not None:
             self._share(snapshot, allocations, reasons)
+        self._backfill(snapshot, free, allocations, reasons)
         return Plan(allocations, reasons)
+
+    def _horizon_s(self, snapshot: Snapshot) -> float:
+        return snapshot.round_seconds * self.restart_horizon_rounds
+
+    def _pays(self, snapshot: Snapshot, job: JobView, before: float, after: float) -> bool:
+        return move_pays(
+            before,
+            after,
+            remaining=job.remaining_iterations,
+            restart_s=job.restart_s,
+            horizon_s=self._horizon_s(snapshot),
+        )
+
+    def _stay(
+        self,
+        snapshot: Snapshot,
+        free: FreeGpus,
+        placed: dict[int, Allocation],
+        reasons: dict[int, str],
+        jobs: list[JobView],
+    ) -> None:
+        """Running jobs the pass moved (or dropped) keep their GPUs when no other job was
+        given any of them and the move does not pay for the job's restart."""
+        claimed = {slot: job_id for job_id, alloc in placed.items() for slot in alloc.slots}
+        for job in jobs:
+            current = job.current
+            new = placed.get(job.id)
+            if current is None or new == current or not job.preemptible:
+                continue
+            if new is None and job.restart_s <= 0:
+                continue  # stopping it costs nothing: the fill may use its GPUs better
+            if not current_usable(snapshot, job):
+                continue
+            if any(claimed.get(slot, job.id) != job.id for slot in current.slots):
+                continue  # another job gets one of its GPUs: the move is forced
+            before = allocation_rate(snapshot, job, current)
+            after = allocation_rate(snapshot, job, new) if new is not None else 0.0
+            if self._pays(snapshot, job, before, after):
+                continue
+            if new is not None:
+                free.release(new.slots)
+            if not free.take_slots(current.slots):
+                if new is not None and not free.take_slots(new.slots):  # pragma: no cover
+                    raise AssertionError("GPUs just released were not free")
+                continue
+            for slot in new.slots if new is not None else ():
+                claimed.pop(slot, None)
+            for slot in current.slots:
+                claimed[slot] = job.id
+            placed[job.id] = current
+            reasons.pop(job.id, None)
+
+    def _grow_pays(self, snapshot: Snapshot, entry: _Forked, rate: float) -> bool:
+        """Whether a copy of speed ``rate`` may be added to ``entry``: always, unless the job
+        runs unchanged now, when the copy restarts it and must pay for that."""
+        current = entry.job.current
+        if current is None or tuple(entry.copies) != current.copies:
+            return True
+        before = self._combined(entry.rates)
+        after = self._combined([*entry.rates, rate])
+        return self._pays(snapshot, entry.job, before, after)
+
+    def _backfill(
+        self,
+        snapshot: Snapshot,
+        free: FreeGpus,
+        allocations: dict[int, Allocation],
+        reasons: dict[int, str],
+    ) -> None:
+        """Work conservation: place every job still waiting that the idle GPUs can hold,
+        oldest first; a job they cannot hold says how many of its GPUs are idle."""
+        waiting = sorted(
+            (job for job in snapshot.jobs if job.id not in allocations),
+            key=lambda j: (j.arrival_time, j.id),
+        )
+        for job in waiting:
+            types = allowed_types(snapshot, job)
+            if not types:
+                continue
+            prefer = sorted(types, key=lambda t: (-job_rate(snapshot, job, t), t))
+            slots = (
+                free.take_mixed(job.num_gpus, types, prefer)
+                if self._mixed
+                else free.take_any(job.num_gpus, types, prefer)
+            )
+            if slots is not None:
+                allocations[job.id] = allocation_on(snapshot, job, slots)
+                reasons.pop(job.id, None)
+                continue
+            idle = sum(free.count(t) for t in types)
+            if idle > 0:
+                reasons[job.id] = (
+                    f"waiting: needs {job.num_gpus} GPUs of its allowed types, "
+                    f"{idle} {'is' if idle == 1 else 'are'} idle (hadare)"
+                )
 
     def _share(
         self, snapshot: Snapshot, allocations: dict[int, Allocation], reasons: dict[int, str]
@@ -195,8 +312,9 @@ class HadarEPolicy:
             for job_id, entry in forkable.items():
                 if t not in allowed_types(snapshot, entry.job):
                     continue
-                gain = self._gain(snapshot, entry, job_rate(snapshot, entry.job, t))
-                if gain > 0:
+                rate = job_rate(snapshot, entry.job, t)
+                gain = self._gain(snapshot, entry, rate)
+                if gain > 0 and self._grow_pays(snapshot, entry, rate):
                     heaps.setdefault((t, entry.job.num_gpus), []).append(
                         (-gain, job_id, entry.version)
                     )
@@ -284,6 +402,7 @@ def make(
     share: bool = True,
     assumed_pair_slowdown: float = 0.0,
     finish_weight: float = 0.1,
+    restart_horizon_rounds: float = 1.0,
 ) -> HadarEPolicy:
     return HadarEPolicy(
         floor_fraction=floor_fraction,
@@ -299,4 +418,5 @@ def make(
         share=share,
         assumed_pair_slowdown=assumed_pair_slowdown,
         finish_weight=finish_weight,
+        restart_horizon_rounds=restart_horizon_rounds,
     )

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,8 +108,10 @@ class ScriptedPolicy:
 
     plans: list[dict[int, list[GpuSlot]]] = field(default_factory=list)
     name: str = "scripted"
+    seen: list[Snapshot] = field(default_factory=list)
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        self.seen.append(snapshot)
         wanted = self.plans.pop(0) if self.plans else {}
         return Plan(
             {
@@ -123,7 +126,9 @@ def test_migration_stops_first_then_starts_elsewhere(cluster: Cluster, tmp_path:
     node, with a new lease, goes out only after the old task has exited (its checkpoint is
     complete)."""
     policy = ScriptedPolicy()
-    master = Master(make_settings(cluster.database, tmp_path), policy=policy)
+    # Restarts free: the move is made however few iterations are left (the job's 80 would
+    # not win back a measured restart cost).
+    master = Master(make_settings(cluster.database, tmp_path, restart_cost_s=0.0), policy=policy)
     master.start()
     cluster.masters.append(master)
     old = cluster.worker(master, "n1", num_gpus=2, auto_exit_on_stop=False)
@@ -150,6 +155,32 @@ def test_migration_stops_first_then_starts_elsewhere(cluster: Cluster, tmp_path:
     assert described.job.state == common_pb2.JOB_STATE_RUNNING
     assert described.job.migrations == 1
     assert [e.kind for e in described.events][-1] == "migrated"
+
+
+def test_a_jobs_restart_cost_is_measured_from_its_placement_to_its_first_progress(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The policy sees, per job, what a move costs it: the time from its placement to its
+    first progress report once measured, the restart_cost_s setting before."""
+    policy = ScriptedPolicy()
+    master = Master(make_settings(cluster.database, tmp_path, restart_cost_s=42.0), policy=policy)
+    master.start()
+    cluster.masters.append(master)
+    worker = cluster.worker(master, "n1", num_gpus=2)
+    api = cluster.api(master)
+    placed = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=resnet())).job
+    waiting = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=resnet())).job
+    policy.plans = [{placed.id: [GpuSlot("n1", 0)]}, {placed.id: [GpuSlot("n1", 0)]}]
+    began = time.monotonic()
+    master.run_round()
+    wait_for(lambda: placed.id in worker.running_jobs(), what="START")
+    worker.progress(placed.id, 5)
+    elapsed = time.monotonic() - began
+    master.run_round()
+    views = {job.id: job for job in policy.seen[-1].jobs}
+    assert 0.0 <= views[placed.id].restart_s <= elapsed
+    assert views[waiting.id].restart_s == 42.0
+    assert policy.seen[0].job(placed.id).restart_s == 42.0
 
 
 def test_move_without_gain_is_not_carried_out(cluster: Cluster, tmp_path: Path) -> None:

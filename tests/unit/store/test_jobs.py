@@ -120,6 +120,20 @@ def test_a_job_reports_progress_from_its_first_progress_report_on(db: Database) 
         assert uow.jobs.get(job_id).reports_progress
 
 
+def test_a_jobs_restart_cost_is_the_running_mean_of_its_measured_starts(db: Database) -> None:
+    """Unmeasured at first; then each measured start (placement to first progress) is
+    averaged with the figure so far; the store reads it back; bad figures are refused."""
+    job_id = submit(db)
+    with db.transaction() as uow:
+        assert uow.jobs.get(job_id).restart_s is None
+        assert uow.jobs.record_restart(job_id, 8.0).restart_s == pytest.approx(8.0)
+        assert uow.jobs.record_restart(job_id, 4.0).restart_s == pytest.approx(6.0)
+        with pytest.raises(ValueError, match="restart seconds"):
+            uow.jobs.record_restart(job_id, -1.0)
+    with db.transaction() as uow:
+        assert uow.jobs.get(job_id).restart_s == pytest.approx(6.0)
+
+
 def test_an_exit_code_is_set_without_a_transition(db: Database) -> None:
     """A completed job gets the exit code of its process afterwards; its state, reason and
     events stay as they are."""
