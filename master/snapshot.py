@@ -97,9 +97,7 @@ def completions(uow: UnitOfWork) -> tuple[CompletedJob, ...]:
     )
 
 
-def job_view(
-    job: Job, alloc: Allocation | None, restart_s: float = DEFAULT_RESTART_S
-) -> JobView:
+def job_view(job: Job, alloc: Allocation | None, restart_s: float = DEFAULT_RESTART_S) -> JobView:
     """What a policy sees of a job holding ``alloc`` (None: nothing). ``restart_s`` is what
     a move costs the job until its own cost is measured."""
     spec = job.spec
