@@ -89,12 +89,19 @@ class RoundState:
 @dataclass(frozen=True, slots=True)
 class RoundRules:
     """How the round treats the policy's plan. ``min_migration_gain``: see
-    :class:`Hysteresis` (the daemon's ``min_migration_gain`` setting)."""
+    :class:`Hysteresis` (the daemon's ``min_migration_gain`` setting). ``pay_restart``: a
+    move no other job forces must also win back the job's restart cost
+    (:attr:`JobView.restart_s`) within the round; off, only ``min_migration_gain`` holds
+    moves back."""
 
     min_migration_gain: float = Hysteresis().min_migration_gain
+    pay_restart: bool = Hysteresis().pay_restart
 
     def __post_init__(self) -> None:
-        Hysteresis(self.min_migration_gain)  # validates
+        self.hysteresis()  # validates
+
+    def hysteresis(self) -> Hysteresis:
+        return Hysteresis(self.min_migration_gain, pay_restart=self.pay_restart)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +204,7 @@ def decide_round(
         plan = hold(held, Plan(dict(current), {j.id: why for j in visible.jobs}))
     else:
         plan = hold(held, planned)
-    actions = diff(current, plan, snapshot=visible, hysteresis=Hysteresis(rules.min_migration_gain))
+    actions = diff(current, plan, snapshot=visible, hysteresis=rules.hysteresis())
     placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
     if placements != plan.allocations and Plan(placements).violations(visible):
         # A job held back where it was can collide with a job the plan moved in beside it

@@ -70,6 +70,8 @@ class SimConfig:
     ``min_migration_gain``: the daemon's hysteresis (its setting of the same name, same
     default): a running job moves to other GPUs of the same count only for at least this
     relative throughput gain; 0 still holds back moves that would make the job slower.
+    ``pay_restart``: as in the daemon, a move no other job forces must also win back its
+    restart (``overhead_s``) within the round; off, for what-if runs that move freely.
     ``fork_all``: treat every job as forkable (it may run as averaged copies), whatever
     the trace says; for what-if runs, since forking changes how a model trains.
     """
@@ -85,6 +87,7 @@ class SimConfig:
     stall_rounds: int = 50
     fork_all: bool = False
     min_migration_gain: float = Hysteresis().min_migration_gain
+    pay_restart: bool = Hysteresis().pay_restart
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -443,7 +446,7 @@ class Simulator:
         finished = 0
         fallbacks = 0
         completed: tuple[CompletedJob, ...] = ()
-        rules = RoundRules(min_migration_gain=cfg.min_migration_gain)
+        rules = RoundRules(min_migration_gain=cfg.min_migration_gain, pay_restart=cfg.pay_restart)
         idle_rounds = 0
         round_index = 0
         while finished < len(jobs):

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from store.migration_ops import drop_columns
+
 revision: str = "0002"
 down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
@@ -20,10 +22,8 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     # NULL (every existing job) means the default limit, as before this column existed.
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("max_retries", sa.Integer(), nullable=True))
+    op.add_column("jobs", sa.Column("max_retries", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.drop_column("max_retries")
+    drop_columns("jobs", "max_retries")

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from store.migration_ops import drop_columns
+
 revision: str = "0003"
 down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
@@ -21,12 +23,11 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     # Jobs stored before this column are taken as never having reported: a running script
     # among them is pinned until its next progress report (then it is managed again).
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(
-            sa.Column("reports_progress", sa.Boolean(), nullable=False, server_default=sa.false())
-        )
+    op.add_column(
+        "jobs",
+        sa.Column("reports_progress", sa.Boolean(), nullable=False, server_default=sa.false()),
+    )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_column("reports_progress")
+    drop_columns("jobs", "reports_progress")

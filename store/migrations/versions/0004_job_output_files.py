@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from store.migration_ops import drop_columns
+
 revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
@@ -19,12 +21,9 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("output", sa.Text(), nullable=False, server_default=""))
-        batch.add_column(sa.Column("error", sa.Text(), nullable=False, server_default=""))
+    op.add_column("jobs", sa.Column("output", sa.Text(), nullable=False, server_default=""))
+    op.add_column("jobs", sa.Column("error", sa.Text(), nullable=False, server_default=""))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_column("error")
-        batch.drop_column("output")
+    drop_columns("jobs", "error", "output")

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from store.migration_ops import drop_columns
+
 revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
@@ -20,12 +22,10 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     # Existing jobs did not ask to be forked: false, not the old implicit yes.
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(
-            sa.Column("forkable", sa.Boolean(), nullable=False, server_default=sa.false())
-        )
+    op.add_column(
+        "jobs", sa.Column("forkable", sa.Boolean(), nullable=False, server_default=sa.false())
+    )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_column("forkable")
+    drop_columns("jobs", "forkable")

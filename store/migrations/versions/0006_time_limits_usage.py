@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from store.migration_ops import drop_columns
+
 revision: str = "0006"
 down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
@@ -20,10 +22,9 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     # Existing jobs had no limit.
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(
-            sa.Column("time_limit_s", sa.BigInteger(), nullable=False, server_default="0")
-        )
+    op.add_column(
+        "jobs", sa.Column("time_limit_s", sa.BigInteger(), nullable=False, server_default="0")
+    )
     op.create_table(
         "usage_records",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
@@ -97,9 +98,4 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_usage_records_ended_at"), table_name="usage_records")
     op.drop_index(op.f("ix_usage_records_job_id"), table_name="usage_records")
     op.drop_table("usage_records")
-    if op.get_bind().dialect.name == "sqlite":
-        # Batch mode would rebuild jobs: dropping the old table fires its ON DELETE CASCADE
-        # and takes every task and event with it. SQLite (3.35+) drops a plain column.
-        op.execute("ALTER TABLE jobs DROP COLUMN time_limit_s")
-    else:
-        op.drop_column("jobs", "time_limit_s")
+    drop_columns("jobs", "time_limit_s")

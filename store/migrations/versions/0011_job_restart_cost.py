@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from store.migration_ops import drop_columns
+
 revision: str = "0011"
 down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
@@ -20,10 +22,8 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     # Unknown for existing jobs: the master's restart_cost_s stands in until measured.
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("restart_s", sa.Float(), nullable=True))
+    op.add_column("jobs", sa.Column("restart_s", sa.Float(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_column("restart_s")
+    drop_columns("jobs", "restart_s")

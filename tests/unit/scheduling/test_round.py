@@ -275,7 +275,8 @@ def test_a_failing_policy_keeps_every_job_where_it_is() -> None:
 
 def test_a_move_below_the_minimum_gain_is_not_made_a_faster_one_is() -> None:
     """Moving a running job to an equally fast GPU is not carried out (extended where it
-    is); moving it from a k80 to a v100 (5x) is; with min_migration_gain 0 every move is."""
+    is); moving it from a k80 to a v100 (5x) is; with min_migration_gain 0 and restarts
+    not charged, every move is."""
     same = decide_round(state(job(1, current=on(V0))), Scripted(lambda s: {1: on(V1)}))
     assert kinds(same) == {1: ActionKind.EXTEND}
     assert dict(same.placements) == {1: on(V0)}
@@ -285,7 +286,9 @@ def test_a_move_below_the_minimum_gain_is_not_made_a_faster_one_is() -> None:
     assert kinds(faster) == {1: ActionKind.MIGRATE}
 
     eager = decide_round(
-        state(job(1, current=on(V0))), Scripted(lambda s: {1: on(V1)}), RoundRules(0.0)
+        state(job(1, current=on(V0))),
+        Scripted(lambda s: {1: on(V1)}),
+        RoundRules(0.0, pay_restart=False),
     )
     assert kinds(eager) == {1: ActionKind.MIGRATE}
 

@@ -76,7 +76,7 @@ def test_restart_overhead_is_charged_on_start_and_on_migration() -> None:
     def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
         return {0: on([V[0]] if r == 0 else [V[1]])}
 
-    config = SimConfig(overhead_s=30.0, min_migration_gain=0.0)
+    config = SimConfig(overhead_s=30.0, min_migration_gain=0.0, pay_restart=False)
     result = simulate(ScriptedPolicy(decide), [job(0, 7200.0)], cluster(), model(), config)
     # 330 s in round 0, then 30 s overhead in round 1 and 390 s more: 3300 + 3900 = 7200.
     assert result.jobs[0].finish_s == pytest.approx(360.0 + 30.0 + 390.0)

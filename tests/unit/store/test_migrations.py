@@ -100,3 +100,46 @@ def test_the_accounting_migration_backfills_attempts_that_ended_before_it(db: Da
         120.0,
         2,
     )
+
+
+def test_downgrading_to_the_first_revision_keeps_jobs_tasks_and_events(db: Database) -> None:
+    """Every later migration's downgrade drops its columns in place: no table is rebuilt, so
+    jobs keep their tasks and history (a rebuilt jobs table would fire ON DELETE CASCADE),
+    and upgrading again brings the data back under the current schema."""
+    from sqlalchemy import text
+
+    from store.domain import NewTask
+    from tests.unit.store.conftest import submit
+    from tests.unit.store.test_cluster import register
+
+    register(db)
+    job_id = submit(db, user="carol")
+    with db.transaction() as uow:
+        uow.tasks.add(
+            NewTask(
+                job_id=job_id,
+                task_index=0,
+                node="n1",
+                lease=1,
+                gpu_indices=(0,),
+                gpu_type="v100",
+                rank_offset=0,
+                local_batch_sizes=(32,),
+            )
+        )
+
+    def counts() -> tuple[int, int, int]:
+        with db.engine.connect() as connection:
+            return tuple(
+                connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
+                for table in ("jobs", "tasks", "job_events")
+            )
+
+    before = counts()
+    assert before[:2] == (1, 1) and before[2] >= 1
+    downgrade(db.url, "0001", engine=db.engine)
+    assert counts() == before
+    upgrade(db.url, engine=db.engine)
+    assert counts() == before
+    with db.transaction() as uow:
+        assert uow.jobs.get(job_id).user == "carol"
