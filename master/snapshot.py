@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from master.holds import read_holds
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
@@ -153,7 +154,12 @@ def read_round_input(
     """The round's views. With `lost_hold_s` and `now`, also the leases that may still run
     on lost nodes (:func:`lost_leases`)."""
     nodes = uow.nodes.all()
-    jobs = uow.jobs.list_unfinished()
+    unfinished = uow.jobs.list_unfinished()
+    # Jobs with unmet dependencies and array elements beyond their array's cap are not
+    # offered to the policy (nor listed as the round's waiting jobs: HoldEnforcer keeps
+    # their reasons).
+    held = read_holds(uow, unfinished).held()
+    jobs = [job for job in unfinished if job.id not in held]
     tasks_by_job: dict[int, list[Task]] = defaultdict(list)
     for task in uow.tasks.active():
         tasks_by_job[task.job_id].append(task)
