@@ -99,6 +99,10 @@ def spec_to_proto(spec: JobSpec) -> common_pb2.JobSpec:
         output=spec.output,
         error=spec.error,
         time_limit_s=spec.time_limit_s,
+        array=spec.array,
+        after_ok=[i for kind, i in spec.dependencies if kind == "afterok"],
+        after_any=[i for kind, i in spec.dependencies if kind == "afterany"],
+        after_fail=[i for kind, i in spec.dependencies if kind == "afterfail"],
     )
     if spec.preemptible is not None:
         message.preemptible = spec.preemptible
@@ -142,6 +146,14 @@ def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:
         output=message.output,
         error=message.error,
         time_limit_s=message.time_limit_s,
+        array=message.array,
+        array_job_id=message.array_job_id,
+        array_index=message.array_index if message.HasField("array_index") else None,
+        dependencies=tuple(
+            [("afterok", i) for i in message.after_ok]
+            + [("afterany", i) for i in message.after_any]
+            + [("afterfail", i) for i in message.after_fail]
+        ),
     )
 
 

@@ -149,6 +149,13 @@ class JobSpec:
     # Run time allowed in seconds (sbatch --time), summed over attempts; 0: the cluster's
     # default (none unless the admin set one). See protos.durations for the written forms.
     time_limit_s: int = 0
+    # A job array in sbatch --array's syntax (`0-31%4`, see protos.arrays); empty: one job.
+    # On an element read back: its array's spec, the array's id and the element's index.
+    array: str = ""
+    array_job_id: int = 0
+    array_index: int | None = None
+    # Jobs this one waits for, as (kind, job id) with kind afterok, afterany or afterfail.
+    dependencies: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
