@@ -4,6 +4,8 @@ dependencies satisfied, broken and unknown, and both surviving a master restart.
 
 from __future__ import annotations
 
+from functools import partial
+
 import grpc
 
 from protos.hadar.v1 import common_pb2, hadar_pb2
@@ -79,7 +81,7 @@ def test_malformed_and_oversized_arrays_are_refused_and_store_nothing(cluster: C
     master = cluster.master(max_array_size=10)
     api = cluster.api(master)
     for bad in ("3-1", "1-x", "0-5%0", "%4", "0-10"):
-        failure = error_of(lambda bad=bad: submit(api, command(array=bad)))
+        failure = error_of(partial(submit, api, command(array=bad)))
         assert failure.code == grpc.StatusCode.INVALID_ARGUMENT, bad
         assert failure.details.startswith("spec.array:"), failure.details
     assert "max_array_size" in error_of(lambda: submit(api, command(array="0-10"))).details
