@@ -10,6 +10,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from clients.types import (
     ClusterStatus,
     CreatedToken,
+    Dependency,
     Gpu,
     GpuHealth,
     GpuTypeSummary,
@@ -100,9 +101,9 @@ def spec_to_proto(spec: JobSpec) -> common_pb2.JobSpec:
         error=spec.error,
         time_limit_s=spec.time_limit_s,
         array=spec.array,
-        after_ok=[i for kind, i in spec.dependencies if kind == "afterok"],
-        after_any=[i for kind, i in spec.dependencies if kind == "afterany"],
-        after_fail=[i for kind, i in spec.dependencies if kind == "afterfail"],
+        after_ok=[d.job_id for d in spec.dependencies if d.kind == "afterok"],
+        after_any=[d.job_id for d in spec.dependencies if d.kind == "afterany"],
+        after_fail=[d.job_id for d in spec.dependencies if d.kind == "afterfail"],
     )
     if spec.preemptible is not None:
         message.preemptible = spec.preemptible
@@ -150,9 +151,9 @@ def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:
         array_job_id=message.array_job_id,
         array_index=message.array_index if message.HasField("array_index") else None,
         dependencies=tuple(
-            [("afterok", i) for i in message.after_ok]
-            + [("afterany", i) for i in message.after_any]
-            + [("afterfail", i) for i in message.after_fail]
+            [Dependency("afterok", i) for i in message.after_ok]
+            + [Dependency("afterany", i) for i in message.after_any]
+            + [Dependency("afterfail", i) for i in message.after_fail]
         ),
     )
 

@@ -120,6 +120,15 @@ class Program:
 
 
 @dataclass(frozen=True, slots=True)
+class Dependency:
+    """A job this one waits for: kind afterok, afterany or afterfail (sbatch's names; an
+    array's id stands for all its elements)."""
+
+    kind: str
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     """What a user asks for; see JobSpec in protos/hadar/v1/common.proto."""
 
@@ -154,8 +163,8 @@ class JobSpec:
     array: str = ""
     array_job_id: int = 0
     array_index: int | None = None
-    # Jobs this one waits for, as (kind, job id) with kind afterok, afterany or afterfail.
-    dependencies: tuple[tuple[str, int], ...] = ()
+    # Jobs this one waits for.
+    dependencies: tuple[Dependency, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from clients.cli.format import parse_size
-from clients.types import JobSpec, Program, ProgramKind
+from clients.types import Dependency, JobSpec, Program, ProgramKind
 from protos.arrays import parse_array, parse_dependency, parse_job_ids
 from protos.durations import parse_duration
 
@@ -171,14 +171,14 @@ def _normalize_value(key: str, raw: Any) -> Any:
     return raw
 
 
-def dependencies(values: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
-    """The (kind, job id) pairs of `after_ok`, `after_any`, `after_fail` and `dependency`,
-    each once."""
+def dependencies(values: Mapping[str, Any]) -> tuple[Dependency, ...]:
+    """The dependencies of `after_ok`, `after_any`, `after_fail` and `dependency`, each
+    once."""
     pairs: list[tuple[str, int]] = []
     for key, kind in DEPENDENCY_KEYS.items():
         pairs.extend((kind, job_id) for job_id in values.get(key, ()))
     pairs.extend(values.get("dependency", ()))
-    return tuple(dict.fromkeys(pairs))
+    return tuple(Dependency(kind, job_id) for kind, job_id in dict.fromkeys(pairs))
 
 
 def parse_env_table(table: Mapping[str, Any]) -> dict[str, str]:

@@ -337,7 +337,7 @@ def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
     if args.parsable:
         ctx.say(str(job.id))
     elif args.json:
-        ctx.json({"job": job})
+        ctx.json({"job": job, "elements": []})
     else:
         ctx.say(
             f"submitted job {job.id} ({job.spec.name}): {job.state.value} — "
@@ -555,7 +555,8 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
             f"`hctl queue -r` lists them, `hctl cancel {spec.array_job_id}` cancels them all",
         )
     if spec.dependencies:
-        info.add_row("depends on", dependency_text(spec.dependencies))
+        pairs = [(d.kind, d.job_id) for d in spec.dependencies]
+        info.add_row("depends on", dependency_text(pairs))
     if job.progress_measured:
         progress = fmt.format_progress(job.iterations_done, spec.iterations)
         progress += f"; checkpoint at {job.checkpoint_iterations}"

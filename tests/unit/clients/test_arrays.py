@@ -10,7 +10,7 @@ import pytest
 from clients.cli.arrays import display_id, queue_rows
 from clients.cli.jobfile import SpecError, build_spec, normalize
 from clients.cli.main import build_parser
-from clients.types import Job, JobState
+from clients.types import Dependency, Job, JobState
 from tests.unit.clients.test_format import make_job
 
 
@@ -36,11 +36,11 @@ def test_job_file_keys_for_arrays_and_dependencies() -> None:
     spec = build_spec(values)
     assert spec.array == "0,4,8,12%2"
     assert spec.dependencies == (
-        ("afterok", 3),
-        ("afterok", 4),
-        ("afterany", 5),
-        ("afterfail", 6),
-        ("afterfail", 7),
+        Dependency("afterok", 3),
+        Dependency("afterok", 4),
+        Dependency("afterany", 5),
+        Dependency("afterfail", 6),
+        Dependency("afterfail", 7),
     )
 
 
@@ -81,7 +81,12 @@ def test_submit_flags_reach_the_spec() -> None:
     )
     spec = build_spec(spec_values_from_flags(args))
     assert spec.array == "0-31%4"
-    assert spec.dependencies == (("afterok", 3), ("afterok", 4), ("afterok", 5), ("afterany", 6))
+    assert [(d.kind, d.job_id) for d in spec.dependencies] == [
+        ("afterok", 3),
+        ("afterok", 4),
+        ("afterok", 5),
+        ("afterany", 6),
+    ]
 
 
 def test_element_ids_and_queue_folding() -> None:
