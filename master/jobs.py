@@ -26,12 +26,16 @@ from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
 from master.timelimits import apply_time_limit
 from master.transactions import Transactor
-from master.validation import ClusterFacts, validate_idempotency_key, validate_spec
+from master.validation import (
+    DEPENDENCY_FIELDS,
+    ClusterFacts,
+    validate_idempotency_key,
+    validate_spec,
+)
 from protos.arrays import parse_array
 from protos.hadar.v1 import common_pb2
 from store import UnitOfWork
 from store.domain import Job, JobEvent, NewJob, Task
-from store.errors import NotFoundError
 from store.states import ExitKind, JobState, NodeState, TaskState, is_terminal
 
 log = structlog.get_logger(__name__)
@@ -237,7 +241,11 @@ class JobManager:
         known = uow.jobs.get_many({job_id for _, job_id in new.spec.dependencies})
         for kind, job_id in new.spec.dependencies:
             if job_id not in known:
-                raise NotFoundError(f"dependency {kind}:{job_id}: job", job_id)
+                raise InvalidArgumentError(
+                    f"spec.{DEPENDENCY_FIELDS[kind]}",
+                    f"job {job_id} does not exist (a job can only depend on jobs already "
+                    "submitted)",
+                )
         if not indices:
             return uow.jobs.add(new)
         elements, created = uow.jobs.add_array(new, indices)

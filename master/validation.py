@@ -33,6 +33,8 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OUTPUT_PATTERN = re.compile(r"%(.?)", re.DOTALL)
 OUTPUT_REPLACEMENTS = frozenset("jux%")
 ARRAY_REPLACEMENTS = frozenset("Aa")
+# JobSpec's field for each dependency kind.
+DEPENDENCY_FIELDS = {"afterok": "after_ok", "afterany": "after_any", "afterfail": "after_fail"}
 # Dependencies one job may list.
 DEPENDENCIES_MAX = 100
 
@@ -40,11 +42,7 @@ DEPENDENCIES_MAX = 100
 def _dependencies(spec: common_pb2.JobSpec) -> tuple[tuple[str, int], ...]:
     """(kind, job id) pairs, each once, in the order given."""
     pairs: list[tuple[str, int]] = []
-    for kind, attr in (
-        ("afterok", "after_ok"),
-        ("afterany", "after_any"),
-        ("afterfail", "after_fail"),
-    ):
+    for kind, attr in DEPENDENCY_FIELDS.items():
         for job_id in getattr(spec, attr):
             if job_id < 1:
                 raise InvalidArgumentError(f"spec.{attr}", "job ids are >= 1")

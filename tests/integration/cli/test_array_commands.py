@@ -77,7 +77,7 @@ def test_dependencies_on_the_command_line(hctl: Hctl, cluster: Cluster) -> None:
     assert f"afterok:{first}" in hctl("show", str(second)).out
 
     unknown = hctl("submit", "--after-any", "4242", "--iterations", "1", "--", "true")
-    assert unknown.code == ExitCode.NOT_FOUND and "4242" in unknown.err, unknown.err
+    assert unknown.code == ExitCode.INVALID_ARGUMENT and "4242" in unknown.err, unknown.err
     bad_array = hctl("submit", "--array", "5-1", "--iterations", "1", "--", "true")
     assert bad_array.code == ExitCode.USAGE and "ends before it starts" in bad_array.err
     bad_dep = hctl("submit", "-d", "after:3", "--iterations", "1", "--", "true")

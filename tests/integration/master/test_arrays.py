@@ -241,14 +241,18 @@ def test_a_dependency_on_an_array_waits_for_all_its_elements(cluster: Cluster) -
 
 
 def test_unknown_dependencies_are_refused_naming_the_id(cluster: Cluster) -> None:
-    """A dependency on a job that does not exist is NOT_FOUND naming it; nothing is
-    stored, so no job can wait on a job submitted later and no cycle can form."""
+    """A dependency on a job that does not exist is INVALID_ARGUMENT on its field, naming
+    the id; nothing is stored, so no job can wait on a job submitted later and no cycle can
+    form."""
     master = cluster.master()
     api = cluster.api(master)
-    failure = error_of(lambda: submit(api, command(after_any=[4242])))
-    assert failure.code == grpc.StatusCode.NOT_FOUND
-    assert "4242" in failure.details and "afterany" in failure.details
-    assert list(api.ListJobs(hadar_pb2.ListJobsRequest()).jobs) == []
+    known = submit(api, command())
+    failure = error_of(lambda: submit(api, command(after_ok=[known.id], after_any=[4242])))
+    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert failure.details == (
+        "spec.after_any: job 4242 does not exist (a job can only depend on jobs already submitted)"
+    )
+    assert [j.id for j in api.ListJobs(hadar_pb2.ListJobsRequest()).jobs] == [known.id]
 
 
 def test_dependencies_and_caps_survive_a_master_restart(cluster: Cluster) -> None:
