@@ -26,7 +26,7 @@ import grpc
 
 from clients import convert
 from clients.config import ClientConfig, resolve
-from clients.errors import HadarError, Unavailable, from_rpc_error
+from clients.errors import HadarError, NotFound, Unavailable, from_rpc_error
 from clients.retry import NO_RETRY, Clock, RetryPolicy, SystemClock, call_with_retry, is_retryable
 from clients.types import (
     ClusterStatus,
@@ -140,14 +140,20 @@ class HadarClient:
         user: str | None = None,
         states: Iterable[JobState] = (),
         page_size: int = 500,
+        array_job_id: int = 0,
         timeout: float | None = None,
     ) -> Iterator[Job]:
-        """Jobs by ascending id, fetched page by page (each page has its own deadline)."""
+        """Jobs by ascending id, fetched page by page (each page has its own deadline);
+        with `array_job_id`, only that array's elements."""
         state_numbers = [convert.job_state_number(s) for s in states]
         token = ""
         while True:
             request = hadar_pb2.ListJobsRequest(
-                user=user or "", states=state_numbers, page_size=page_size, page_token=token
+                user=user or "",
+                states=state_numbers,
+                page_size=page_size,
+                page_token=token,
+                array_job_id=array_job_id,
             )
             response = self._unary(self._stub.ListJobs, request, timeout, retry=True)
             for message in response.jobs:
@@ -161,9 +167,26 @@ class HadarClient:
         *,
         user: str | None = None,
         states: Iterable[JobState] = (),
+        array_job_id: int = 0,
         timeout: float | None = None,
     ) -> list[Job]:
-        return list(self.iter_jobs(user=user, states=tuple(states), timeout=timeout))
+        return list(
+            self.iter_jobs(
+                user=user, states=tuple(states), array_job_id=array_job_id, timeout=timeout
+            )
+        )
+
+    def array_elements(self, array_job_id: int, *, timeout: float | None = None) -> list[Job]:
+        """An array's elements by index; empty when `array_job_id` is no array's id."""
+        elements = self.list_jobs(array_job_id=array_job_id, timeout=timeout)
+        return sorted(elements, key=lambda j: j.spec.array_index or 0)
+
+    def find_element(self, array_job_id: int, index: int, *, timeout: float | None = None) -> Job:
+        """Element `index` of an array (`12_3`); NotFoundError when there is none."""
+        for job in self.list_jobs(array_job_id=array_job_id, timeout=timeout):
+            if job.spec.array_index == index:
+                return job
+        raise NotFound(f"job {array_job_id}_{index} not found: no such array element")
 
     def usage(
         self,
@@ -230,10 +253,18 @@ class HadarClient:
                 break
         return out
 
-    def cancel_job(self, job_id: int, reason: str = "", *, timeout: float | None = None) -> Job:
-        """Cancels a job; cancelling a job that already ended returns it unchanged. Retried on
-        UNAVAILABLE because the master treats a repeated cancel as a no-op."""
-        request = hadar_pb2.CancelJobRequest(job_id=job_id, reason=reason)
+    def cancel_job(
+        self,
+        job_id: int,
+        reason: str = "",
+        *,
+        whole_array: bool = False,
+        timeout: float | None = None,
+    ) -> Job:
+        """Cancels a job (with `whole_array` and an array's id, all its elements);
+        cancelling a job that already ended returns it unchanged. Retried on UNAVAILABLE
+        because the master treats a repeated cancel as a no-op."""
+        request = hadar_pb2.CancelJobRequest(job_id=job_id, reason=reason, whole_array=whole_array)
         return convert.job(self._unary(self._stub.CancelJob, request, timeout, retry=True).job)
 
     def watch_jobs(

@@ -10,6 +10,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from clients.types import (
     ClusterStatus,
     CreatedToken,
+    Dependency,
     Gpu,
     GpuHealth,
     GpuTypeSummary,
@@ -99,6 +100,10 @@ def spec_to_proto(spec: JobSpec) -> common_pb2.JobSpec:
         output=spec.output,
         error=spec.error,
         time_limit_s=spec.time_limit_s,
+        array=spec.array,
+        after_ok=[d.job_id for d in spec.dependencies if d.kind == "afterok"],
+        after_any=[d.job_id for d in spec.dependencies if d.kind == "afterany"],
+        after_fail=[d.job_id for d in spec.dependencies if d.kind == "afterfail"],
     )
     if spec.preemptible is not None:
         message.preemptible = spec.preemptible
@@ -142,6 +147,14 @@ def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:
         output=message.output,
         error=message.error,
         time_limit_s=message.time_limit_s,
+        array=message.array,
+        array_job_id=message.array_job_id,
+        array_index=message.array_index if message.HasField("array_index") else None,
+        dependencies=tuple(
+            [Dependency("afterok", i) for i in message.after_ok]
+            + [Dependency("afterany", i) for i in message.after_any]
+            + [Dependency("afterfail", i) for i in message.after_fail]
+        ),
     )
 
 

@@ -120,6 +120,15 @@ class Program:
 
 
 @dataclass(frozen=True, slots=True)
+class Dependency:
+    """A job this one waits for: kind afterok, afterany or afterfail (sbatch's names; an
+    array's id stands for all its elements)."""
+
+    kind: str
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     """What a user asks for; see JobSpec in protos/hadar/v1/common.proto."""
 
@@ -149,6 +158,13 @@ class JobSpec:
     # Run time allowed in seconds (sbatch --time), summed over attempts; 0: the cluster's
     # default (none unless the admin set one). See protos.durations for the written forms.
     time_limit_s: int = 0
+    # A job array in sbatch --array's syntax (`0-31%4`, see protos.arrays); empty: one job.
+    # On an element read back: its array's spec, the array's id and the element's index.
+    array: str = ""
+    array_job_id: int = 0
+    array_index: int | None = None
+    # Jobs this one waits for.
+    dependencies: tuple[Dependency, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from master.auth import Authenticator
 from master.components import Components
 from master.dispatch import Dispatcher
 from master.events import ChangeSignal
+from master.holds import HoldEnforcer
 from master.jobs import JobManager
 from master.metrics import ClusterGauges, MasterMetrics
 from master.registry import Registry
@@ -175,6 +176,7 @@ class Master:
             self._base_model,
             self.changes.notify,
         )
+        self.holds = HoldEnforcer(self.tx, self.changes.notify)
         self.time_limits = TimeLimitEnforcer(
             self.tx, self.dispatcher, self.changes.notify, self.request_round
         )
@@ -389,6 +391,11 @@ class Master:
 
     def run_round(self) -> RoundResult:
         """One scheduling round now; returns when it is stored and pushed."""
+        try:
+            self.holds.check()
+        except Exception:
+            # The round still runs: held jobs stay out of it, the next check retries.
+            log.exception("dependency check failed")
         result = self.rounds.run()
         with self._early_lock:
             # Jobs wait and the round could place none of them: more submissions will not

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -11,7 +12,7 @@ from datetime import UTC, datetime
 import structlog
 
 from master.dispatch import Dispatcher
-from master.errors import PermissionDeniedError, UnavailableError
+from master.errors import InvalidArgumentError, PermissionDeniedError, UnavailableError
 from master.lifecycle import (
     StopOrder,
     fail_attempt,
@@ -25,7 +26,13 @@ from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
 from master.timelimits import apply_time_limit
 from master.transactions import Transactor
-from master.validation import ClusterFacts, validate_idempotency_key, validate_spec
+from master.validation import (
+    DEPENDENCY_FIELDS,
+    ClusterFacts,
+    validate_idempotency_key,
+    validate_spec,
+)
+from protos.arrays import parse_array
 from protos.hadar.v1 import common_pb2
 from store import UnitOfWork
 from store.domain import Job, JobEvent, NewJob, Task
@@ -160,6 +167,20 @@ class JobManager:
             max_s=self._settings.max_time_limit_s,
             default_s=self._settings.default_time_limit_s,
         )
+        indices: tuple[int, ...] = ()
+        if validated.array:
+            try:
+                array = parse_array(validated.array, max_size=self._settings.max_array_size)
+            except ValueError as exc:
+                raise InvalidArgumentError("spec.array", str(exc)) from None
+            indices = array.indices
+            validated = dataclasses.replace(
+                validated, array=str(array), array_max_running=array.max_running
+            )
+        else:
+            validated = dataclasses.replace(
+                validated, array_job_id=0, array_index=None, array_max_running=0
+            )
         user = caller.user
         wait_s = self._rate.try_take(user)
         if wait_s > 0:
@@ -178,10 +199,10 @@ class JobManager:
                 # Count and insert as one step, or concurrent submits could pass together.
                 with self._submit_lock:
                     job, created = self._tx.write(
-                        lambda uow: self._add_within_limit(uow, new), jobs=False
+                        lambda uow: self._add_within_limit(uow, new, indices), jobs=False
                     )
             else:
-                job, created = self._tx.write(lambda uow: uow.jobs.add(new), jobs=False)
+                job, created = self._tx.write(lambda uow: self._add(uow, new, indices), jobs=False)
         except BaseException:
             self._rate.give_back(user)
             raise
@@ -193,7 +214,9 @@ class JobManager:
             self._on_capacity(False)
         return job, created
 
-    def _add_within_limit(self, uow: UnitOfWork, new: NewJob) -> tuple[Job, bool]:
+    def _add_within_limit(
+        self, uow: UnitOfWork, new: NewJob, indices: tuple[int, ...]
+    ) -> tuple[Job, bool]:
         if new.idempotency_key:
             existing = uow.jobs.find_by_idempotency_key(new.user, new.idempotency_key)
             if existing is not None:
@@ -201,9 +224,32 @@ class JobManager:
         counts = uow.jobs.count_by_state(user=new.user)
         waiting = counts[JobState.PENDING] + counts[JobState.PREEMPTED]
         limit = self._settings.max_pending_jobs_per_user
-        if waiting >= limit:
+        # Every element of an array is a waiting job of its own.
+        if waiting + max(0, len(indices) - 1) >= limit:
             raise pending_limit_error(new.user, waiting, limit)
-        return uow.jobs.add(new)
+        return self._add(uow, new, indices)
+
+    @staticmethod
+    def _add(uow: UnitOfWork, new: NewJob, indices: tuple[int, ...]) -> tuple[Job, bool]:
+        """Store a job, or an array's elements (returning its first), after checking that
+        every job it depends on exists: a job depends only on older jobs, so dependencies
+        never form a cycle."""
+        if new.idempotency_key:
+            existing = uow.jobs.find_by_idempotency_key(new.user, new.idempotency_key)
+            if existing is not None:
+                return existing, False
+        known = uow.jobs.get_many({job_id for _, job_id in new.spec.dependencies})
+        for kind, job_id in new.spec.dependencies:
+            if job_id not in known:
+                raise InvalidArgumentError(
+                    f"spec.{DEPENDENCY_FIELDS[kind]}",
+                    f"job {job_id} does not exist (a job can only depend on jobs already "
+                    "submitted)",
+                )
+        if not indices:
+            return uow.jobs.add(new)
+        elements, created = uow.jobs.add_array(new, indices)
+        return elements[0], created
 
     def get(self, job_id: int) -> tuple[Job, list[Task]]:
         def read(uow: UnitOfWork) -> tuple[Job, list[Task]]:
@@ -215,19 +261,33 @@ class JobManager:
     def events(self, job_id: int) -> list[JobEvent]:
         return self._tx.read(lambda uow: uow.jobs.events(job_id))
 
-    def cancel(self, caller: Caller, job_id: int, reason: str) -> Job:
+    def cancel(self, caller: Caller, job_id: int, reason: str, *, whole_array: bool = False) -> Job:
+        """Cancel a job; with `whole_array` and an array's id, every unfinished element of
+        the array, in one transaction (returns the element with that id)."""
+
         def change(uow: UnitOfWork) -> tuple[Job, list[StopOrder]]:
             job = uow.jobs.get(job_id)
             if job.user != caller.user and not caller.admin:
                 raise PermissionDeniedError(
                     f"job {job_id} belongs to {job.user}; only its owner or an admin may cancel it"
                 )
-            if is_terminal(job.state):
-                return job, []
             text = f"cancelled by {caller.user}" + (f": {reason}" if reason else "")
-            orders = release_tasks(uow, uow.tasks.active_for_job(job_id), text, checkpoint=False)
-            job = uow.jobs.transition(job_id, JobState.CANCELLED, kind="cancelled", reason=text)
-            return job, orders
+            targets = [job]
+            if whole_array and job.spec.array_job_id == job.id:
+                targets = uow.jobs.array_elements([job.id]).get(job.id, [job])
+            orders: list[StopOrder] = []
+            result = job
+            for target in targets:
+                if is_terminal(target.state):
+                    continue
+                active = uow.tasks.active_for_job(target.id)
+                orders.extend(release_tasks(uow, active, text, checkpoint=False))
+                done = uow.jobs.transition(
+                    target.id, JobState.CANCELLED, kind="cancelled", reason=text
+                )
+                if target.id == job_id:
+                    result = done
+            return result, orders
 
         job, orders = self._tx.write(change)
         log.info("job cancelled", job_id=job_id, by=caller.user, tasks_stopped=len(orders))

@@ -83,6 +83,8 @@ class Settings:
     # asks for none gets `default_time_limit`. Empty: no maximum, no default.
     max_time_limit: str = ""
     default_time_limit: str = ""
+    # Most elements one job array may have (hctl submit --array); larger ones are refused.
+    max_array_size: int = 1000
     # How often the master looks for jobs that reached their time limit.
     time_limit_check_s: float = 5.0
     grace_s: float = 30.0
@@ -155,6 +157,7 @@ class Settings:
             ),
             (self.max_retries >= 0, "max_retries must be >= 0"),
             (self.grace_s >= 0, "grace_s must be >= 0"),
+            (self.max_array_size >= 1, "max_array_size must be >= 1"),
             (self.dispatch_timeout_s > 0, "dispatch_timeout_s must be > 0"),
             (self.dispatch_attempts >= 1, "dispatch_attempts must be >= 1"),
             (self.lease_rounds >= 1, "lease_rounds must be >= 1"),

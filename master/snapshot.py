@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from master.holds import read_holds
 from master.scheduling.churn import DEFAULT_RESTART_S
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.round import CompletedJob, LostLease
@@ -199,7 +200,12 @@ def read_round_input(
     (:func:`lost_leases`). `restart_s` is what a move costs a job whose cost
     was not measured yet (the `restart_cost_s` setting)."""
     nodes = uow.nodes.all()
-    jobs = uow.jobs.list_unfinished()
+    unfinished = uow.jobs.list_unfinished()
+    # Jobs with unmet dependencies and array elements beyond their array's cap are not
+    # offered to the policy (nor listed as the round's waiting jobs: HoldEnforcer keeps
+    # their reasons).
+    held = read_holds(uow, unfinished).held()
+    jobs = [job for job in unfinished if job.id not in held]
     tasks_by_job: dict[int, list[Task]] = defaultdict(list)
     for task in uow.tasks.active():
         tasks_by_job[task.job_id].append(task)

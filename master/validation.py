@@ -32,6 +32,30 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The replacements a worker makes in an output file name (worker/agent/tasklogs.py).
 OUTPUT_PATTERN = re.compile(r"%(.?)", re.DOTALL)
 OUTPUT_REPLACEMENTS = frozenset("jux%")
+ARRAY_REPLACEMENTS = frozenset("Aa")
+# JobSpec's field for each dependency kind.
+DEPENDENCY_FIELDS = {"afterok": "after_ok", "afterany": "after_any", "afterfail": "after_fail"}
+# Dependencies one job may list.
+DEPENDENCIES_MAX = 100
+
+
+def _dependencies(spec: common_pb2.JobSpec) -> tuple[tuple[str, int], ...]:
+    """(kind, job id) pairs, each once, in the order given."""
+    pairs: list[tuple[str, int]] = []
+    for kind, attr in DEPENDENCY_FIELDS.items():
+        for job_id in getattr(spec, attr):
+            if job_id < 1:
+                raise InvalidArgumentError(f"spec.{attr}", "job ids are >= 1")
+            fields.int64(job_id, f"spec.{attr}")
+            if (kind, job_id) not in pairs:
+                pairs.append((kind, job_id))
+    if len(pairs) > DEPENDENCIES_MAX:
+        raise InvalidArgumentError(
+            "spec.after_ok", f"{len(pairs)} dependencies; at most {DEPENDENCIES_MAX} allowed"
+        )
+    return tuple(pairs)
+
+
 IDEMPOTENCY_KEY_MAX = 255
 # A job that failed this often will not pass on the next try; each retry holds GPUs others
 # wait for.
@@ -192,7 +216,8 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
             raise InvalidArgumentError(f"spec.{attr}", "must not contain NUL characters")
         if len(value.encode()) > PATH_MAX_BYTES:
             raise InvalidArgumentError(f"spec.{attr}", f"must be at most {PATH_MAX_BYTES} bytes")
-        _check_output_pattern(value, f"spec.{attr}")
+        _check_output_pattern(value, f"spec.{attr}", array=bool(spec.array.strip()))
+    dependencies = _dependencies(spec)
 
     batch_size = spec.batch_size
     job_type = spec.job_type.strip()
@@ -231,6 +256,8 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         output=spec.output,
         error=spec.error,
         time_limit_s=spec.time_limit_s,
+        array=spec.array.strip(),
+        dependencies=dependencies,
     )
 
 
@@ -278,15 +305,21 @@ def _directory(field_path: str, value: str) -> str:
     return "/" + "/".join(path.parts[1:])
 
 
-def _check_output_pattern(pattern: str, field_path: str) -> None:
+def _check_output_pattern(pattern: str, field_path: str, *, array: bool = False) -> None:
     """An sbatch-style file name: only the replacements the worker makes (%j, %u, %x, %%),
-    and a name, not a directory."""
+    for an array's elements also %A and %a (the master makes those), and a name, not a
+    directory."""
+    allowed = OUTPUT_REPLACEMENTS | ARRAY_REPLACEMENTS if array else OUTPUT_REPLACEMENTS
     for match in OUTPUT_PATTERN.finditer(pattern):
-        if match.group(1) not in OUTPUT_REPLACEMENTS:
+        if match.group(1) in ARRAY_REPLACEMENTS and not array:
+            raise InvalidArgumentError(
+                field_path, f"%{match.group(1)} names an array's id or index; the job is no array"
+            )
+        if match.group(1) not in allowed:
             raise InvalidArgumentError(
                 field_path,
                 f"unknown replacement %{match.group(1)} (allowed: %j job id, %u user, "
-                "%x job name, %% a percent sign)",
+                "%x job name, %A array id, %a array index, %% a percent sign)",
             )
     if pattern and (pattern.endswith("/") or PurePath(pattern).name in ("", ".", "..")):
         raise InvalidArgumentError(field_path, "must name a file, not a directory")

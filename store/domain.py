@@ -40,6 +40,15 @@ class JobSpec:
     error: str = ""
     # Run time allowed in seconds (sbatch --time), summed over attempts; 0 means none.
     time_limit_s: int = 0
+    # A job array's element: its array's spec as submitted (`0-31%4`), the array's id (its
+    # first element's), this element's index and the array's cap on running elements
+    # (0: none). Empty/0/None for a job that is no array's element.
+    array: str = ""
+    array_job_id: int = 0
+    array_index: int | None = None
+    array_max_running: int = 0
+    # (kind, job id) pairs this job waits for; kinds as protos.arrays.DEPENDENCY_KINDS.
+    dependencies: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,13 @@ class JobRow(Base):
     error: Mapped[str] = mapped_column(Text, default="")
     # Run time allowed in seconds, summed over attempts; 0 means none.
     time_limit_s: Mapped[int] = mapped_column(default=0)
+    # Job arrays: the element's array (its first element's id), index and running cap.
+    array_spec: Mapped[str] = mapped_column(Text, default="")
+    array_job_id: Mapped[int | None] = mapped_column(BigInteger, default=None, index=True)
+    array_index: Mapped[int | None] = mapped_column(Integer, default=None)
+    array_max_running: Mapped[int] = mapped_column(Integer, default=0)
+    # Dependencies as [[kind, job id], ...]; read for every waiting job each round.
+    dependencies: Mapped[list[list[Any]]] = mapped_column(JSON, default=list)
     # Life.
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")

@@ -21,6 +21,13 @@ The file's keys (all optional except the amount of work and what to run)::
     error = "train-%j.err"           # and standard error here (absent: to `output`)
     time = "2h"                      # time limit, as sbatch --time: 30s, 90m, 2h, 1d,
                                      # MM:SS, HH:MM:SS, D-HH:MM:SS (a bare number: minutes)
+    array = "0-31%4"                 # a job array, as sbatch --array: 0-31, 1,3,5, 0-15:4,
+                                     # %N: at most N elements running at once
+    after_ok = [12, 13]              # start once these jobs completed (an array's id: all
+                                     # its elements); cancelled if one ends otherwise
+    after_any = [14]                 # start once these jobs ended, however they ended
+    after_fail = [15]                # start once these ended and not all completed
+    dependency = "afterok:12:13"     # the same, as sbatch --dependency writes it
 
     # exactly one of:
     workload = "resnet"              # a built-in workload (see `hctl workloads`)
@@ -43,11 +50,13 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from clients.cli.format import parse_size
-from clients.types import JobSpec, Program, ProgramKind
+from clients.types import Dependency, JobSpec, Program, ProgramKind
+from protos.arrays import parse_array, parse_dependency, parse_job_ids
 from protos.durations import parse_duration
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROGRAM_KEYS = ("workload", "script", "command")
+DEPENDENCY_KEYS = {"after_ok": "afterok", "after_any": "afterany", "after_fail": "afterfail"}
 _TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,),
     "gpus": (int,),
@@ -66,6 +75,11 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "output": (str,),
     "error": (str,),
     "time": (str,),
+    "array": (str, int),
+    "after_ok": (list, str, int),
+    "after_any": (list, str, int),
+    "after_fail": (list, str, int),
+    "dependency": (str,),
     "env": (dict,),
     "workload": (str,),
     "script": (list, str),
@@ -137,7 +151,34 @@ def _normalize_value(key: str, raw: Any) -> Any:
             return parse_duration(raw)
         except ValueError as exc:
             raise SpecError(key, str(exc)) from None
+    if key == "array":
+        try:
+            return str(parse_array(str(raw)))
+        except ValueError as exc:
+            raise SpecError(key, str(exc)) from None
+    if key in DEPENDENCY_KEYS:
+        if isinstance(raw, list):
+            raw = ",".join(str(item) for item in raw)
+        try:
+            return parse_job_ids(str(raw), what=key)
+        except ValueError as exc:
+            raise SpecError(key, str(exc)) from None
+    if key == "dependency":
+        try:
+            return parse_dependency(raw)
+        except ValueError as exc:
+            raise SpecError(key, str(exc)) from None
     return raw
+
+
+def dependencies(values: Mapping[str, Any]) -> tuple[Dependency, ...]:
+    """The dependencies of `after_ok`, `after_any`, `after_fail` and `dependency`, each
+    once."""
+    pairs: list[tuple[str, int]] = []
+    for key, kind in DEPENDENCY_KEYS.items():
+        pairs.extend((kind, job_id) for job_id in values.get(key, ()))
+    pairs.extend(values.get("dependency", ()))
+    return tuple(Dependency(kind, job_id) for kind, job_id in dict.fromkeys(pairs))
 
 
 def parse_env_table(table: Mapping[str, Any]) -> dict[str, str]:
@@ -233,6 +274,8 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
         output=values.get("output", ""),
         error=values.get("error", ""),
         time_limit_s=values.get("time", 0),
+        array=values.get("array", ""),
+        dependencies=dependencies(values),
     )
 
 

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from clients.cli import format as fmt
+from clients.cli.arrays import display_id, is_array, job_ref, queue_rows, resolve
 from clients.cli.changes import ChangeLines
 from clients.cli.command import CliError, Command, Context, ExitCode, split_list
 from clients.cli.completion import offer
@@ -26,6 +27,7 @@ from clients.cli.jobfile import (
     normalize,
     parse_env_assignments,
 )
+from clients.client import HadarClient
 from clients.errors import DeadlineExceeded, NotFound, PermissionDenied, Unavailable
 from clients.types import (
     ACTIVE_JOB_STATES,
@@ -36,6 +38,7 @@ from clients.types import (
     LogChunk,
     LogStream,
 )
+from protos.arrays import JobRef, dependency_text
 
 STATE_STYLES: dict[JobState, str] = {
     JobState.PENDING: "yellow",
@@ -98,7 +101,7 @@ def parse_states(values: Sequence[str] | None) -> list[JobState]:
 
 
 @contextmanager
-def about_job(job: int, action: str = "") -> Iterator[None]:
+def about_job(job: int | JobRef, action: str = "") -> Iterator[None]:
     """Turns the master's NOT_FOUND and PERMISSION_DENIED about one job into clear lines."""
     try:
         yield
@@ -227,6 +230,35 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="also append standard error to this file (default: to --output's file)",
     )
+    arrays = parser.add_argument_group("arrays and dependencies")
+    arrays.add_argument(
+        "-a",
+        "--array",
+        metavar="SPEC",
+        help="submit a job array, as sbatch --array: 0-31, 1,3,5, 0-15:4, and %%N for at "
+        "most N elements running at once (e.g. 0-31%%4); each element is a job of its own "
+        "with HADAR_ARRAY_INDEX and HADAR_ARRAY_JOB_ID set, named ARRAY_INDEX (12_3); %%A "
+        "and %%a in --output/--error are the array id and index",
+    )
+    for flag, waits in (
+        ("--after-ok", "completed (cancelled if one of them ends otherwise)"),
+        ("--after-any", "ended, however they ended"),
+        ("--after-fail", "ended and not all completed (cancelled if they all completed)"),
+    ):
+        arrays.add_argument(
+            flag,
+            action="append",
+            metavar="ID[,ID]",
+            help=f"start only once these jobs {waits}; an array's id means all its elements",
+        )
+    arrays.add_argument(
+        "-d",
+        "--dependency",
+        action="append",
+        metavar="LIST",
+        help="dependencies as sbatch writes them: afterok:1:2,afterany:3,afterfail:4 "
+        "(afternotok is afterfail)",
+    )
     out = parser.add_argument_group("output")
     mode = out.add_mutually_exclusive_group()
     mode.add_argument("--parsable", action="store_true", help="print only the job id")
@@ -252,8 +284,15 @@ def spec_values_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         "output": args.output,
         "error": args.error,
         "time": args.time,
+        "array": args.array,
         "workload": args.workload,
     }
+    for key in ("after_ok", "after_any", "after_fail"):
+        given = getattr(args, key)
+        if given:
+            flags[key] = ",".join(given)
+    if args.dependency:
+        flags["dependency"] = ",".join(args.dependency)
     values = {key: value for key, value in flags.items() if value is not None}
     if args.gpu_type:
         values["gpu_types"] = split_list(args.gpu_type)
@@ -280,11 +319,25 @@ def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
         spec = build_spec(values)
     except SpecError as exc:
         raise CliError(str(exc), ExitCode.USAGE, "see `hctl submit --help`") from None
-    job = ctx.client().submit_job(spec)
+    client = ctx.client()
+    job = client.submit_job(spec)
+    if spec.array:
+        elements = client.array_elements(job.id)
+        if args.parsable:
+            ctx.say(str(job.id))
+        elif args.json:
+            ctx.json({"job": job, "elements": elements})
+        else:
+            ctx.say(
+                f"submitted array job {job.id} ({job.spec.name}): {len(elements)} elements "
+                f"{job.id}_[{job.spec.array}] — follow it with `hctl queue` or "
+                f"`hctl wait {job.id}`"
+            )
+        return ExitCode.OK
     if args.parsable:
         ctx.say(str(job.id))
     elif args.json:
-        ctx.json({"job": job})
+        ctx.json({"job": job, "elements": []})
     else:
         ctx.say(
             f"submitted job {job.id} ({job.spec.name}): {job.state.value} — "
@@ -314,6 +367,13 @@ def _configure_queue(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-a", "--all", action="store_true", help="include finished jobs (default: active only)"
     )
+    parser.add_argument(
+        "-r",
+        "--expand",
+        action="store_true",
+        help="one line per array element (default: an array's pending elements share one "
+        "line, 12_[4-31%%4], as squeue shows them)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md)")
     parser.add_argument(
         "--watch",
@@ -336,13 +396,14 @@ def queue_filter(args: argparse.Namespace, ctx: Context) -> tuple[str | None, li
     return user, states
 
 
-def queue_table(jobs: Sequence[Job], now: datetime) -> Table:
+def queue_table(jobs: Sequence[Job], now: datetime, *, expand: bool = False) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     for column in QUEUE_COLUMNS:
         table.add_column(column, no_wrap=column != "NODE/REASON", justify="left")
-    for job in jobs:
+    for row in queue_rows(jobs, expand=expand):
+        job = row.first
         table.add_row(
-            str(job.id),
+            row.shown_id,
             job.spec.name,
             job.user,
             styled_state(job.state),
@@ -371,12 +432,19 @@ def _run_queue(args: argparse.Namespace, ctx: Context) -> int:
             selective = args.state or args.all
             ctx.note("no jobs" if selective else "no active jobs (add --all for finished ones)")
             return ExitCode.OK
-        ctx.show(queue_table(jobs, now_utc()))
+        ctx.show(queue_table(jobs, now_utc(), expand=args.expand))
         return ExitCode.OK
-    return _watch_queue(ctx, args.interval, user, states)
+    return _watch_queue(ctx, args.interval, user, states, expand=args.expand)
 
 
-def _watch_queue(ctx: Context, interval: float, user: str | None, states: list[JobState]) -> int:
+def _watch_queue(
+    ctx: Context,
+    interval: float,
+    user: str | None,
+    states: list[JobState],
+    *,
+    expand: bool = False,
+) -> int:
     from rich.live import Live
 
     client = ctx.client()
@@ -385,7 +453,7 @@ def _watch_queue(ctx: Context, interval: float, user: str | None, states: list[J
         jobs = client.list_jobs(user=user, states=states)
         now = now_utc()
         header = Text(f"{fmt.format_time(now, now.astimezone())}  {len(jobs)} jobs", style="dim")
-        return Group(header, queue_table(jobs, now))
+        return Group(header, queue_table(jobs, now, expand=expand))
 
     try:
         if ctx.out.is_terminal:
@@ -409,13 +477,14 @@ def _watch_queue(ctx: Context, interval: float, user: str | None, states: list[J
 
 
 def _configure_show(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", type=job_id, metavar="JOB", help="job id")
+    parser.add_argument("job", type=job_ref, metavar="JOB", help="job id, or array element (12_3)")
     parser.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md)")
 
 
 def _run_show(args: argparse.Namespace, ctx: Context) -> int:
+    client = ctx.client()
     with about_job(args.job):
-        described = ctx.client().describe_job(args.job)
+        described = client.describe_job(resolve(client, args.job).id)
     now = now_utc()
     eta = fmt.estimate_eta(described.job, now)
     if args.json:
@@ -435,7 +504,8 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
     job = described.job
     spec = job.spec
     parts: list[RenderableType] = []
-    title = Text.assemble((f"Job {job.id}", "bold"), f"  {spec.name}  ", (f"({job.user})", "dim"))
+    heading = f"Job {job.id}" + (f" ({display_id(job)})" if spec.array_job_id else "")
+    title = Text.assemble((heading, "bold"), f"  {spec.name}  ", (f"({job.user})", "dim"))
     parts.append(title)
     info = Table.grid(padding=(0, 2))
     info.add_column(style="bold")
@@ -478,6 +548,15 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         f"ran {fmt.format_duration(fmt.run_time(job, now))}",
     )
     info.add_row("limit", fmt.time_limit_line(job))
+    if spec.array_job_id:
+        info.add_row(
+            "array",
+            f"element {display_id(job)} of array {spec.array_job_id} ({spec.array}); "
+            f"`hctl queue -r` lists them, `hctl cancel {spec.array_job_id}` cancels them all",
+        )
+    if spec.dependencies:
+        pairs = [(d.kind, d.job_id) for d in spec.dependencies]
+        info.add_row("depends on", dependency_text(pairs))
     if job.progress_measured:
         progress = fmt.format_progress(job.iterations_done, spec.iterations)
         progress += f"; checkpoint at {job.checkpoint_iterations}"
@@ -565,7 +644,13 @@ def events_table(events: Sequence[JobEvent], now: datetime) -> RenderableType:
 
 
 def _configure_cancel(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("jobs", nargs="*", type=job_id, metavar="JOB", help="job ids")
+    parser.add_argument(
+        "jobs",
+        nargs="*",
+        type=job_ref,
+        metavar="JOB",
+        help="job ids; an array's id cancels all its elements, 12_3 one element",
+    )
     who = parser.add_mutually_exclusive_group()
     who.add_argument("-u", "--user", help="also every active job of this user")
     who.add_argument("--me", action="store_true", help="also every active job of mine")
@@ -585,7 +670,7 @@ def _configure_cancel(parser: argparse.ArgumentParser) -> None:
 
 def _run_cancel(args: argparse.Namespace, ctx: Context) -> int:
     client = ctx.client()
-    targets: list[int] = list(dict.fromkeys(args.jobs))
+    targets: list[JobRef] = list(dict.fromkeys(args.jobs))
     if args.state and not (args.user or args.me):
         raise CliError(
             "-t/--state selects among a user's jobs: add -u USER or --me", ExitCode.USAGE
@@ -598,7 +683,7 @@ def _run_cancel(args: argparse.Namespace, ctx: Context) -> int:
             return ExitCode.OK
         if selected and not args.yes:
             _confirm(ctx, user or "", selected)
-        targets.extend(j.id for j in selected if j.id not in targets)
+        targets.extend(JobRef(j.id) for j in selected if JobRef(j.id) not in targets)
     if not targets:
         raise CliError("name jobs to cancel", ExitCode.USAGE, "e.g. `hctl cancel 42` or `--me`")
     worst = ExitCode.OK
@@ -606,19 +691,39 @@ def _run_cancel(args: argparse.Namespace, ctx: Context) -> int:
         try:
             with about_job(target, "cancel"):
                 # Looked up first only to tell "cancelled now" from "had already ended".
-                before = client.get_job(target)
-                job = before if before.state.terminal else client.cancel_job(target, args.reason)
+                before = resolve(client, target)
+                if target.array_index is None and is_array(before):
+                    _cancel_array(ctx, client, before, args.reason)
+                    continue
+                job = before if before.state.terminal else client.cancel_job(before.id, args.reason)
         except CliError as exc:
             ctx.note(exc.line())
             worst = worst if worst != ExitCode.OK else exc.code
             continue
-        if before.state.terminal:
+        if before.spec.array_job_id:
+            name = f"{display_id(before)} ({job.spec.name}, job {job.id})"
+            if before.state.terminal:
+                ctx.say(f"array element {name} had already ended: {job.state.value}")
+            else:
+                ctx.say(f"cancelled array element {name}")
+        elif before.state.terminal:
             ctx.say(f"job {job.id} ({job.spec.name}) had already ended: {job.state.value}")
         elif job.state is JobState.CANCELLED:
             ctx.say(f"cancelled job {job.id} ({job.spec.name})")
         else:
             ctx.say(f"cancelling job {job.id} ({job.spec.name}): stopping its tasks")
     return worst
+
+
+def _cancel_array(ctx: Context, client: HadarClient, first: Job, reason: str) -> None:
+    """scancel's form: an array's id cancels every element still waiting or running."""
+    before = client.array_elements(first.id)
+    client.cancel_job(first.id, reason, whole_array=True)
+    ended = sum(1 for e in before if e.state.terminal)
+    ctx.say(
+        f"cancelled array job {first.id} ({first.spec.name}): {len(before) - ended} of "
+        f"{len(before)} elements" + (f" ({ended} had already ended)" if ended else "")
+    )
 
 
 def _confirm(ctx: Context, user: str, jobs: Sequence[Job]) -> None:
@@ -639,7 +744,7 @@ def _confirm(ctx: Context, user: str, jobs: Sequence[Job]) -> None:
 
 
 def _configure_logs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", type=job_id, metavar="JOB", help="job id")
+    parser.add_argument("job", type=job_ref, metavar="JOB", help="job id, or array element (12_3)")
     parser.add_argument(
         "-f", "--follow", action="store_true", help="keep printing new output (current attempt)"
     )
@@ -725,14 +830,14 @@ class _LogPrinter:
 def _run_logs(args: argparse.Namespace, ctx: Context) -> int:
     if args.tail < 0:
         raise CliError("--tail must not be negative", ExitCode.USAGE)
-    printer = _LogPrinter(args.job, args.label, headers=args.attempt is None)
     client = ctx.client()
+    with about_job(args.job, "read the logs of"):
+        # Asked first, so that NOT_FOUND from the stream is about the output only.
+        job_id_ = resolve(client, args.job).id
+    printer = _LogPrinter(job_id_, args.label, headers=args.attempt is None)
     try:
-        with about_job(args.job, "read the logs of"):
-            # Asked first, so that NOT_FOUND from the stream is about the output only.
-            client.get_job(args.job)
         for chunk in client.stream_logs(
-            args.job,
+            job_id_,
             follow=args.follow,
             tail_lines=args.tail,
             rank=args.rank,
@@ -750,7 +855,7 @@ def _run_logs(args: argparse.Namespace, ctx: Context) -> int:
             raise
         # The master answered (it opened an attempt): a worker is what cannot be reached.
         raise CliError(
-            f"cannot read all of job {args.job}'s output: {exc.details}",
+            f"cannot read all of job {job_id_}'s output: {exc.details}",
             ExitCode.UNAVAILABLE,
             "its worker may be down; `hctl nodes` shows the nodes' state",
         ) from None
@@ -786,7 +891,12 @@ WAIT_EXIT_CODES: dict[JobState, ExitCode] = {
 
 
 def _configure_wait(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", type=job_id, metavar="JOB", help="job id")
+    parser.add_argument(
+        "job",
+        type=job_ref,
+        metavar="JOB",
+        help="job id (an array's id: all its elements), or array element (12_3)",
+    )
     parser.add_argument(
         "--timeout",
         dest="wait_timeout",
@@ -823,8 +933,13 @@ def wait_for_job(ctx: Context, job: int, timeout: float | None) -> Job | None:
 
 
 def _run_wait(args: argparse.Namespace, ctx: Context) -> int:
+    client = ctx.client()
+    with about_job(args.job):
+        target = resolve(client, args.job)
+    if args.job.array_index is None and is_array(target):
+        return _wait_array(args, ctx, target)
     try:
-        job = wait_for_job(ctx, args.job, args.wait_timeout)
+        job = wait_for_job(ctx, target.id, args.wait_timeout)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
     if job is None:
@@ -834,8 +949,39 @@ def _run_wait(args: argparse.Namespace, ctx: Context) -> int:
     if not args.quiet:
         redundant = not job.reason or job.reason.startswith(job.state.value)
         detail = "" if redundant else f": {job.reason}"
-        ctx.say(f"job {job.id} ({job.spec.name}) {job.state.value}{detail}")
+        ctx.say(f"job {display_id(job)} ({job.spec.name}) {job.state.value}{detail}")
     return WAIT_EXIT_CODES.get(job.state, ExitCode.ERROR)
+
+
+def _wait_array(args: argparse.Namespace, ctx: Context, first: Job) -> int:
+    """Wait for every element; the exit code is 0 when all completed, else that of the
+    first element (by index) that did not."""
+    deadline = None if args.wait_timeout is None else time.monotonic() + args.wait_timeout
+    ended: list[Job] = []
+    try:
+        for element in ctx.client().array_elements(first.id):
+            remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
+            job = wait_for_job(ctx, element.id, remaining)
+            if job is None:
+                if not args.quiet:
+                    ctx.note(
+                        f"array {first.id} did not finish within {args.wait_timeout:g}s "
+                        f"({len(ended)} elements ended)"
+                    )
+                return ExitCode.TIMEOUT
+            ended.append(job)
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+    counts: dict[str, int] = {}
+    for job in ended:
+        counts[job.state.value] = counts.get(job.state.value, 0) + 1
+    if not args.quiet:
+        summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        ctx.say(f"array {first.id} ({first.spec.name}): {len(ended)} elements ended: {summary}")
+    for job in ended:
+        if job.state is not JobState.COMPLETED:
+            return WAIT_EXIT_CODES.get(job.state, ExitCode.ERROR)
+    return ExitCode.OK
 
 
 COMMANDS = [

@@ -155,7 +155,8 @@ OUTPUTS: dict[str, Obj] = {
     ),
     "admin token list": obj("TokenListOutput", tokens=ListOf(shape_of(model.TokenInfo))),
     "admin token create": obj("TokenCreateOutput", token=Scalar("string"), info=model.TokenInfo),
-    "submit": obj("SubmitOutput", job=model.Job),
+    # `elements`: an array's elements by index (the first is `job`); empty for one job.
+    "submit": obj("SubmitOutput", job=model.Job, elements=ListOf(shape_of(model.Job))),
     "usage": obj("UsageOutput", usage=model.UsageReport),
     "history": obj("HistoryOutput", jobs=ListOf(shape_of(model.JobRecord))),
 }

@@ -69,7 +69,14 @@ def spec_to_pb(spec: domain.JobSpec) -> common_pb2.JobSpec:
         output=spec.output,
         error=spec.error,
         time_limit_s=spec.time_limit_s,
+        array=spec.array,
+        array_job_id=spec.array_job_id,
+        after_ok=[i for kind, i in spec.dependencies if kind == "afterok"],
+        after_any=[i for kind, i in spec.dependencies if kind == "afterany"],
+        after_fail=[i for kind, i in spec.dependencies if kind == "afterfail"],
     )
+    if spec.array_index is not None:
+        out.array_index = spec.array_index
     if spec.max_retries is not None:
         out.max_retries = spec.max_retries
     if spec.program_kind is ProgramKind.WORKLOAD:

@@ -131,9 +131,16 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             if state not in JOB_STATE_FROM_PB:
                 raise InvalidArgumentError(f"states[{i}]", f"unknown job state {state}")
             states.append(JOB_STATE_FROM_PB[state])
+        array_job_id = fields.int64(request.array_job_id, "array_job_id")
 
         def read(uow: UnitOfWork) -> hadar_pb2.ListJobsResponse:
-            jobs = uow.jobs.query(user=user, states=states, after_id=after, limit=size + 1)
+            jobs = uow.jobs.query(
+                user=user,
+                states=states,
+                after_id=after,
+                limit=size + 1,
+                array_job_id=array_job_id,
+            )
             more = len(jobs) > size
             jobs = jobs[:size]
             return hadar_pb2.ListJobsResponse(
@@ -152,6 +159,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             caller,
             fields.job_id(request.job_id),
             fields.text(request.reason, "reason", REASON_MAX).strip(),
+            whole_array=request.whole_array,
         )
         return hadar_pb2.CancelJobResponse(job=job_to_pb(job))
 

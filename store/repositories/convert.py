@@ -51,6 +51,11 @@ def job_spec(row: JobRow) -> JobSpec:
         output=row.output,
         error=row.error,
         time_limit_s=row.time_limit_s,
+        array=row.array_spec or "",
+        array_job_id=row.array_job_id or 0,
+        array_index=row.array_index,
+        array_max_running=row.array_max_running or 0,
+        dependencies=tuple((str(k), int(i)) for k, i in (row.dependencies or ())),
     )
 
 
@@ -76,6 +81,11 @@ def fill_spec(row: JobRow, spec: JobSpec) -> None:
     row.output = spec.output
     row.error = spec.error
     row.time_limit_s = spec.time_limit_s
+    row.array_spec = spec.array
+    row.array_job_id = spec.array_job_id or None
+    row.array_index = spec.array_index
+    row.array_max_running = spec.array_max_running
+    row.dependencies = [[kind, job_id] for kind, job_id in spec.dependencies]
 
 
 def job(row: JobRow) -> Job:

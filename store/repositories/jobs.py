@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import func, select, update
@@ -11,7 +13,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
 
-from store.domain import Job, JobEvent, NewJob
+from store.domain import Job, JobEvent, JobSpec, NewJob
 from store.errors import ConflictError, InvalidTransitionError, NotFoundError
 from store.models import CompletionNoticeRow, IdempotencyKeyRow, JobEventRow, JobRow, utcnow
 from store.repositories import convert
@@ -65,11 +67,14 @@ class JobRepository:
         states: Collection[JobState] = (),
         after_id: int = 0,
         limit: int | None = None,
+        array_job_id: int = 0,
     ) -> list[Job]:
-        """Jobs ordered by id, optionally filtered by owner and state, paged by id."""
+        """Jobs ordered by id, optionally filtered by owner, state and array, paged by id."""
         query = select(JobRow).where(JobRow.id > after_id).order_by(JobRow.id)
         if user:
             query = query.where(JobRow.user == user)
+        if array_job_id:
+            query = query.where(JobRow.array_job_id == array_job_id)
         if states:
             query = query.where(JobRow.state.in_([s.value for s in states]))
         if limit is not None:
@@ -113,6 +118,21 @@ class JobRepository:
         live = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]
         query = select(JobRow).where(JobRow.state.in_(live)).order_by(JobRow.id)
         return [convert.job(self._keep(row)) for row in self._session.scalars(query)]
+
+    def array_elements(self, array_job_ids: Collection[int]) -> dict[int, list[Job]]:
+        """Per array id, its elements ordered by index (arrays that do not exist are left
+        out)."""
+        if not array_job_ids:
+            return {}
+        query = (
+            select(JobRow)
+            .where(JobRow.array_job_id.in_(list(array_job_ids)))
+            .order_by(JobRow.array_job_id, JobRow.array_index)
+        )
+        found: dict[int, list[Job]] = {}
+        for row in self._session.scalars(query):
+            found.setdefault(int(row.array_job_id or 0), []).append(convert.job(self._keep(row)))
+        return found
 
     def get_many(self, job_ids: Collection[int]) -> dict[int, Job]:
         if not job_ids:
@@ -175,6 +195,64 @@ class JobRepository:
         )
         self._session.flush()
         return convert.job(row), True
+
+    def add_array(
+        self, new: NewJob, indices: Sequence[int], *, now: datetime | None = None
+    ) -> tuple[list[Job], bool]:
+        """Insert one PENDING job per index, in index order, each with its `submitted`
+        event; the first element's id becomes the array's id (stored on every element).
+        `new.spec.env` gets the element's HADAR_ARRAY_* variables added, and `%A`/`%a` in
+        its output files are replaced.
+
+        With an idempotency key already used by the same user, returns the array created the
+        first time and False.
+        """
+        if new.idempotency_key:
+            existing = self._session.get(IdempotencyKeyRow, (new.user, new.idempotency_key))
+            if existing is not None:
+                first = self.get(existing.job_id)
+                elements = self.array_elements([first.spec.array_job_id])
+                return elements.get(first.spec.array_job_id, [first]), False
+        if not indices:
+            raise ValueError("an array needs at least one index")
+        at = now or utcnow()
+        head: JobRow | None = None
+        rows: list[JobRow] = []
+        for index in indices:
+            row = JobRow(
+                user=new.user,
+                state=JobState.PENDING.value,
+                reason="waiting for the next scheduling round",
+                submitted_at=at,
+            )
+            array_id = head.id if head is not None else 0
+            convert.fill_spec(row, element_spec(new.spec, array_id, index, len(indices)))
+            self._session.add(row)
+            if head is None:
+                # The array's id is its first element's, known once that row is inserted.
+                self._session.flush()
+                head = row
+                convert.fill_spec(row, element_spec(new.spec, row.id, index, len(indices)))
+            rows.append(row)
+        assert head is not None
+        self._session.flush()
+        if new.idempotency_key:
+            self._session.add(
+                IdempotencyKeyRow(user=new.user, key=new.idempotency_key, job_id=head.id)
+            )
+        for row in rows:
+            self._add_event(
+                row.id,
+                at,
+                JobState.PENDING,
+                JobState.PENDING,
+                "submitted",
+                f"submitted by {new.user} as element {head.id}_{row.array_index} of array "
+                f"{head.id}",
+                0,
+            )
+        self._session.flush()
+        return [convert.job(row) for row in rows], True
 
     def transition(
         self,
@@ -388,3 +466,35 @@ class JobRepository:
     def last_event_id(self) -> int:
         value = self._session.execute(select(func.max(JobEventRow.id))).scalar_one_or_none()
         return int(value or 0)
+
+
+def element_spec(spec: JobSpec, array_job_id: int, index: int, count: int) -> JobSpec:
+    """An array element's spec: the array's, with the element's identity, its environment
+    (HADAR_ARRAY_INDEX, HADAR_ARRAY_JOB_ID, HADAR_ARRAY_TASK_COUNT) and `%A`/`%a` in its
+    output files replaced (the workers replace the other sequences)."""
+    env = dict(spec.env)
+    env.update(
+        {
+            "HADAR_ARRAY_INDEX": str(index),
+            "HADAR_ARRAY_JOB_ID": str(array_job_id),
+            "HADAR_ARRAY_TASK_COUNT": str(count),
+        }
+    )
+    return replace(
+        spec,
+        array_job_id=array_job_id,
+        array_index=index,
+        env=tuple(sorted(env.items())),
+        output=expand_array_pattern(spec.output, array_job_id, index),
+        error=expand_array_pattern(spec.error, array_job_id, index),
+    )
+
+
+_PATTERN = re.compile(r"%(.)")
+
+
+def expand_array_pattern(pattern: str, array_job_id: int, index: int) -> str:
+    """`%A` -> the array id, `%a` -> the index; other sequences (`%%` included) are kept for
+    the worker."""
+    values = {"A": str(array_job_id), "a": str(index)}
+    return _PATTERN.sub(lambda m: values.get(m.group(1), m.group(0)), pattern)

@@ -53,16 +53,18 @@ class GetJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("user", "states", "page_size", "page_token")
+    __slots__ = ("user", "states", "page_size", "page_token", "array_job_id")
     USER_FIELD_NUMBER: _ClassVar[int]
     STATES_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     user: str
     states: _containers.RepeatedScalarFieldContainer[_common_pb2.JobState]
     page_size: int
     page_token: str
-    def __init__(self, user: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    array_job_id: int
+    def __init__(self, user: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., array_job_id: _Optional[int] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")
@@ -73,12 +75,14 @@ class ListJobsResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[_common_pb2.Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
-    __slots__ = ("job_id", "reason")
+    __slots__ = ("job_id", "reason", "whole_array")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_ARRAY_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     reason: str
-    def __init__(self, job_id: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    whole_array: bool
+    def __init__(self, job_id: _Optional[int] = ..., reason: _Optional[str] = ..., whole_array: _Optional[bool] = ...) -> None: ...
 
 class CancelJobResponse(_message.Message):
     __slots__ = ("job",)

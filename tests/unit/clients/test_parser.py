@@ -11,6 +11,7 @@ from clients.cli.jobfile import build_spec
 from clients.cli.jobs import parse_states, spec_values_from_flags
 from clients.cli.main import build_parser, main, selected_command
 from clients.types import JobState, ProgramKind
+from protos.arrays import JobRef
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -83,7 +84,7 @@ def test_global_options_work_before_and_after_the_command():
     short = parse("token", "list", "--master", "m:4")
     assert short.master == "m:4"
     wait = parse("--timeout", "4", "wait", "7", "--timeout", "60")
-    assert (wait.rpc_timeout, wait.wait_timeout, wait.job) == (4.0, 60.0, 7)
+    assert (wait.rpc_timeout, wait.wait_timeout, wait.job) == (4.0, 60.0, JobRef(7))
 
 
 def test_selected_command_skips_global_options_and_their_values():
