@@ -104,9 +104,12 @@ def test_submit_output_and_error_files_are_part_of_the_spec(hctl: Hctl) -> None:
     spec = json.loads(hctl("show", str(job), "--json").out)["job"]["spec"]
     assert (spec["output"], spec["error"]) == ("train-%j.out", "/shared/logs/%u/train-%j.err")
     assert "train-%j.out" in hctl("show", str(job)).out
-    refused = hctl("submit", "--workload", "resnet", "--iterations", "1", "--output", "x-%A.out")
+    refused = hctl("submit", "--workload", "resnet", "--iterations", "1", "--output", "x-%Q.out")
     assert refused.code == ExitCode.INVALID_ARGUMENT
-    assert "spec.output: unknown replacement %A" in refused.err
+    assert "spec.output: unknown replacement %Q" in refused.err
+    not_array = hctl("submit", "--workload", "resnet", "--iterations", "1", "--output", "x-%A.out")
+    assert not_array.code == ExitCode.INVALID_ARGUMENT
+    assert "spec.output: %A names an array's id or index; the job is no array" in not_array.err
 
 
 def test_logs_blame_the_worker_not_the_master_when_a_worker_is_down(
