@@ -6,6 +6,7 @@ In-process use (tests, other tools)::
     port = master.start()              # migrates, serves, schedules; port 0 picks one
     token = master.create_token("alice", admin=True)
     master.run_round()                 # one scheduling round now, synchronously
+    master.leadership.role             # Role.ACTIVE once started; see master.leadership
     master.check_nodes(force=True)     # declare silent nodes lost now
     master.stop()                      # graceful: finishes the current round
 """
@@ -36,6 +37,7 @@ from master.components import Components
 from master.dispatch import Dispatcher
 from master.events import ChangeSignal
 from master.jobs import JobManager
+from master.leadership import Leadership
 from master.metrics import ClusterGauges, MasterMetrics
 from master.registry import Registry
 from master.rounds import RoundResult, RoundRunner
@@ -131,6 +133,11 @@ class Master:
         self._started_at = 0.0
         self.port = 0
         self.metrics_port: int | None = None
+        # Why this master lost its lease, once it has: it then acts no more and exits.
+        self.deposed_reason = ""
+        self._deposed = threading.Event()
+        self._renewals_stop = threading.Event()
+        self._renewals: threading.Thread | None = None
 
         self.tx = Transactor(self.database)
         self.workers = WorkerClients(
@@ -175,6 +182,14 @@ class Master:
             self.changes.notify,
         )
         self.auth = Authenticator(self.tx, settings.auth, self.cluster_token)
+        self.leadership = Leadership(
+            self.database,
+            address=settings.listen,
+            lease_s=settings.leader_lease_s,
+            renew_s=settings.leader_renew_s,
+            on_lost=self._lost_lease,
+        )
+        self.metrics.watch_leadership(lambda: (self.leadership.role.value, self.leadership.epoch))
 
     # -- life --------------------------------------------------------------------------------
 
@@ -186,10 +201,12 @@ class Master:
         return f"{host}:{self.port}"
 
     def start(self) -> int:
-        """Migrate the database, serve, schedule rounds; returns the bound gRPC port.
+        """Migrate the database, wait to become the active master, then serve and schedule
+        rounds; returns the bound gRPC port (0 when stopped while still a standby).
 
-        Raises DatabaseUnreachableError when the database does not answer within
-        ``database_wait_s``."""
+        A standby neither listens nor schedules: it only tries for the lease every
+        ``leader_renew_s``. Raises DatabaseUnreachableError when the database does not
+        answer within ``database_wait_s``."""
         wait_for_database(
             self.database,
             self.settings.database_wait_s,
@@ -202,6 +219,44 @@ class Master:
             ),
         )
         upgrade(self.database.url, engine=self.database.engine)
+        self._serve_metrics()
+        log.info("master waiting to become active", database=describe_url(self.database.url))
+        if not self.leadership.wait_to_lead(self._signalled):
+            return 0
+        # From here every write checks the term, and every order to a worker carries it.
+        self.tx.guard = self.leadership.guard
+        self.workers.epoch = self.leadership.fence
+        self.workers.on_fenced = self.leadership.step_down
+        self._renewals = threading.Thread(
+            target=self.leadership.run_renewals,
+            args=(self._renewals_stop,),
+            name="hadar-lease",
+            daemon=True,
+        )
+        self._renewals.start()
+        try:
+            return self._serve()
+        except BaseException:
+            self.leadership.release()
+            raise
+
+    def _serve_metrics(self) -> None:
+        self.metrics.watch_store(self._gauges)
+        if self.settings.metrics_port < 0:
+            return
+        try:
+            http, _thread = start_http_server(
+                self.settings.metrics_port, self.settings.metrics_host, self.metrics.registry
+            )
+        except OSError as exc:
+            raise SettingsError(
+                f"metrics_port: cannot bind {self.settings.metrics_host}:"
+                f"{self.settings.metrics_port}: {exc}"
+            ) from None
+        self._metrics_server = http
+        self.metrics_port = int(http.server_port)
+
+    def _serve(self) -> int:
         self._started_at = time.monotonic()
         parts = Components(
             settings=self.settings,
@@ -252,21 +307,6 @@ class Master:
         for name in ("", *SERVICES):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
-        self.metrics.watch_store(self._gauges)
-        if self.settings.metrics_port >= 0:
-            try:
-                http, _thread = start_http_server(
-                    self.settings.metrics_port, self.settings.metrics_host, self.metrics.registry
-                )
-            except OSError as exc:
-                server.stop(0)
-                raise SettingsError(
-                    f"metrics_port: cannot bind {self.settings.metrics_host}:"
-                    f"{self.settings.metrics_port}: {exc}"
-                ) from None
-            self._metrics_server = http
-            self.metrics_port = int(http.server_port)
-
         scheduler = BackgroundScheduler(timezone=UTC)
         scheduler.add_job(
             self._scheduled_round,
@@ -298,8 +338,23 @@ class Master:
             round_seconds=self.settings.round_seconds,
             auth=self.settings.auth,
             metrics_port=self.metrics_port,
+            epoch=self.leadership.epoch,
         )
         return self.port
+
+    def _lost_lease(self, reason: str) -> None:
+        """The term is over: stop scheduling and refuse calls now; the process then exits
+        (serve_forever) and, restarted, stands by."""
+        self.deposed_reason = reason
+        for name in ("", *SERVICES):
+            self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.jobs.stop_accepting()
+        if self._scheduler is not None:
+            try:
+                self._scheduler.pause()
+            except Exception:  # not running yet, or shutting down
+                log.debug("could not pause the scheduler")
+        self._deposed.set()
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop serving: NOT_SERVING, refuse submissions, finish the current round, exit.
@@ -328,24 +383,30 @@ class Master:
         self._background.shutdown(wait=True)
         self._rpc_pool.shutdown(wait=True)
         self.workers.close()
+        self._renewals_stop.set()
+        if self._renewals is not None:
+            self._renewals.join(timeout=10)
+        # Last: nothing this master does may follow the moment a standby can take over.
+        self.leadership.release()
         self.database.dispose()
         self._stopped.set()
         log.info("master stopped")
 
-    def serve_forever(self) -> None:
-        """Start, then block until SIGTERM or SIGINT, then stop gracefully."""
-        done = threading.Event()
+    def serve_forever(self) -> bool:
+        """Start (standing by until active), then block until SIGTERM or SIGINT or the loss
+        of the lease, then stop gracefully. False when the lease was lost."""
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
             log.info("signal received", signal=signal.Signals(signum).name)
             self._signalled.set()
-            done.set()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         self.start()
-        done.wait()
+        while not (self._signalled.is_set() or self._deposed.is_set()):
+            self._signalled.wait(0.5)
         self.stop()
+        return not self._deposed.is_set()
 
     def create_token(self, user: str, *, admin: bool = False, description: str = "") -> str:
         """Issue an API token for `user` (created if needed); returns the plaintext."""
@@ -358,7 +419,9 @@ class Master:
     # -- rounds --------------------------------------------------------------------------------
 
     def run_round(self) -> RoundResult:
-        """One scheduling round now; returns when it is stored and pushed."""
+        """One scheduling round now; returns when it is stored and pushed. NotLeaderError
+        on a master that is not the active one."""
+        self.leadership.fence()
         result = self.rounds.run()
         with self._early_lock:
             # Jobs wait and the round could place none of them: more submissions will not

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import structlog
+from sqlalchemy.orm import Session
 
 from store import ConflictError, Database, UnitOfWork
 
@@ -29,6 +30,9 @@ class Transactor:
     def __init__(self, database: Database, attempts: int = 5) -> None:
         self.database = database
         self.attempts = attempts
+        # Run first inside every write; raises when this master may not write (a standby,
+        # or an active master whose term is over). None: no election (tools, tests).
+        self.guard: Callable[[Session], None] | None = None
         self.job_lock = threading.RLock()
         # SQLite has one writer at a time, and a writer that finds the database locked
         # sleeps in growing steps (up to 100 ms) before it tries again. Queueing writers on
@@ -49,12 +53,17 @@ class Transactor:
             try:
                 if jobs:
                     with self.job_lock, self._write_lock, self.database.transaction() as uow:
-                        return fn(uow)
+                        return self._guarded(fn, uow)
                 with self._write_lock, self.database.transaction() as uow:
-                    return fn(uow)
+                    return self._guarded(fn, uow)
             except ConflictError as exc:
                 if attempt == self.attempts:
                     raise
                 log.info("retrying after a conflict", attempt=attempt, error=str(exc))
                 time.sleep(random.uniform(0.005, 0.05) * attempt)
         raise AssertionError("unreachable")
+
+    def _guarded(self, fn: Callable[[UnitOfWork], T], uow: UnitOfWork) -> T:
+        if self.guard is not None:
+            self.guard(uow.session)
+        return fn(uow)
