@@ -201,10 +201,18 @@ class Leadership:
         log.info("became the active master", epoch=term.epoch, holder=self.holder)
         return term
 
+    @property
+    def waiting_for(self) -> str:
+        """Why this standby is not active, as of its last attempt ("" before the first)."""
+        with self._lock:
+            return self._said_standby
+
     def _standing_by(self, why: str) -> None:
-        if why != self._said_standby:
-            log.info("standing by", reason=why)
+        with self._lock:
+            if why == self._said_standby:
+                return
             self._said_standby = why
+        log.info("standing by", reason=why)
 
     def wait_to_lead(self, stop: threading.Event) -> bool:
         """Try every renew interval until this master leads (True) or `stop` is set."""

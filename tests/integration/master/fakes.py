@@ -59,6 +59,8 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     tasks: dict[tuple[int, int], FakeTask] = field(default_factory=dict)
     applied: list[worker_pb2.TaskAssignment] = field(default_factory=list)
     stops: list[StopRecord] = field(default_factory=list)
+    # The master_epoch of every ApplyAssignments and StopTask received, in order.
+    epochs: list[int] = field(default_factory=list)
     log_lines: dict[int, bytes] = field(default_factory=dict)
     # Output of one lease of a job (as a real worker keeps every lease's), before log_lines.
     lease_logs: dict[tuple[int, int], bytes] = field(default_factory=dict)
@@ -238,6 +240,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         results = []
         to_exit: list[FakeTask] = []
         with self._lock:
+            self.epochs.append(request.master_epoch)
             for a in request.assignments:
                 self.applied.append(a)
                 key = (a.job_id, a.task_index)
@@ -293,6 +296,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     ) -> worker_pb2.StopTaskResponse:
         self._check(context)
         with self._lock:
+            self.epochs.append(request.master_epoch)
             mine = [
                 t
                 for t in self.tasks.values()

@@ -214,9 +214,11 @@ def test_process_signals_systemd_and_stops_on_sigterm(tmp_path: Path) -> None:
 
 
 def test_busy_port_is_a_clear_settings_error(cluster: Cluster, tmp_path: Path) -> None:
-    """A second master on a port already in use fails with an error naming `listen`."""
+    """A master on a port already in use fails with an error naming `listen`. (Its own
+    database: a second master on the same database stands by and listens on nothing.)"""
     first = cluster.master()
-    second = Master(make_settings(cluster.database, tmp_path, listen=first.address))
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    second = Master(make_settings(other, tmp_path, listen=first.address))
     try:
         with pytest.raises(SettingsError, match="listen: cannot bind"):
             second.start()

@@ -1,0 +1,167 @@
+"""Exactly one active master per database: the standby, the takeover, the term's deadline,
+and a deposed master that neither schedules nor writes (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+
+from master.daemon import Master
+from master.leadership import Leadership, NotLeaderError, Role
+from protos.hadar.v1 import common_pb2, hadar_pb2
+from store import Database
+from store.leadership import MasterLeases
+from store.migrate import upgrade
+from store.testing import backends, temporary_database_url
+from tests.integration.master.conftest import Cluster, make_settings
+from tests.integration.master.fakes import wait_for
+
+
+def resnet() -> common_pb2.JobSpec:
+    return common_pb2.JobSpec(
+        name="r", num_gpus=1, iterations=100, workload=common_pb2.WorkloadProgram(name="resnet")
+    )
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_second_master_stands_by_then_takes_over_with_the_next_epoch(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A second master on the same database neither listens nor schedules while the first
+    is active; when the first stops it becomes active with epoch 2, and its orders to the
+    workers carry epoch 2 where the first's carried epoch 1."""
+    first = cluster.master()
+    assert first.leadership.role is Role.ACTIVE and first.leadership.epoch == 1
+    worker = cluster.worker(first, "n1", num_gpus=2)
+    api = cluster.api(first)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=resnet())).job
+    first.run_round()
+    assert job.id in worker.running_jobs()
+    assert set(worker.epochs) == {1}
+
+    second = Master(make_settings(cluster.database, tmp_path, leader_renew_s=0.1))
+    ports: list[int] = []
+    starting = threading.Thread(target=lambda: ports.append(second.start()))
+    starting.start()
+    try:
+        wait_for(lambda: second.leadership.waiting_for, what="the second master to stand by")
+        assert second.leadership.role is Role.STANDBY
+        assert second.port == 0
+        with pytest.raises(NotLeaderError):
+            second.run_round()
+
+        cluster.masters.remove(first)
+        first.stop(grace=0.5)
+        starting.join(timeout=30)
+        assert not starting.is_alive()
+        cluster.masters.append(second)
+        assert ports and ports[0] > 0
+        assert second.leadership.role is Role.ACTIVE
+        assert second.leadership.epoch == 2
+        worker.epochs.clear()
+        second.run_round()
+        assert worker.epochs and set(worker.epochs) == {2}
+        assert job.id in worker.running_jobs()
+    finally:
+        second._signalled.set()
+        starting.join(timeout=30)
+        if second not in cluster.masters:
+            second.stop(grace=0.5)
+
+
+def test_a_master_whose_lease_was_taken_stops_scheduling_and_writing(cluster: Cluster) -> None:
+    """Once another master holds a later term, the old one finds out at its next renewal:
+    it is deposed, its rounds are refused, a submission gets UNAVAILABLE and is not stored."""
+    master = cluster.master()
+    cluster.worker(master, "n1", num_gpus=2)
+    api = cluster.api(master)
+    other = Database(cluster.database)
+    try:
+        usurper = MasterLeases(other).acquire("usurper", "elsewhere:1", 3600, force=True)
+        assert usurper is not None and usurper.epoch == 2
+        master.leadership.renew()
+        assert master.leadership.role is Role.DEPOSED
+        assert "another master took the lease" in master.deposed_reason
+        with pytest.raises(NotLeaderError):
+            master.run_round()
+        with pytest.raises(grpc.RpcError) as refused:
+            api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=resnet()))
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        with other.transaction() as uow:
+            assert uow.jobs.query(limit=10) == []
+    finally:
+        other.dispose()
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_an_active_master_that_cannot_renew_stops_acting_at_its_deadline(
+    backend: str, tmp_path: Path
+) -> None:
+    """The term's deadline runs from before the last successful renewal: one lease period
+    later, unrenewed, fence() refuses and the master is deposed (once), before any standby
+    may take the lease in the database."""
+    with temporary_database_url(backend, tmp_path) as url:
+        database = Database(url)
+        upgrade(database.url, engine=database.engine)
+        clock = FakeClock()
+        lost: list[str] = []
+        leader = Leadership(
+            database, address="a:1", lease_s=10, renew_s=3, on_lost=lost.append, clock=clock
+        )
+        try:
+            term = leader.try_lead()
+            assert term is not None and term.epoch == 1
+            clock.now += 9.9
+            assert leader.fence() == 1
+            leader.renew()
+            clock.now += 9.9
+            assert leader.fence() == 1
+            clock.now += 0.2
+            with pytest.raises(NotLeaderError, match="deposed"):
+                leader.fence()
+            with pytest.raises(NotLeaderError):
+                leader.fence()
+            assert leader.role is Role.DEPOSED
+            assert len(lost) == 1 and "not renewed within 10 s" in lost[0]
+        finally:
+            leader.release()
+            database.dispose()
+
+
+def test_on_sqlite_the_lock_file_keeps_a_second_master_out_until_the_first_lets_go(
+    tmp_path: Path,
+) -> None:
+    """With SQLite, a second master is refused by the lock file beside the database even
+    once the first's lease has expired; the moment the first lets go (it exits or stops)
+    the second leads, without waiting for any lease, with the next epoch."""
+    url = f"sqlite:///{tmp_path / 'hadar.db'}"
+    database = Database(url)
+    upgrade(database.url, engine=database.engine)
+    first = Leadership(database, address="a:1", lease_s=0.2, renew_s=0.1, on_lost=print)
+    second = Leadership(database, address="b:1", lease_s=0.2, renew_s=0.1, on_lost=print)
+    try:
+        assert first.try_lead() is not None
+        lease = MasterLeases(database).current()
+        assert lease is not None
+        wait_for(lambda: MasterLeases(database).expired(lease), what="the lease to expire")
+        assert second.try_lead() is None
+        assert "hadar.db.master-lock is locked by" in second.waiting_for
+        assert "a:1" in second.waiting_for
+        first.release()
+        term = second.try_lead()
+        assert term is not None and term.epoch == 2
+        assert (tmp_path / "hadar.db.master-lock").read_text().split()[1] == "b:1"
+    finally:
+        first.release()
+        second.release()
+        database.dispose()
