@@ -11,9 +11,11 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.message import Message
 
 from clients.types import JobState
 from protos.hadar.v1 import worker_pb2, worker_pb2_grpc
@@ -57,7 +59,7 @@ def seen_epoch(cluster: Cluster, node: str) -> int:
         return 0
 
 
-def worker_stub(cluster: Cluster, node: str) -> tuple[grpc.Channel, worker_pb2_grpc.WorkerStub]:
+def worker_stub(cluster: Cluster, node: str) -> tuple[grpc.Channel, Any]:
     channel = grpc.insecure_channel(cluster.local.worker(node).address)
     return channel, worker_pb2_grpc.WorkerStub(channel)  # type: ignore[no-untyped-call]
 
@@ -129,20 +131,19 @@ def test_a_standby_takes_over_from_a_killed_master_and_the_old_master_is_fenced(
         )
         channel, stub = worker_stub(cluster, node)
         try:
-            for old_order in (
-                lambda: stub.StopTask(
+            old_orders: list[tuple[Any, Message]] = [
+                (
+                    stub.StopTask,
                     worker_pb2.StopTaskRequest(job_id=target.id, checkpoint=False, master_epoch=1),
-                    metadata=auth,
-                    timeout=10,
                 ),
-                lambda: stub.ApplyAssignments(
+                (
+                    stub.ApplyAssignments,
                     worker_pb2.ApplyAssignmentsRequest(round=1, assignments=[stop], master_epoch=1),
-                    metadata=auth,
-                    timeout=10,
                 ),
-            ):
+            ]
+            for method, request in old_orders:
                 with pytest.raises(grpc.RpcError) as refused:
-                    old_order()
+                    method(request, metadata=auth, timeout=10)
                 assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
                 assert (refused.value.details() or "").startswith("fenced:")
         finally:
