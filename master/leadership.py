@@ -231,7 +231,13 @@ class Leadership:
             if self._role is not Role.ACTIVE:
                 return
             epoch = self._epoch
-        sent = self._clock()
+            sent = self._clock()
+            late = sent >= self._deadline
+        if late:
+            # A term past its deadline is over even if nobody has taken the lease yet (this
+            # process was frozen, say): a standby may already be acting on it.
+            self._lose(f"the lease of epoch {epoch} was not renewed within {self.lease_s:g} s")
+            return
         try:
             expires = self._leases.renew(self.holder, epoch, self.lease_s)
         except Exception as exc:

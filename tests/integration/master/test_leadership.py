@@ -138,6 +138,31 @@ def test_an_active_master_that_cannot_renew_stops_acting_at_its_deadline(
             database.dispose()
 
 
+@pytest.mark.parametrize("backend", backends())
+def test_a_renewal_after_the_deadline_does_not_revive_the_term(backend: str, tmp_path: Path) -> None:
+    """A master that wakes past its deadline (it was frozen) is deposed by its next renewal
+    even though nobody has taken the lease yet: a standby may already be acting on it."""
+    with temporary_database_url(backend, tmp_path) as url:
+        database = Database(url)
+        upgrade(database.url, engine=database.engine)
+        clock = FakeClock()
+        lost: list[str] = []
+        leader = Leadership(
+            database, address="a:1", lease_s=10, renew_s=3, on_lost=lost.append, clock=clock
+        )
+        try:
+            assert leader.try_lead() is not None
+            clock.now += 10.5
+            leader.renew()
+            assert leader.role is Role.DEPOSED
+            assert len(lost) == 1
+            current = MasterLeases(database).current()
+            assert current is not None and current.holder == leader.holder
+        finally:
+            leader.release()
+            database.dispose()
+
+
 def test_on_sqlite_the_lock_file_keeps_a_second_master_out_until_the_first_lets_go(
     tmp_path: Path,
 ) -> None:
