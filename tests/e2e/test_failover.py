@@ -166,3 +166,63 @@ def test_a_standby_takes_over_from_a_killed_master_and_the_old_master_is_fenced(
     assert len(cluster.client.list_jobs()) == 3
     # The refused stop of the old epoch stopped nothing: the job was never preempted.
     assert cluster.job(target.id).preemptions == running[target.id].preemptions
+
+
+def test_a_frozen_master_that_wakes_after_its_lease_stops_acting_and_exits(
+    database: str | None, start_cluster: Callable[..., Cluster]
+) -> None:
+    """SIGSTOP the active master for longer than its lease. On PostgreSQL the standby takes
+    over meanwhile (epoch 2, within two lease periods); on SQLite the frozen master still
+    holds the lock file, so the standby waits. Woken with SIGCONT, the old master finds its
+    term over before it acts again and exits saying so; the standby leads with epoch 2, no
+    worker ever sees an epoch above 2, and every job completes once."""
+    cluster = start_cluster(
+        "v100:2;k80:2", settings=LEADER_SETTINGS, database=database, standby=True
+    )
+    standby = cluster.local.process("master-2")
+    first_log = Path(cluster.local.process("master").log)
+    with TwiceWatcher(cluster.local) as watcher:
+        ids = [
+            cluster.submit("recommendation", iterations=1200),
+            cluster.submit("lstm", iterations=500),
+        ]
+        wait_for(
+            lambda: all(cluster.job(i).state == JobState.RUNNING for i in ids),
+            120,
+            "all jobs to run",
+        )
+        held = lease(cluster)
+        cluster.local.kill("master", signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        try:
+            if database is None:
+                db = Database(cluster.local.database_url)
+                try:
+                    wait_for(lambda: MasterLeases(db).expired(held), 2 * LEASE_S, "expiry")
+                finally:
+                    db.dispose()
+                assert lease(cluster).epoch == 1, "the standby took over from a live lock holder"
+            else:
+                wait_for(lambda: lease(cluster).epoch == 2, 2 * LEASE_S + 5, "the takeover")
+                assert time.monotonic() - frozen_at <= 2 * LEASE_S
+        finally:
+            cluster.local.kill("master", signal.SIGCONT)
+        wait_for(
+            lambda: "lost the master lease" in first_log.read_text(),
+            30,
+            "the woken master to give up",
+        )
+        wait_for(
+            lambda: lease(cluster).epoch == 2 and lease(cluster).address == standby.address,
+            30,
+            "the standby to lead",
+        )
+        cluster.reconnect()
+        for job_id in ids:
+            job = cluster.wait_state(job_id, DONE, timeout=400)
+            assert job.state == JobState.COMPLETED, job.reason
+            assert job.iterations_done == job.spec.iterations
+    assert watcher.violations == []
+    assert lease(cluster).epoch == 2
+    assert {seen_epoch(cluster, node) for node in ("local-1", "local-2")} <= {0, 1, 2}
+    assert "exiting so that a restart stands by" in first_log.read_text()

@@ -139,7 +139,9 @@ def test_an_active_master_that_cannot_renew_stops_acting_at_its_deadline(
 
 
 @pytest.mark.parametrize("backend", backends())
-def test_a_renewal_after_the_deadline_does_not_revive_the_term(backend: str, tmp_path: Path) -> None:
+def test_a_renewal_after_the_deadline_does_not_revive_the_term(
+    backend: str, tmp_path: Path
+) -> None:
     """A master that wakes past its deadline (it was frozen) is deposed by its next renewal
     even though nobody has taken the lease yet: a standby may already be acting on it."""
     with temporary_database_url(backend, tmp_path) as url:
