@@ -188,6 +188,7 @@ class Master:
             lease_s=settings.leader_lease_s,
             renew_s=settings.leader_renew_s,
             on_lost=self._lost_lease,
+            write_lock=self.tx.write_lock,
         )
         self.metrics.watch_leadership(lambda: (self.leadership.role.value, self.leadership.epoch))
 

@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO
 
@@ -118,6 +119,7 @@ class Leadership:
         on_lost: Callable[[str], None],
         holder: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        write_lock: AbstractContextManager[object] | None = None,
     ) -> None:
         self.holder = holder or new_holder_id()
         self.address = address
@@ -128,6 +130,10 @@ class Leadership:
         self._lock_file = LockFile(path) if path is not None else None
         self._on_lost = on_lost
         self._clock = clock
+        # SQLite: the process's writers queue on one lock (master.transactions); the lease's
+        # writes join that queue instead of making a unit of work fail as "database is
+        # locked" halfway through.
+        self._write_lock: AbstractContextManager[object] = write_lock or contextlib.nullcontext()
         self._lock = threading.Lock()
         self._role = Role.STANDBY
         self._epoch = 0
@@ -188,7 +194,8 @@ class Leadership:
             # Only a lock holder writes the lease on SQLite: the previous one has exited.
             force = True
         sent = self._clock()
-        term = self._leases.acquire(self.holder, self.address, self.lease_s, force=force)
+        with self._write_lock:
+            term = self._leases.acquire(self.holder, self.address, self.lease_s, force=force)
         if term is None:
             current = self._leases.current()
             who = f"{current.address} (epoch {current.epoch})" if current else "another master"
@@ -239,7 +246,8 @@ class Leadership:
             self._lose(f"the lease of epoch {epoch} was not renewed within {self.lease_s:g} s")
             return
         try:
-            expires = self._leases.renew(self.holder, epoch, self.lease_s)
+            with self._write_lock:
+                expires = self._leases.renew(self.holder, epoch, self.lease_s)
         except Exception as exc:
             log.warning("lease renewal failed", epoch=epoch, error=str(exc))
             with self._lock:
@@ -269,7 +277,8 @@ class Leadership:
             self._role = Role.DEPOSED if active else self._role
         if active:
             try:
-                self._leases.release(self.holder, epoch)
+                with self._write_lock:
+                    self._leases.release(self.holder, epoch)
             except Exception as exc:
                 log.warning("could not release the master lease", error=str(exc))
         if self._lock_file is not None:

@@ -41,6 +41,12 @@ class Transactor:
             threading.Lock() if database.dialect == "sqlite" else contextlib.nullcontext()
         )
 
+    @property
+    def write_lock(self) -> threading.Lock | contextlib.nullcontext[None]:
+        """Held by every writer of this process on SQLite (see __init__); writers outside
+        the units of work here (the master lease) take it too."""
+        return self._write_lock
+
     def read(self, fn: Callable[[UnitOfWork], T]) -> T:
         """A read-only unit of work (still a transaction, for a consistent view)."""
         with self.database.transaction() as uow:
