@@ -278,7 +278,9 @@ class Master:
             ThreadPoolExecutor(
                 max_workers=self.settings.grpc_threads, thread_name_prefix="hadar-rpc"
             ),
-            interceptors=[AccessInterceptor(self.auth, self.metrics)],
+            interceptors=[
+                AccessInterceptor(self.auth, self.metrics, active=self.leadership.acting)
+            ],
             # Without this a second master on the same port would silently share it.
             options=[
                 ("grpc.so_reuseport", 0),

@@ -167,6 +167,14 @@ class Leadership:
             f"this master is not the active one ({'deposed' if expired else role.value})"
         )
 
+    def acting(self) -> bool:
+        """Whether this master may act now (fence() without the error)."""
+        try:
+            self.fence()
+        except NotLeaderError:
+            return False
+        return True
+
     def guard(self, session: Session) -> None:
         """Inside a write's transaction: refuse unless this master still holds its term."""
         epoch = self.fence()

@@ -81,9 +81,10 @@ def test_a_second_master_stands_by_then_takes_over_with_the_next_epoch(
 
 def test_a_master_whose_lease_was_taken_stops_scheduling_and_writing(cluster: Cluster) -> None:
     """Once another master holds a later term, the old one finds out at its next renewal:
-    it is deposed, its rounds are refused, a submission gets UNAVAILABLE and is not stored."""
+    it is deposed, its rounds are refused, a submission gets UNAVAILABLE and is not stored,
+    and it serves nothing else either (a read, a worker's heartbeat: UNAVAILABLE)."""
     master = cluster.master()
-    cluster.worker(master, "n1", num_gpus=2)
+    worker = cluster.worker(master, "n1", num_gpus=2)
     api = cluster.api(master)
     other = Database(cluster.database)
     try:
@@ -99,6 +100,12 @@ def test_a_master_whose_lease_was_taken_stops_scheduling_and_writing(cluster: Cl
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
         with other.transaction() as uow:
             assert uow.jobs.query(limit=10) == []
+        with pytest.raises(grpc.RpcError) as read:
+            api.ListJobs(hadar_pb2.ListJobsRequest())
+        assert read.value.code() == grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(grpc.RpcError) as beat:
+            worker.heartbeat()
+        assert beat.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         other.dispose()
 
