@@ -3,7 +3,7 @@ every order to a worker passes.
 
 A master starts as a standby. It becomes active by taking the lease in the database (see
 store.leadership), which gives it a new epoch, and stays active by renewing the lease every
-``leader_renew_s``. Its own deadline is measured on its monotonic clock from *before* each
+``leader_renew_s``. Its own deadline is measured on its own clock from *before* each
 successful renewal was sent, so it always runs out no later than the lease in the database:
 a master that cannot renew (its database is gone, it was frozen) stops acting before any
 standby may take over. Past that deadline :meth:`Leadership.fence` refuses, so no round, no
@@ -48,6 +48,16 @@ class Role(enum.Enum):
 
 class NotLeaderError(UnavailableError):
     """This master is not the active one (or no longer is); it must not act."""
+
+
+def uptime_clock() -> float:
+    """Seconds on a clock that keeps counting while the machine is suspended (Linux's
+    CLOCK_BOOTTIME; the monotonic clock elsewhere): a master whose host slept through its
+    lease wakes past its deadline, as the lease in the database has."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is None:
+        return time.monotonic()
+    return time.clock_gettime(boottime)
 
 
 def new_holder_id() -> str:
@@ -118,7 +128,7 @@ class Leadership:
         renew_s: float,
         on_lost: Callable[[str], None],
         holder: str | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = uptime_clock,
         write_lock: AbstractContextManager[object] | None = None,
     ) -> None:
         self.holder = holder or new_holder_id()
