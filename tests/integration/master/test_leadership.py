@@ -110,6 +110,27 @@ def test_a_master_whose_lease_was_taken_stops_scheduling_and_writing(cluster: Cl
         other.dispose()
 
 
+def test_a_worker_refusing_an_order_as_fenced_makes_the_master_step_down(
+    cluster: Cluster,
+) -> None:
+    """A worker that answers "fenced" has obeyed a newer master: the master that sent the
+    order stops acting at once, within that very round (recording the answers is refused),
+    without waiting for its next renewal; its next round is refused too."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1", num_gpus=2)
+    api = cluster.api(master)
+    api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=resnet()))
+    worker.follows_epoch = 2
+    with pytest.raises(NotLeaderError):
+        master.run_round()
+    assert worker.epochs == []
+    assert master.leadership.role is Role.DEPOSED
+    assert "refused an order" in master.deposed_reason
+    assert "fenced:" in master.deposed_reason
+    with pytest.raises(NotLeaderError):
+        master.run_round()
+
+
 @pytest.mark.parametrize("backend", backends())
 def test_an_active_master_that_cannot_renew_stops_acting_at_its_deadline(
     backend: str, tmp_path: Path
