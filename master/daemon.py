@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -83,6 +84,15 @@ def resolve_cluster_token(settings: Settings) -> str:
         handle.write(token + "\n")
     log.info("created a cluster token; give it to the workers", path=str(path))
     return token
+
+
+def advertised_address(listen: str) -> str:
+    """How this master is named in the lease row (what a standby reports as the active
+    master): the `listen` address, with this host's name for a wildcard host."""
+    host, _, port = listen.rpartition(":")
+    if host.strip("[]") in ("", "0.0.0.0", "::"):
+        host = socket.getfqdn()
+    return f"{host}:{port}"
 
 
 def base_throughput_model(settings: Settings) -> ThroughputModel:
@@ -184,7 +194,7 @@ class Master:
         self.auth = Authenticator(self.tx, settings.auth, self.cluster_token)
         self.leadership = Leadership(
             self.database,
-            address=settings.listen,
+            address=advertised_address(settings.listen),
             lease_s=settings.leader_lease_s,
             renew_s=settings.leader_renew_s,
             on_lost=self._lost_lease,
@@ -222,8 +232,18 @@ class Master:
         upgrade(self.database.url, engine=self.database.engine)
         self._serve_metrics()
         log.info("master waiting to become active", database=describe_url(self.database.url))
-        if not self.leadership.wait_to_lead(self._signalled):
+        stood_by: list[str] = []
+
+        def standing_by(why: str) -> None:
+            # Under systemd a standby is up and well: `systemctl start` returns, and
+            # `systemctl status` shows why it waits.
+            stood_by.append(why)
+            systemd.notify(f"READY=1\nSTATUS=standby: {why}")
+
+        if not self.leadership.wait_to_lead(self._signalled, on_standby=standing_by):
             return 0
+        if stood_by:
+            systemd.notify(f"STATUS=active master, epoch {self.leadership.epoch}")
         # From here every write checks the term, and every order to a worker carries it.
         self.tx.guard = self.leadership.guard
         self.workers.epoch = self.leadership.fence

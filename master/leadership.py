@@ -239,14 +239,21 @@ class Leadership:
             self._said_standby = why
         log.info("standing by", reason=why)
 
-    def wait_to_lead(self, stop: threading.Event) -> bool:
-        """Try every renew interval until this master leads (True) or `stop` is set."""
+    def wait_to_lead(
+        self, stop: threading.Event, on_standby: Callable[[str], None] | None = None
+    ) -> bool:
+        """Try every renew interval until this master leads (True) or `stop` is set;
+        `on_standby` is told why, once, when the first attempt does not succeed."""
+        first = True
         while not stop.is_set():
             try:
                 if self.try_lead() is not None:
                     return True
             except Exception as exc:
                 log.warning("election attempt failed", error=str(exc))
+            if first and on_standby is not None:
+                on_standby(self.waiting_for or "the election failed; trying again")
+            first = False
             stop.wait(self.renew_s)
         return False
 

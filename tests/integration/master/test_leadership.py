@@ -3,6 +3,11 @@ and a deposed master that neither schedules nor writes (SQLite and PostgreSQL)."
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -18,6 +23,8 @@ from store.migrate import upgrade
 from store.testing import backends, temporary_database_url
 from tests.integration.master.conftest import Cluster, make_settings
 from tests.integration.master.fakes import wait_for
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def resnet() -> common_pb2.JobSpec:
@@ -220,3 +227,62 @@ def test_on_sqlite_the_lock_file_keeps_a_second_master_out_until_the_first_lets_
         first.release()
         second.release()
         database.dispose()
+
+
+def test_under_systemd_a_standby_is_ready_says_so_and_reports_its_takeover(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """`hadar-master run` on a database whose lease another master holds tells systemd
+    READY=1 with STATUS "standby: the active master is ..." (so `systemctl start` returns);
+    once the active master stops, it reports "active master, epoch 2", and on SIGTERM it
+    stops as usual."""
+    active = cluster.master(listen="127.0.0.1:0")
+    notify_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(notify_path))
+    sock.settimeout(180)  # a loaded machine imports slowly
+    state = tmp_path / "standby-state"
+    state.mkdir()
+    env = dict(
+        os.environ,
+        NOTIFY_SOCKET=str(notify_path),
+        STATE_DIRECTORY=str(state),
+        HADAR_LEADER_RENEW_S="0.2",
+        HADAR_LEADER_LEASE_S="1",
+        HADAR_CLUSTER_TOKEN="cluster-secret",
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "master.cli",
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            cluster.database,
+            "--metrics-port",
+            "-1",
+            "--log-format",
+            "json",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        ready = sock.recv(512).decode()
+        assert ready.startswith("READY=1\nSTATUS=standby: "), ready
+        assert "127.0.0.1:0" in ready or "master-lock is locked by" in ready, ready
+        cluster.masters.remove(active)
+        active.stop(grace=0.5)
+        assert sock.recv(512) == b"STATUS=active master, epoch 2"
+        assert sock.recv(512) == b"READY=1"
+        process.send_signal(signal.SIGTERM)
+        assert sock.recv(512) == b"STOPPING=1"
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        sock.close()
