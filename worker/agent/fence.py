@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from worker.agent.state import StateCorruptError, _read_json, write_atomically
+from worker.agent.state import write_atomically
 
 # The master recognises a refusal by this prefix (master.workers.FENCED_PREFIX).
 FENCED_PREFIX = "fenced:"
@@ -37,10 +37,15 @@ class EpochFence:
         self.warnings: list[str] = []
         self._highest = 0
         try:
-            raw = _read_json(self._path, {})
-            self._highest = int(raw.get("epoch", 0)) if isinstance(raw, dict) else 0
-        except (StateCorruptError, ValueError, TypeError) as exc:
-            self.warnings.append(str(exc))
+            self._highest = int(json.loads(self._path.read_text())["epoch"])
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            # Kept aside for a person to look at; the next order's epoch is taken as the
+            # highest again, so only an order already in flight from a replaced master
+            # could still pass.
+            self._path.replace(self._path.with_name(self._path.name + ".corrupt"))
+            self.warnings.append(f"{self._path} was unreadable ({exc!r}); moved aside")
 
     @property
     def highest(self) -> int:

@@ -100,3 +100,18 @@ def test_an_older_masters_orders_are_refused_and_change_nothing_even_after_a_res
         eventually(lambda: master.exits_for(31), timeout_s=20)
     finally:
         again.stop(grace_s=1.0)
+
+
+def test_an_unreadable_epoch_file_is_moved_aside_with_a_warning(tmp_path: Path) -> None:
+    """A corrupt master-epoch.json does not stop the worker: it is kept aside as .corrupt,
+    a warning names it, and the fence starts again from the next order's epoch."""
+    path = tmp_path / "agent" / EPOCH_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    fence = EpochFence(tmp_path)
+    assert fence.highest == 0
+    assert len(fence.warnings) == 1 and EPOCH_FILE in fence.warnings[0]
+    assert (tmp_path / "agent" / f"{EPOCH_FILE}.corrupt").read_text() == "{not json"
+    with fence.admit(4):
+        pass
+    assert EpochFence(tmp_path).highest == 4
