@@ -15,6 +15,7 @@ default. The config file is TOML with top-level keys::
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -105,6 +106,7 @@ def resolve(
     )
     if addr is None:
         addr, addr_source = DEFAULT_ADDRESS, "default"
+    addr = _masters_target(addr, addr_source)
     _check_address(addr, addr_source)
 
     file_token = _str(file, "token", path)
@@ -182,6 +184,32 @@ def _read_token_file(token_path: Path, config: Path) -> str:
         return token_path.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise ConfigError(f"{config}: cannot read token_file {token_path}: {exc.strerror}") from exc
+
+
+def _masters_target(address: str, source: str) -> str:
+    """``10.0.0.1:50051,10.0.0.2:50051`` (an active master and its standby) as the gRPC
+    target ``ipv4:10.0.0.1:50051,10.0.0.2:50051``: the channel connects to whichever
+    listens, and only the active master does. Host names need one DNS name with both
+    addresses (``dns:///hadar-master.lab.example:50051``) instead."""
+    if "," not in address or address.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+        return address
+    origin = "" if source in ("argument", "default") else f" (from {source})"
+    parts = [part.strip() for part in address.split(",")]
+    families: set[str] = set()
+    for part in parts:
+        _check_address(part, source)
+        host = part.rpartition(":")[0].strip("[]")
+        try:
+            families.add("ipv6" if ipaddress.ip_address(host).version == 6 else "ipv4")
+        except ValueError:
+            raise ConfigError(
+                f"master address {address!r}{origin}: a list of masters takes IP addresses; "
+                "for host names use one DNS name that resolves to every master "
+                "(dns:///NAME:PORT)"
+            ) from None
+    if len(families) != 1:
+        raise ConfigError(f"master address {address!r}{origin} mixes IPv4 and IPv6 addresses")
+    return f"{families.pop()}:{','.join(parts)}"
 
 
 def _check_address(address: str, source: str) -> None:

@@ -100,6 +100,8 @@ class ClusterRecord:
     state_dir: str
     master: ProcessRecord
     workers: list[ProcessRecord] = field(default_factory=list)
+    # Standby masters on the same database (``up(standby=True)``), named master-2, ...
+    standbys: list[ProcessRecord] = field(default_factory=list)
     policy: str = ""
     round_seconds: float = 0.0
     started_at: float = 0.0
@@ -108,6 +110,15 @@ class ClusterRecord:
     @property
     def master_address(self) -> str:
         return self.master.address
+
+    @property
+    def masters(self) -> list[ProcessRecord]:
+        return [self.master, *self.standbys]
+
+    @property
+    def worker_master_setting(self) -> str:
+        """What workers dial: every master's address, tried in turn."""
+        return ",".join(m.address for m in self.masters)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -119,6 +130,7 @@ class ClusterRecord:
             state_dir=raw["state_dir"],
             master=ProcessRecord(**raw["master"]),
             workers=[ProcessRecord(**w) for w in raw["workers"]],
+            standbys=[ProcessRecord(**m) for m in raw.get("standbys", [])],
             policy=raw.get("policy", ""),
             round_seconds=float(raw.get("round_seconds", 0.0)),
             started_at=float(raw.get("started_at", 0.0)),
@@ -206,7 +218,7 @@ class LocalCluster:
     """Start, inspect and stop a local cluster rooted at ``state_dir``."""
 
     def __init__(self, state_dir: Path | str, database_url: str | None = None) -> None:
-        """``database_url``: the master's database (default: a SQLite file in the state
+        """``database_url``: the masters' database (default: a SQLite file in the state
         directory), e.g. a PostgreSQL schema made for a test."""
         self.state_dir = Path(state_dir).resolve()
         self._database_url = database_url
@@ -270,7 +282,7 @@ class LocalCluster:
 
     def _saved_admin_token(self) -> str | None:
         """The admin token of an earlier start, when its database is still there."""
-        if not (self.state_dir / DATABASE_FILE).exists():
+        if self._database_url is None and not (self.state_dir / DATABASE_FILE).exists():
             return None
         try:
             token = load_file(self.config_path).get("token")
@@ -368,6 +380,7 @@ class LocalCluster:
         policy: str,
         round_seconds: float,
         settings: Mapping[str, str] | None = None,
+        name: str = "master",
     ) -> ProcessRecord:
         address = f"127.0.0.1:{port}"
         argv = [
@@ -398,7 +411,7 @@ class LocalCluster:
                 **(settings or {}),
             }
         )
-        record = self._spawn("master", argv, env)
+        record = self._spawn(name, argv, env)
         record.address = address
         return record
 
@@ -466,8 +479,12 @@ class LocalCluster:
         timeout: float = 90.0,
         master_settings: Mapping[str, str] | None = None,
         worker_settings: Mapping[str, str] | None = None,
+        standby: bool = False,
     ) -> ClusterRecord:
         """Start a master and the workers, and wait until every node is registered and READY.
+
+        With ``standby`` a second master (``master-2``) runs on the same database and stands
+        by; the workers and the hctl config list both masters' addresses, as a lab's would.
 
         On failure everything started is stopped again and the error quotes the log of the
         process that failed. ``master_settings`` are extra HADAR_* variables for the master
@@ -483,7 +500,12 @@ class LocalCluster:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "checkpoints").mkdir(exist_ok=True)
         port = port or free_port()
-        self.prepare_credentials(f"127.0.0.1:{port}")
+        standby_port = free_port() if standby else 0
+        # hctl dials both addresses (clients.config): it connects to the one that listens,
+        # which is the active master (a standby listens on nothing).
+        self.prepare_credentials(
+            f"127.0.0.1:{port},127.0.0.1:{standby_port}" if standby else f"127.0.0.1:{port}"
+        )
         master = self.start_master(port, policy, round_seconds, master_settings)
         record = ClusterRecord(
             state_dir=str(self.state_dir),
@@ -496,8 +518,17 @@ class LocalCluster:
         self._save(record)
         try:
             self._wait_master(record, timeout)
+            if standby:
+                record.standbys.append(
+                    self.start_master(
+                        standby_port, policy, round_seconds, master_settings, name="master-2"
+                    )
+                )
+                self._save(record)
             for group in groups:
-                record.workers.append(self.start_worker(group, master.address, worker_settings))
+                record.workers.append(
+                    self.start_worker(group, record.worker_master_setting, worker_settings)
+                )
                 self._save(record)
             self._wait_nodes(record, [g.node for g in groups], timeout)
         except BaseException:
@@ -525,7 +556,7 @@ class LocalCluster:
             raise LocalClusterError(f"the local cluster already has a worker {group.node!r}")
         worker = self.start_worker(
             group,
-            master or record.master.address,
+            master or record.worker_master_setting,
             settings,
             listen=listen,
             advertise=advertise,
@@ -535,16 +566,26 @@ class LocalCluster:
         self._wait_nodes(record, [group.node], timeout)
         return worker
 
-    def restart_master(self, timeout: float = 60.0) -> ProcessRecord:
-        """Start the master again on the same address and database (after a crash)."""
+    def restart_master(
+        self, timeout: float = 60.0, name: str = "master", *, wait: bool = True
+    ) -> ProcessRecord:
+        """Start a master (``master`` or a standby's name) again on the same address and
+        database, after a crash; ``wait`` for it to answer (a master that comes back while
+        another is active stands by and answers nothing)."""
         record = self._require()
-        port = int(record.master.address.rsplit(":", 1)[1])
-        record.master = self.start_master(
-            port, record.policy, record.round_seconds, record.master_settings
+        old = self.process(name)
+        port = int(old.address.rsplit(":", 1)[1])
+        new = self.start_master(
+            port, record.policy, record.round_seconds, record.master_settings, name=name
         )
+        if name == "master":
+            record.master = new
+        else:
+            record.standbys = [new if m.name == name else m for m in record.standbys]
         self._save(record)
-        self._wait_master(record, timeout)
-        return record.master
+        if wait:
+            self._wait_master(record, timeout)
+        return new
 
     def restart_worker(
         self, name: str, settings: Mapping[str, str] | None = None, timeout: float = 60.0
@@ -578,7 +619,8 @@ class LocalCluster:
 
     def _wait_master(self, record: ClusterRecord, timeout: float) -> None:
         def answers() -> bool:
-            self._check_alive(record.master)
+            if not any(pid_alive(m.pid) for m in record.masters):
+                self._check_alive(record.master)
             try:
                 with self.client(timeout=2.0) as client:
                     client.cluster_status()
@@ -612,11 +654,18 @@ class LocalCluster:
         return record
 
     def _alive(self, record: ClusterRecord) -> bool:
-        return any(pid_alive(p.pid) for p in [record.master, *record.workers])
+        return any(pid_alive(p.pid) for p in [*record.masters, *record.workers])
 
     def processes(self) -> list[tuple[ProcessRecord, bool]]:
         record = self._require()
-        return [(p, pid_alive(p.pid)) for p in [record.master, *record.workers]]
+        return [(p, pid_alive(p.pid)) for p in [*record.masters, *record.workers]]
+
+    def process(self, name: str) -> ProcessRecord:
+        """The process named ``name``: ``master``, a standby (``master-2``) or a worker."""
+        for proc in self._require().masters:
+            if proc.name == name:
+                return proc
+        return self.worker(name)
 
     def worker(self, name: str) -> ProcessRecord:
         for proc in self._require().workers:
@@ -625,9 +674,9 @@ class LocalCluster:
         raise LocalClusterError(f"no worker {name!r} in the local cluster")
 
     def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Send ``sig`` to one process of the cluster (``master`` or a worker's node name)."""
-        record = self._require()
-        proc = record.master if name == "master" else self.worker(name)
+        """Send ``sig`` to one process of the cluster (``master``, a standby such as
+        ``master-2``, or a worker's node name)."""
+        proc = self.process(name)
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, sig)
 
@@ -675,7 +724,7 @@ class LocalCluster:
         the cluster still alive after ``timeout`` seconds gets SIGKILL.
         """
         record = self.record()
-        procs = [] if record is None else [*record.workers, record.master]
+        procs = [] if record is None else [*record.workers, *record.masters]
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)

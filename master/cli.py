@@ -23,6 +23,9 @@ from store.errors import NotFoundError
 from store.migrate import current, downgrade, head, upgrade
 from store.reachability import DatabaseUnreachableError
 
+# EX_TEMPFAIL: systemd's Restart=on-failure starts the master again, as a standby.
+LEASE_LOST_EXIT = 75
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="TOML settings file (also $HADAR_CONFIG)")
@@ -136,7 +139,13 @@ def _run(args: argparse.Namespace) -> int:
     master = Master(settings)  # refuses bad settings before anything else happens
     configure_logging(settings.log_format, settings.log_level)
     try:
-        master.serve_forever()
+        if not master.serve_forever():
+            print(
+                f"hadar-master: lost the master lease ({master.deposed_reason}); exiting so "
+                "that a restart stands by",
+                file=sys.stderr,
+            )
+            return LEASE_LOST_EXIT
     except DatabaseUnreachableError as exc:
         print(
             f"hadar-master: {exc} (setting `database`: --database, HADAR_DATABASE or the "

@@ -6,6 +6,7 @@ In-process use (tests, other tools)::
     port = master.start()              # migrates, serves, schedules; port 0 picks one
     token = master.create_token("alice", admin=True)
     master.run_round()                 # one scheduling round now, synchronously
+    master.leadership.role             # Role.ACTIVE once started; see master.leadership
     master.check_nodes(force=True)     # declare silent nodes lost now
     master.stop()                      # graceful: finishes the current round
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +39,7 @@ from master.dispatch import Dispatcher
 from master.events import ChangeSignal
 from master.holds import HoldEnforcer
 from master.jobs import JobManager
+from master.leadership import Leadership
 from master.metrics import ClusterGauges, MasterMetrics
 from master.registry import Registry
 from master.rounds import RoundResult, RoundRunner
@@ -83,6 +86,15 @@ def resolve_cluster_token(settings: Settings) -> str:
         handle.write(token + "\n")
     log.info("created a cluster token; give it to the workers", path=str(path))
     return token
+
+
+def advertised_address(listen: str) -> str:
+    """How this master is named in the lease row (what a standby reports as the active
+    master): the `listen` address, with this host's name for a wildcard host."""
+    host, _, port = listen.rpartition(":")
+    if host.strip("[]") in ("", "0.0.0.0", "::"):
+        host = socket.getfqdn()
+    return f"{host}:{port}"
 
 
 def base_throughput_model(settings: Settings) -> ThroughputModel:
@@ -133,6 +145,11 @@ class Master:
         self._started_at = 0.0
         self.port = 0
         self.metrics_port: int | None = None
+        # Why this master lost its lease, once it has: it then acts no more and exits.
+        self.deposed_reason = ""
+        self._deposed = threading.Event()
+        self._renewals_stop = threading.Event()
+        self._renewals: threading.Thread | None = None
 
         self.tx = Transactor(self.database)
         self.workers = WorkerClients(
@@ -181,6 +198,15 @@ class Master:
             self.tx, self.dispatcher, self.changes.notify, self.request_round
         )
         self.auth = Authenticator(self.tx, settings.auth, self.cluster_token)
+        self.leadership = Leadership(
+            self.database,
+            address=advertised_address(settings.listen),
+            lease_s=settings.leader_lease_s,
+            renew_s=settings.leader_renew_s,
+            on_lost=self._lost_lease,
+            write_lock=self.tx.write_lock,
+        )
+        self.metrics.watch_leadership(lambda: (self.leadership.role.value, self.leadership.epoch))
 
     # -- life --------------------------------------------------------------------------------
 
@@ -192,10 +218,12 @@ class Master:
         return f"{host}:{self.port}"
 
     def start(self) -> int:
-        """Migrate the database, serve, schedule rounds; returns the bound gRPC port.
+        """Migrate the database, wait to become the active master, then serve and schedule
+        rounds; returns the bound gRPC port (0 when stopped while still a standby).
 
-        Raises DatabaseUnreachableError when the database does not answer within
-        ``database_wait_s``."""
+        A standby neither listens nor schedules: it only tries for the lease every
+        ``leader_renew_s``. Raises DatabaseUnreachableError when the database does not
+        answer within ``database_wait_s``."""
         wait_for_database(
             self.database,
             self.settings.database_wait_s,
@@ -208,6 +236,54 @@ class Master:
             ),
         )
         upgrade(self.database.url, engine=self.database.engine)
+        self._serve_metrics()
+        log.info("master waiting to become active", database=describe_url(self.database.url))
+        stood_by: list[str] = []
+
+        def standing_by(why: str) -> None:
+            # Under systemd a standby is up and well: `systemctl start` returns, and
+            # `systemctl status` shows why it waits.
+            stood_by.append(why)
+            systemd.notify(f"READY=1\nSTATUS=standby: {why}")
+
+        if not self.leadership.wait_to_lead(self._signalled, on_standby=standing_by):
+            return 0
+        if stood_by:
+            systemd.notify(f"STATUS=active master, epoch {self.leadership.epoch}")
+        # From here every write checks the term, and every order to a worker carries it.
+        self.tx.guard = self.leadership.guard
+        self.workers.epoch = self.leadership.fence
+        self.workers.on_fenced = self.leadership.step_down
+        self._renewals = threading.Thread(
+            target=self.leadership.run_renewals,
+            args=(self._renewals_stop,),
+            name="hadar-lease",
+            daemon=True,
+        )
+        self._renewals.start()
+        try:
+            return self._serve()
+        except BaseException:
+            self.leadership.release()
+            raise
+
+    def _serve_metrics(self) -> None:
+        self.metrics.watch_store(self._gauges)
+        if self.settings.metrics_port < 0:
+            return
+        try:
+            http, _thread = start_http_server(
+                self.settings.metrics_port, self.settings.metrics_host, self.metrics.registry
+            )
+        except OSError as exc:
+            raise SettingsError(
+                f"metrics_port: cannot bind {self.settings.metrics_host}:"
+                f"{self.settings.metrics_port}: {exc}"
+            ) from None
+        self._metrics_server = http
+        self.metrics_port = int(http.server_port)
+
+    def _serve(self) -> int:
         self._restore_policy_memory()
         self._started_at = time.monotonic()
         parts = Components(
@@ -229,7 +305,9 @@ class Master:
             ThreadPoolExecutor(
                 max_workers=self.settings.grpc_threads, thread_name_prefix="hadar-rpc"
             ),
-            interceptors=[AccessInterceptor(self.auth, self.metrics)],
+            interceptors=[
+                AccessInterceptor(self.auth, self.metrics, active=self.leadership.acting)
+            ],
             # Without this a second master on the same port would silently share it.
             options=[
                 ("grpc.so_reuseport", 0),
@@ -258,21 +336,6 @@ class Master:
         self._server = server
         for name in ("", *SERVICES):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-
-        self.metrics.watch_store(self._gauges)
-        if self.settings.metrics_port >= 0:
-            try:
-                http, _thread = start_http_server(
-                    self.settings.metrics_port, self.settings.metrics_host, self.metrics.registry
-                )
-            except OSError as exc:
-                server.stop(0)
-                raise SettingsError(
-                    f"metrics_port: cannot bind {self.settings.metrics_host}:"
-                    f"{self.settings.metrics_port}: {exc}"
-                ) from None
-            self._metrics_server = http
-            self.metrics_port = int(http.server_port)
 
         scheduler = BackgroundScheduler(timezone=UTC)
         scheduler.add_job(
@@ -313,6 +376,7 @@ class Master:
             round_seconds=self.settings.round_seconds,
             auth=self.settings.auth,
             metrics_port=self.metrics_port,
+            epoch=self.leadership.epoch,
         )
         return self.port
 
@@ -332,6 +396,20 @@ class Master:
             return
         if restored:
             log.info("policy memory restored", policy=name)
+
+    def _lost_lease(self, reason: str) -> None:
+        """The term is over: stop scheduling and refuse calls now; the process then exits
+        (serve_forever) and, restarted, stands by."""
+        self.deposed_reason = reason
+        for name in ("", *SERVICES):
+            self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.jobs.stop_accepting()
+        if self._scheduler is not None:
+            try:
+                self._scheduler.pause()
+            except Exception:  # not running yet, or shutting down
+                log.debug("could not pause the scheduler")
+        self._deposed.set()
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop serving: NOT_SERVING, refuse submissions, finish the current round, exit.
@@ -360,24 +438,30 @@ class Master:
         self._background.shutdown(wait=True)
         self._rpc_pool.shutdown(wait=True)
         self.workers.close()
+        self._renewals_stop.set()
+        if self._renewals is not None:
+            self._renewals.join(timeout=10)
+        # Last: nothing this master does may follow the moment a standby can take over.
+        self.leadership.release()
         self.database.dispose()
         self._stopped.set()
         log.info("master stopped")
 
-    def serve_forever(self) -> None:
-        """Start, then block until SIGTERM or SIGINT, then stop gracefully."""
-        done = threading.Event()
+    def serve_forever(self) -> bool:
+        """Start (standing by until active), then block until SIGTERM or SIGINT or the loss
+        of the lease, then stop gracefully. False when the lease was lost."""
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
             log.info("signal received", signal=signal.Signals(signum).name)
             self._signalled.set()
-            done.set()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         self.start()
-        done.wait()
+        while not (self._signalled.is_set() or self._deposed.is_set()):
+            self._signalled.wait(0.5)
         self.stop()
+        return not self._deposed.is_set()
 
     def create_token(self, user: str, *, admin: bool = False, description: str = "") -> str:
         """Issue an API token for `user` (created if needed); returns the plaintext."""
@@ -390,7 +474,9 @@ class Master:
     # -- rounds --------------------------------------------------------------------------------
 
     def run_round(self) -> RoundResult:
-        """One scheduling round now; returns when it is stored and pushed."""
+        """One scheduling round now; returns when it is stored and pushed. NotLeaderError
+        on a master that is not the active one."""
+        self.leadership.fence()
         try:
             self.holds.check()
         except Exception:

@@ -50,6 +50,25 @@ class _StoreCollector(Collector):
         yield used
 
 
+class _LeadershipCollector(Collector):
+    def __init__(self, read: Callable[[], tuple[str, int]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        role, epoch = self._read()
+        roles = GaugeMetricFamily(
+            "hadar_master_role",
+            "1 for this master's role (active, standby, deposed)",
+            labels=["role"],
+        )
+        for name in ("active", "standby", "deposed"):
+            roles.add_metric([name], 1.0 if name == role else 0.0)
+        yield roles
+        yield GaugeMetricFamily(
+            "hadar_master_epoch", "Epoch of this master's term (0 before it first led)", value=epoch
+        )
+
+
 class MasterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -87,6 +106,10 @@ class MasterMetrics:
         self.lost_nodes = Counter(
             "hadar_nodes_lost", "Nodes declared unreachable", registry=self.registry
         )
+
+    def watch_leadership(self, read: Callable[[], tuple[str, int]]) -> None:
+        """`read` gives this master's role (active, standby, deposed) and epoch."""
+        self.registry.register(_LeadershipCollector(read))
 
     def watch_store(self, read: Callable[[], ClusterGauges]) -> None:
         self.registry.register(_StoreCollector(read))

@@ -90,6 +90,12 @@ class Settings:
     grace_s: float = 30.0
     dispatch_timeout_s: float = 5.0
     dispatch_attempts: int = 3
+    # One active master per database (docs/install.md, "A standby master"): the active
+    # master renews its lease every `leader_renew_s`; a standby takes over once the lease
+    # has gone `leader_lease_s` without renewal (at once on SQLite, where the lock file
+    # beside the database dies with its holder).
+    leader_lease_s: float = 10.0
+    leader_renew_s: float = 3.0
     checkpoint_dir: str = field(default_factory=default_checkpoint_dir)
     # Security: "token" checks API tokens and the cluster token; "none" (local development
     # only) trusts the x-hadar-user header, or the master's OS user, and treats everyone as
@@ -160,6 +166,12 @@ class Settings:
             (self.max_array_size >= 1, "max_array_size must be >= 1"),
             (self.dispatch_timeout_s > 0, "dispatch_timeout_s must be > 0"),
             (self.dispatch_attempts >= 1, "dispatch_attempts must be >= 1"),
+            (self.leader_renew_s > 0, "leader_renew_s must be > 0"),
+            (
+                self.leader_lease_s >= 2 * self.leader_renew_s,
+                "leader_lease_s must be at least twice leader_renew_s (one late renewal "
+                "must not cost the lease)",
+            ),
             (self.lease_rounds >= 1, "lease_rounds must be >= 1"),
             (self.early_round_delay_s >= 0, "early_round_delay_s must be >= 0"),
             (self.restart_cost_s >= 0, "restart_cost_s must be >= 0"),

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import structlog
+from sqlalchemy.orm import Session
 
 from store import ConflictError, Database, UnitOfWork
 
@@ -29,6 +30,9 @@ class Transactor:
     def __init__(self, database: Database, attempts: int = 5) -> None:
         self.database = database
         self.attempts = attempts
+        # Run first inside every write; raises when this master may not write (a standby,
+        # or an active master whose term is over). None: no election (tools, tests).
+        self.guard: Callable[[Session], None] | None = None
         self.job_lock = threading.RLock()
         # SQLite has one writer at a time, and a writer that finds the database locked
         # sleeps in growing steps (up to 100 ms) before it tries again. Queueing writers on
@@ -36,6 +40,12 @@ class Transactor:
         self._write_lock: threading.Lock | contextlib.nullcontext[None] = (
             threading.Lock() if database.dialect == "sqlite" else contextlib.nullcontext()
         )
+
+    @property
+    def write_lock(self) -> threading.Lock | contextlib.nullcontext[None]:
+        """Held by every writer of this process on SQLite (see __init__); writers outside
+        the units of work here (the master lease) take it too."""
+        return self._write_lock
 
     def read(self, fn: Callable[[UnitOfWork], T]) -> T:
         """A read-only unit of work (still a transaction, for a consistent view)."""
@@ -49,12 +59,17 @@ class Transactor:
             try:
                 if jobs:
                     with self.job_lock, self._write_lock, self.database.transaction() as uow:
-                        return fn(uow)
+                        return self._guarded(fn, uow)
                 with self._write_lock, self.database.transaction() as uow:
-                    return fn(uow)
+                    return self._guarded(fn, uow)
             except ConflictError as exc:
                 if attempt == self.attempts:
                     raise
                 log.info("retrying after a conflict", attempt=attempt, error=str(exc))
                 time.sleep(random.uniform(0.005, 0.05) * attempt)
         raise AssertionError("unreachable")
+
+    def _guarded(self, fn: Callable[[UnitOfWork], T], uow: UnitOfWork) -> T:
+        if self.guard is not None:
+            self.guard(uow.session)
+        return fn(uow)

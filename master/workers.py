@@ -16,6 +16,9 @@ from protos.hadar.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
 
+# How a worker's refusal of an order from an older master's term begins (worker.agent.fence).
+FENCED_PREFIX = "fenced:"
+
 # Codes worth retrying: the worker is down, restarting or slow. Anything else is an answer.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
@@ -42,6 +45,11 @@ class WorkerClients:
         self._attempts = attempts
         self._lock = threading.Lock()
         self._channels: dict[str, tuple[grpc.Channel, Any]] = {}
+        # The epoch every order carries, or raises when this master may not send orders
+        # (master.leadership.Leadership.fence); None: epoch 0, no election (tests).
+        self.epoch: Callable[[], int] | None = None
+        # Told when a worker refuses an order as fenced: a newer master is active.
+        self.on_fenced: Callable[[str], None] | None = None
 
     def _stub(self, address: str) -> Any:
         with self._lock:
@@ -66,6 +74,12 @@ class WorkerClients:
                 code = exc.code() if hasattr(exc, "code") else None
                 detail = exc.details() if hasattr(exc, "details") else str(exc)
                 last = f"{code.name if code else 'error'}: {detail}"
+                if (
+                    code == grpc.StatusCode.FAILED_PRECONDITION
+                    and str(detail).startswith(FENCED_PREFIX)
+                    and self.on_fenced is not None
+                ):
+                    self.on_fenced(f"worker at {address} refused an order: {detail}")
                 if code not in RETRYABLE:
                     raise WorkerUnreachableError(address, last) from exc
                 if attempt < self._attempts:
@@ -73,9 +87,16 @@ class WorkerClients:
                     delay *= 2
         raise WorkerUnreachableError(address, last)
 
+    def _current_epoch(self) -> int:
+        return self.epoch() if self.epoch is not None else 0
+
     def apply(
         self, address: str, request: worker_pb2.ApplyAssignmentsRequest
     ) -> worker_pb2.ApplyAssignmentsResponse:
+        stamped = worker_pb2.ApplyAssignmentsRequest()
+        stamped.CopyFrom(request)
+        stamped.master_epoch = self._current_epoch()
+        request = stamped
         response: worker_pb2.ApplyAssignmentsResponse = self._call(
             address,
             lambda stub: stub.ApplyAssignments(
@@ -87,6 +108,10 @@ class WorkerClients:
     def stop(
         self, address: str, request: worker_pb2.StopTaskRequest
     ) -> worker_pb2.StopTaskResponse:
+        stamped = worker_pb2.StopTaskRequest()
+        stamped.CopyFrom(request)
+        stamped.master_epoch = self._current_epoch()
+        request = stamped
         response: worker_pb2.StopTaskResponse = self._call(
             address,
             lambda stub: stub.StopTask(request, timeout=self._timeout_s, metadata=self._metadata),

@@ -324,3 +324,19 @@ class CompletionNoticeRow(Base):
         autoincrement=False,
     )
     completed_at: Mapped[datetime] = mapped_column()
+
+
+class MasterLeaseRow(Base):
+    """The one row that says which master is active: the holder of an unexpired lease.
+
+    ``epoch`` counts masters' terms: every acquisition adds one, so a worker that has seen
+    a newer term's orders can refuse an older master's."""
+
+    __tablename__ = "master_lease"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255), default="")
+    address: Mapped[str] = mapped_column(String(255), default="")
+    epoch: Mapped[int] = mapped_column(default=0)
+    acquired_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -56,7 +56,8 @@ def parse_host_port(value: str, what: str, allow_zero_port: bool = True) -> tupl
 class WorkerSettings:
     """Everything a worker agent needs to run."""
 
-    # host:port of the master's Coordinator service.
+    # host:port of the master's Coordinator service; with a standby master, both addresses
+    # separated by a comma (tried in turn: the one that answers is the active master).
     master: str = ""
     # Talk to the master over TLS (the master serves TLS when it has a certificate): with the
     # system's roots, or with the CA in `master_ca_file` (which implies TLS).
@@ -140,7 +141,9 @@ class WorkerSettings:
                 "master: required (HOST:PORT of the master), e.g. --master head:50051"
             )
         if self.master:
-            parse_host_port(self.master, "master", allow_zero_port=False)
+            # One address, or the active master's and its standbys' separated by commas.
+            for address in self.master.split(","):
+                parse_host_port(address, "master", allow_zero_port=False)
         parse_host_port(self.listen, "listen")
         if self.advertise:
             parse_host_port(self.advertise, "advertise", allow_zero_port=False)

@@ -67,6 +67,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     _state_dir_argument(up)
     _cluster_arguments(up)
+    up.add_argument(
+        "--standby",
+        action="store_true",
+        help="also start a standby master (master-2) on the same database; kill the active "
+        "one to watch it take over",
+    )
     down = sub.add_parser(
         "down",
         help="stop the local cluster and its jobs",
@@ -129,9 +135,15 @@ def _up(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
     groups = parse_worker_groups(args.workers)
     ctx.err.print(f"starting a master and {len(groups)} workers in {cluster.state_dir} ...")
     record = cluster.up(
-        groups, policy=args.policy, round_seconds=args.round_seconds, port=args.port
+        groups,
+        policy=args.policy,
+        round_seconds=args.round_seconds,
+        port=args.port,
+        standby=args.standby,
     )
     ctx.out.print(f"local cluster up: master at {record.master_address}")
+    for standby in record.standbys:
+        ctx.out.print(f"  {standby.name}: standby master at {standby.address} (log {standby.log})")
     for worker in record.workers:
         ctx.out.print(f"  {worker.name}: fake GPUs {worker.gpus} (log {worker.log})")
     # HADAR_MASTER and HADAR_TOKEN outrank the config file; left set, they would point

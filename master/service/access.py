@@ -27,7 +27,7 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
 from master.auth import Authenticator
-from master.errors import PermissionDeniedError, UnauthenticatedError
+from master.errors import PermissionDeniedError, UnauthenticatedError, UnavailableError
 from master.jobs import Caller
 from master.metrics import MasterMetrics
 from master.service.status import abort_with, metadata, status_for
@@ -94,10 +94,13 @@ class AccessInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         auth: Authenticator,
         metrics: MasterMetrics,
         table: Mapping[str, Access] | None = None,
+        active: Callable[[], bool] | None = None,
     ) -> None:
         self._auth = auth
         self._metrics = metrics
         self._table = dict(access_table() if table is None else table)
+        # Whether this master may serve (it holds an unexpired term); None: always.
+        self._active = active
 
     def intercept_service(
         self,
@@ -117,6 +120,10 @@ class AccessInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         """The caller of a call to `path`, or the call is aborted with the refusal's status."""
         started = time.perf_counter()
         try:
+            if self._active is not None and not self._active():
+                # Lost its term and about to exit: even a read could hand a worker a stale
+                # answer (a heartbeat's stop list), so nothing is served.
+                raise UnavailableError("this master is no longer the active one")
             if access is None:
                 raise PermissionDeniedError(f"{path} is open to nobody")
             if access is Access.WORKER:

@@ -135,8 +135,13 @@ def start_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
         policy: str = "fifo",
         settings: Mapping[str, str] | None = None,
         worker_settings: Mapping[str, str] | None = None,
+        *,
+        database: str | None = None,
+        standby: bool = False,
     ) -> Cluster:
-        local = LocalCluster(tmp_path / "cluster")
+        # database: the masters' (SQLite in the cluster's directory unless given); standby:
+        # a second master on it, standing by.
+        local = LocalCluster(tmp_path / "cluster", database_url=database)
         local.up(
             parse_worker_groups(workers),
             policy=policy,
@@ -144,6 +149,7 @@ def start_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
             master_settings=settings,
             worker_settings=worker_settings,
             timeout=120,
+            standby=standby,
         )
         cluster = Cluster(local)
         started.append(cluster)

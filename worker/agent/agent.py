@@ -32,6 +32,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from protos.hadar.v1 import common_pb2, coordinator_pb2, worker_pb2, worker_pb2_grpc
 from worker.agent.clock import Clock, SystemClock
+from worker.agent.fence import EpochFence
 from worker.agent.master import GrpcMasterClient, MasterClient, MasterError
 from worker.agent.processes import ProcessLauncher, SubprocessLauncher
 from worker.agent.progressfile import ProgressTail
@@ -148,7 +149,8 @@ class WorkerAgent:
         self._clock = clock or SystemClock()
         self._rng: JitterSource = rng or random.Random()
         self._state = StateStore(settings.state_dir)
-        for warning in self._state.warnings:
+        self.fence = EpochFence(settings.state_dir)
+        for warning in (*self._state.warnings, *self.fence.warnings):
             log.warning("state_file_corrupt", detail=warning)
         known = frozenset(workloads) if workloads is not None else available_workloads()
         self._workloads = known

@@ -15,6 +15,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from protos.hadar.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+from worker.agent.fence import FencedError
 from worker.agent.progressfile import tail_offset
 from worker.agent.tasklogs import TASK_DIR_RE, rank_logs
 
@@ -146,20 +147,24 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         # node's other assignments unapplied on every resend, while a FAILED result lets
         # the master end that one attempt with the reason.
         results = []
-        for i, assignment in enumerate(request.assignments):
-            problem = assignment_problem(assignment)
-            if problem is None:
-                results.append(self._agent.apply(assignment))
-                continue
-            results.append(
-                worker_pb2.AssignmentResult(
-                    job_id=assignment.job_id,
-                    task_index=assignment.task_index,
-                    lease=assignment.lease,
-                    outcome=worker_pb2.ASSIGNMENT_OUTCOME_FAILED,
-                    message=f"malformed assignment: assignments[{i}].{problem}",
-                )
-            )
+        try:
+            with self._agent.fence.admit(request.master_epoch):
+                for i, assignment in enumerate(request.assignments):
+                    problem = assignment_problem(assignment)
+                    if problem is None:
+                        results.append(self._agent.apply(assignment))
+                        continue
+                    results.append(
+                        worker_pb2.AssignmentResult(
+                            job_id=assignment.job_id,
+                            task_index=assignment.task_index,
+                            lease=assignment.lease,
+                            outcome=worker_pb2.ASSIGNMENT_OUTCOME_FAILED,
+                            message=f"malformed assignment: assignments[{i}].{problem}",
+                        )
+                    )
+        except FencedError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         return worker_pb2.ApplyAssignmentsResponse(results=results)
 
     def StopTask(  # noqa: N802
@@ -169,13 +174,17 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job_id: must be set")
         if not (math.isfinite(request.grace_s) and request.grace_s >= 0):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "grace_s: must be a finite number >= 0")
-        was_running = self._agent.stop_task(
-            request.job_id,
-            lease=request.lease,
-            graceful=request.checkpoint,
-            grace_s=request.grace_s,
-            reason=request.reason or "StopTask",
-        )
+        try:
+            with self._agent.fence.admit(request.master_epoch):
+                was_running = self._agent.stop_task(
+                    request.job_id,
+                    lease=request.lease,
+                    graceful=request.checkpoint,
+                    grace_s=request.grace_s,
+                    reason=request.reason or "StopTask",
+                )
+        except FencedError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         return worker_pb2.StopTaskResponse(was_running=was_running)
 
     def GetWorkerStatus(  # noqa: N802

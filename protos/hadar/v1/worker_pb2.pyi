@@ -88,12 +88,14 @@ class TaskAssignment(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., lease: _Optional[int] = ..., action: _Optional[_Union[AssignmentAction, str]] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., gpu_type: _Optional[str] = ..., rendezvous: _Optional[_Union[Rendezvous, _Mapping]] = ..., local_batch_sizes: _Optional[_Iterable[int]] = ..., accumulation_steps: _Optional[int] = ..., iteration_budget: _Optional[int] = ..., iterations_done: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., num_copies: _Optional[int] = ..., copy_index: _Optional[int] = ..., round: _Optional[int] = ..., grace_s: _Optional[float] = ..., checkpoint_dir: _Optional[str] = ..., user: _Optional[str] = ...) -> None: ...
 
 class ApplyAssignmentsRequest(_message.Message):
-    __slots__ = ("round", "assignments")
+    __slots__ = ("round", "assignments", "master_epoch")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     round: int
     assignments: _containers.RepeatedCompositeFieldContainer[TaskAssignment]
-    def __init__(self, round: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[TaskAssignment, _Mapping]]] = ...) -> None: ...
+    master_epoch: int
+    def __init__(self, round: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[TaskAssignment, _Mapping]]] = ..., master_epoch: _Optional[int] = ...) -> None: ...
 
 class AssignmentResult(_message.Message):
     __slots__ = ("job_id", "task_index", "lease", "outcome", "message", "unknown_user")
@@ -118,18 +120,20 @@ class ApplyAssignmentsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[AssignmentResult, _Mapping]]] = ...) -> None: ...
 
 class StopTaskRequest(_message.Message):
-    __slots__ = ("job_id", "lease", "checkpoint", "grace_s", "reason")
+    __slots__ = ("job_id", "lease", "checkpoint", "grace_s", "reason", "master_epoch")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     GRACE_S_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     lease: int
     checkpoint: bool
     grace_s: float
     reason: str
-    def __init__(self, job_id: _Optional[int] = ..., lease: _Optional[int] = ..., checkpoint: _Optional[bool] = ..., grace_s: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+    master_epoch: int
+    def __init__(self, job_id: _Optional[int] = ..., lease: _Optional[int] = ..., checkpoint: _Optional[bool] = ..., grace_s: _Optional[float] = ..., reason: _Optional[str] = ..., master_epoch: _Optional[int] = ...) -> None: ...
 
 class StopTaskResponse(_message.Message):
     __slots__ = ("was_running",)

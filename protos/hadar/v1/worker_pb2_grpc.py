@@ -72,7 +72,8 @@ class WorkerServicer:
 
     def StopTask(self, request, context):
         """Stops one task now (cancel, or a reconciliation outside a round). Idempotent.
-        INVALID_ARGUMENT when job_id is 0 or grace_s is negative.
+        INVALID_ARGUMENT when job_id is 0 or grace_s is negative; FAILED_PRECONDITION, stopping
+        nothing, when master_epoch is older than the newest epoch this worker has seen.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,7 +1,7 @@
 """jobs.restart_s: measured seconds from a placement to the job's first progress there
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 Create Date: 2026-11-24 20:20:00.000000
 """
 
@@ -15,7 +15,7 @@ from alembic import op
 from store.migration_ops import drop_columns
 
 revision: str = "0011"
-down_revision: str | None = "0009"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

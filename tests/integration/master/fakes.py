@@ -61,6 +61,10 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     tasks: dict[tuple[int, int], FakeTask] = field(default_factory=dict)
     applied: list[worker_pb2.TaskAssignment] = field(default_factory=list)
     stops: list[StopRecord] = field(default_factory=list)
+    # The master_epoch of every ApplyAssignments and StopTask received, in order.
+    epochs: list[int] = field(default_factory=list)
+    # Refuse orders of an older master epoch, as a real worker that has seen this one does.
+    follows_epoch: int = 0
     log_lines: dict[int, bytes] = field(default_factory=dict)
     # Output of one lease of a job (as a real worker keeps every lease's), before log_lines.
     lease_logs: dict[tuple[int, int], bytes] = field(default_factory=dict)
@@ -228,6 +232,14 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
 
     # -- Worker service --------------------------------------------------------------------
 
+    def _fence(self, epoch: int, context: grpc.ServicerContext) -> None:
+        if epoch < self.follows_epoch:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"fenced: the order comes from master epoch {epoch}, but this worker follows "
+                f"epoch {self.follows_epoch}: a newer master is active",
+            )
+
     def _check(self, context: grpc.ServicerContext) -> None:
         metadata = dict(context.invocation_metadata())
         if metadata.get("authorization") != f"Bearer {self.cluster_token}":
@@ -239,7 +251,9 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         self._check(context)
         results = []
         to_exit: list[FakeTask] = []
+        self._fence(request.master_epoch, context)
         with self._lock:
+            self.epochs.append(request.master_epoch)
             for a in request.assignments:
                 self.applied.append(a)
                 key = (a.job_id, a.task_index)
@@ -295,6 +309,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     ) -> worker_pb2.StopTaskResponse:
         self._check(context)
         with self._lock:
+            self.epochs.append(request.master_epoch)
             mine = [
                 t
                 for t in self.tasks.values()

@@ -94,6 +94,11 @@ def test_state_directory_sets_database_and_checkpoints(
         ({"HADAR_ROUND_SECONDS": "0"}, "round_seconds must be > 0"),
         ({"HADAR_AUTH": "maybe"}, "auth must be one of"),
         ({"HADAR_HEARTBEAT_TIMEOUT_S": "1", "HADAR_HEARTBEAT_INTERVAL_S": "5"}, "heartbeat"),
+        ({"HADAR_LEADER_RENEW_S": "0"}, "leader_renew_s must be > 0"),
+        (
+            {"HADAR_LEADER_LEASE_S": "5", "HADAR_LEADER_RENEW_S": "3"},
+            "leader_lease_s must be at least twice leader_renew_s",
+        ),
     ],
 )
 def test_bad_settings_name_the_setting(values: dict[str, str], message: str) -> None:

@@ -40,7 +40,8 @@ def resnet(num_gpus: int = 1) -> common_pb2.JobSpec:
 
 def test_health_reflection_and_metrics(cluster: Cluster) -> None:
     """Health says SERVING for the server and both services; reflection lists them; the
-    metrics endpoint exports jobs, GPUs, round durations and RPC latencies."""
+    metrics endpoint exports jobs, GPUs, round durations, RPC latencies, and the master's
+    role and epoch."""
     master = cluster.master(metrics_port=0, metrics_host="127.0.0.1")
     cluster.worker(master, "n1", num_gpus=2)
     api = cluster.api(master)
@@ -71,6 +72,9 @@ def test_health_reflection_and_metrics(cluster: Cluster) -> None:
     assert 'hadar_gpus{state="idle",type="v100"} 1.0' in text
     assert "hadar_round_duration_seconds_count 1.0" in text
     assert 'hadar_rpc_duration_seconds_count{code="OK",method="SubmitJob"} 1.0' in text
+    assert 'hadar_master_role{role="active"} 1.0' in text
+    assert 'hadar_master_role{role="standby"} 0.0' in text
+    assert "hadar_master_epoch 1.0" in text
 
 
 def test_submission_triggers_an_early_round(cluster: Cluster) -> None:
@@ -245,9 +249,11 @@ def test_process_signals_systemd_and_stops_on_sigterm(tmp_path: Path) -> None:
 
 
 def test_busy_port_is_a_clear_settings_error(cluster: Cluster, tmp_path: Path) -> None:
-    """A second master on a port already in use fails with an error naming `listen`."""
+    """A master on a port already in use fails with an error naming `listen`. (Its own
+    database: a second master on the same database stands by and listens on nothing.)"""
     first = cluster.master()
-    second = Master(make_settings(cluster.database, tmp_path, listen=first.address))
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    second = Master(make_settings(other, tmp_path, listen=first.address))
     try:
         with pytest.raises(SettingsError, match="listen: cannot bind"):
             second.start()

@@ -134,3 +134,21 @@ def test_hadar_config_naming_a_missing_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match=rf"HADAR_CONFIG={missing}: no such config file"):
         resolve(env={"HADAR_CONFIG": str(missing)})
     assert resolve(env={"HOME": str(tmp_path)}).address_source == "default"
+
+
+def test_a_list_of_master_addresses_becomes_one_grpc_target(tmp_path):
+    """An active master and its standby, listed with a comma, become one ipv4:/ipv6: target
+    (the channel connects to whichever listens); host names and bad parts are refused with
+    the reason."""
+    env = {"HOME": str(tmp_path)}
+    assert (
+        resolve("10.0.0.1:50051, 10.0.0.2:50051", env=env).address
+        == "ipv4:10.0.0.1:50051,10.0.0.2:50051"
+    )
+    assert resolve("[::1]:50051,[::2]:50051", env=env).address == "ipv6:[::1]:50051,[::2]:50051"
+    with pytest.raises(ConfigError, match="dns:///NAME:PORT"):
+        resolve("head-a:50051,head-b:50051", env=env)
+    with pytest.raises(ConfigError, match="not HOST:PORT"):
+        resolve("10.0.0.1:50051,10.0.0.2", env=env)
+    with pytest.raises(ConfigError, match="mixes IPv4 and IPv6"):
+        resolve("10.0.0.1:50051,[::1]:50051", env=env)

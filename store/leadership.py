@@ -1,0 +1,173 @@
+"""Which master is active: one lease row in the database, with a fencing epoch.
+
+A master is active while it holds an unexpired lease in ``master_lease``. Taking the lease
+is a compare-and-set on the epoch it read, so of two masters that find the lease expired
+only one wins, and the winner's epoch is one more than any before it. The new epoch is
+committed before :meth:`MasterLeases.acquire` returns: nothing a new master does can carry
+an epoch the database does not already hold.
+
+Times are the database's own clock on PostgreSQL (masters on different machines compare
+against one clock); on SQLite every master runs on the database's host, whose clock it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, text, update
+from sqlalchemy.engine import CursorResult
+from sqlalchemy.orm import Session
+
+from store.database import Database
+from store.errors import ConflictError, StoreError
+from store.models import MasterLeaseRow
+
+LEASE_ROW = 1
+
+
+class LeaseLostError(StoreError):
+    """This master no longer holds the lease it acts under: another master took it, or it
+    expired. Whatever the caller was about to commit must not be."""
+
+
+@dataclass(frozen=True, slots=True)
+class MasterTerm:
+    """One master's hold on the lease: who, reachable where, under which epoch, until when."""
+
+    holder: str
+    address: str
+    epoch: int
+    acquired_at: datetime
+    expires_at: datetime
+
+
+def _term(row: MasterLeaseRow) -> MasterTerm:
+    return MasterTerm(
+        holder=row.holder,
+        address=row.address,
+        epoch=row.epoch,
+        acquired_at=row.acquired_at,
+        expires_at=row.expires_at,
+    )
+
+
+def database_now(session: Session) -> datetime:
+    """The time by which leases are judged (see the module's docstring)."""
+    if session.get_bind().dialect.name == "postgresql":
+        value = session.execute(text("SELECT clock_timestamp()")).scalar_one()
+        assert isinstance(value, datetime)
+        return value.astimezone(UTC)
+    return datetime.now(UTC)
+
+
+class MasterLeases:
+    """Reads, takes, renews and releases the master lease; each call is its own transaction."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def current(self) -> MasterTerm | None:
+        """The lease as stored now; None when it has never been held."""
+        with self._database.session() as session:
+            row = session.get(MasterLeaseRow, LEASE_ROW)
+            if row is None or not row.holder:
+                return None
+            return _term(row)
+
+    def expired(self, term: MasterTerm) -> bool:
+        with self._database.session() as session:
+            return term.expires_at <= database_now(session)
+
+    def acquire(
+        self, holder: str, address: str, lease_s: float, *, force: bool = False
+    ) -> MasterTerm | None:
+        """Take the lease if it has expired (or unconditionally with `force`, for a caller
+        that knows the previous holder is gone); returns the new term, whose epoch is
+        committed, or None when another master holds the lease or won the race for it."""
+        try:
+            with self._database.session() as session:
+                row = session.get(MasterLeaseRow, LEASE_ROW)
+                if row is None:
+                    raise StoreError("the master_lease row is missing; run hadar-master db upgrade")
+                now = database_now(session)
+                if not force and row.holder and row.expires_at > now:
+                    return None
+                seen = row.epoch
+                term = MasterTerm(
+                    holder=holder,
+                    address=address,
+                    epoch=seen + 1,
+                    acquired_at=now,
+                    expires_at=now + timedelta(seconds=lease_s),
+                )
+                result = session.execute(
+                    update(MasterLeaseRow)
+                    .where(MasterLeaseRow.id == LEASE_ROW, MasterLeaseRow.epoch == seen)
+                    .values(
+                        holder=holder,
+                        address=address,
+                        epoch=term.epoch,
+                        acquired_at=term.acquired_at,
+                        expires_at=term.expires_at,
+                    )
+                    .execution_options(synchronize_session=False)
+                )
+                assert isinstance(result, CursorResult)
+                if result.rowcount != 1:
+                    session.rollback()
+                    return None
+        except ConflictError:
+            # SQLite: another writer committed between our read and our write.
+            return None
+        return term
+
+    def renew(self, holder: str, epoch: int, lease_s: float) -> datetime | None:
+        """Extend the lease of `holder`'s term `epoch`; returns the new expiry, or None when
+        that term is over (another master holds a later one)."""
+        with self._database.session() as session:
+            expires = database_now(session) + timedelta(seconds=lease_s)
+            result = session.execute(
+                update(MasterLeaseRow)
+                .where(
+                    MasterLeaseRow.id == LEASE_ROW,
+                    MasterLeaseRow.holder == holder,
+                    MasterLeaseRow.epoch == epoch,
+                )
+                .values(expires_at=expires)
+                .execution_options(synchronize_session=False)
+            )
+            assert isinstance(result, CursorResult)
+            return expires if result.rowcount == 1 else None
+
+    def release(self, holder: str, epoch: int) -> bool:
+        """End the term now (a graceful stop), so a standby need not wait for it to expire.
+        The epoch stays: the next holder's is still one more."""
+        with self._database.session() as session:
+            result = session.execute(
+                update(MasterLeaseRow)
+                .where(
+                    MasterLeaseRow.id == LEASE_ROW,
+                    MasterLeaseRow.holder == holder,
+                    MasterLeaseRow.epoch == epoch,
+                )
+                .values(expires_at=database_now(session))
+                .execution_options(synchronize_session=False)
+            )
+            assert isinstance(result, CursorResult)
+            return result.rowcount == 1
+
+
+def check_term(session: Session, holder: str, epoch: int) -> None:
+    """Inside another unit of work: raise LeaseLostError unless `holder` still holds term
+    `epoch`. On PostgreSQL the row is share-locked until that unit of work ends, so no
+    takeover can commit between this check and its commit."""
+    query = select(MasterLeaseRow.holder, MasterLeaseRow.epoch).where(
+        MasterLeaseRow.id == LEASE_ROW
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update(read=True)
+    found = session.execute(query).one_or_none()
+    if found is None or (found.holder, found.epoch) != (holder, epoch):
+        current = f"epoch {found.epoch} held by {found.holder}" if found else "no lease"
+        raise LeaseLostError(f"this master's term (epoch {epoch}) is over; now {current}")
