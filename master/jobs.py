@@ -20,6 +20,7 @@ from master.lifecycle import (
     release_tasks,
 )
 from master.limits import SubmitRateLimiter, pending_limit_error
+from master.notifications import check_url
 from master.scheduling.memory import memory_by_type
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
@@ -160,6 +161,8 @@ class JobManager:
             max_s=self._settings.max_time_limit_s,
             default_s=self._settings.default_time_limit_s,
         )
+        if validated.notify_url:
+            check_url(validated.notify_url, "spec.notify_url", self._settings)
         user = caller.user
         wait_s = self._rate.try_take(user)
         if wait_s > 0:

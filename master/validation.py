@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import PurePath, PurePosixPath
 
 from master import fields
 from master.errors import InvalidArgumentError
+from master.notifications import check_states
 from master.scheduling.memory import fits, format_memory
 from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2
 from store.domain import JobSpec
-from store.states import ProgramKind
+from store.states import JobState, ProgramKind
 
 NAME_MAX = 128
 # Field sizes, in bytes of UTF-8 where text: generous for real jobs, small enough that one
@@ -194,6 +195,10 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
             raise InvalidArgumentError(f"spec.{attr}", f"must be at most {PATH_MAX_BYTES} bytes")
         _check_output_pattern(value, f"spec.{attr}")
 
+    notify_on = notify_states(spec.notify_on, "spec.notify_on")
+    if "\0" in spec.notify_url:
+        raise InvalidArgumentError("spec.notify_url", "must not contain NUL characters")
+
     batch_size = spec.batch_size
     job_type = spec.job_type.strip()
     fields.text(job_type, "spec.job_type", JOB_TYPE_MAX)
@@ -231,7 +236,22 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         output=spec.output,
         error=spec.error,
         time_limit_s=spec.time_limit_s,
+        # Checked against the cluster's webhook settings by the caller (check_url).
+        notify_url=spec.notify_url.strip(),
+        notify_on=notify_on,
     )
+
+
+def notify_states(values: Iterable[int], field: str) -> tuple[JobState, ...]:
+    """Job states from the wire that a webhook is told of: end states only."""
+    states: list[JobState] = []
+    for i, value in enumerate(values):
+        name = common_pb2.JobState.Name(value) if value in common_pb2.JobState.values() else ""
+        state = name.removeprefix("JOB_STATE_")
+        if state not in JobState.__members__:
+            raise InvalidArgumentError(f"{field}[{i}]", f"unknown job state {value}")
+        states.append(JobState(state))
+    return check_states(states, field)
 
 
 def _check_memory(spec: common_pb2.JobSpec, allowed: list[str], facts: ClusterFacts) -> None:

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from store.repositories.counters import LEASE, CounterRepository
 from store.repositories.jobs import JobRepository
 from store.repositories.nodes import NodeRepository
+from store.repositories.notifications import NotificationRepository
 from store.repositories.rounds import RoundRepository
 from store.repositories.tasks import TaskRepository
 from store.repositories.throughput import ThroughputRepository
@@ -20,6 +21,7 @@ __all__ = [
     "CounterRepository",
     "JobRepository",
     "NodeRepository",
+    "NotificationRepository",
     "RoundRepository",
     "TaskRepository",
     "ThroughputRepository",
@@ -42,6 +44,7 @@ class UnitOfWork:
         self.tokens = TokenRepository(session)
         self.counters = CounterRepository(session)
         self.usage = UsageRepository(session)
+        self.notifications = NotificationRepository(session)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

@@ -51,6 +51,8 @@ def job_spec(row: JobRow) -> JobSpec:
         output=row.output,
         error=row.error,
         time_limit_s=row.time_limit_s,
+        notify_url=row.notify_url,
+        notify_on=tuple(JobState(s) for s in row.notify_on or ()),
     )
 
 
@@ -76,6 +78,8 @@ def fill_spec(row: JobRow, spec: JobSpec) -> None:
     row.output = spec.output
     row.error = spec.error
     row.time_limit_s = spec.time_limit_s
+    row.notify_url = spec.notify_url
+    row.notify_on = [s.value for s in spec.notify_on]
 
 
 def job(row: JobRow) -> Job:
