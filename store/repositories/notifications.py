@@ -108,7 +108,8 @@ class NotificationRepository:
             status=NotificationStatus.PENDING.value,
             attempts=0,
             created_at=at,
-            next_attempt_at=at,
+            # Due at once, whatever time the caller's change is dated.
+            next_attempt_at=min(at, utcnow()),
             last_error="",
             history=[],
         )

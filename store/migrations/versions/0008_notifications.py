@@ -34,7 +34,7 @@ def upgrade() -> None:
     op.create_table(
         "notifications",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column("job_id", sa.BigInteger(), nullable=False),
+        sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("user", sa.String(length=64), nullable=False),
         sa.Column("url", sa.Text(), nullable=False),
         sa.Column("job_state", sa.String(length=16), nullable=False),
