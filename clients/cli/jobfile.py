@@ -21,6 +21,11 @@ The file's keys (all optional except the amount of work and what to run)::
     error = "train-%j.err"           # and standard error here (absent: to `output`)
     time = "2h"                      # time limit, as sbatch --time: 30s, 90m, 2h, 1d,
                                      # MM:SS, HH:MM:SS, D-HH:MM:SS (a bare number: minutes)
+    notify = "https://ntfy.example.org/alice-jobs"  # webhook POSTed when the job ends
+                                     # (absent: your default, `hctl notify set`)
+    notify_on = "end"                # which ends: end (completed, failed, timeout; the
+                                     # default), fail (failed, timeout), all (and
+                                     # cancelled), or a list of those states
 
     # exactly one of:
     workload = "resnet"              # a built-in workload (see `hctl workloads`)
@@ -43,11 +48,21 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from clients.cli.format import parse_size
-from clients.types import JobSpec, Program, ProgramKind
+from clients.types import JobSpec, JobState, Program, ProgramKind
 from protos.durations import parse_duration
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROGRAM_KEYS = ("workload", "script", "command")
+# Words --notify-on takes, as the end states they stand for (like Slurm's --mail-type).
+NOTIFY_ON_WORDS: dict[str, tuple[JobState, ...]] = {
+    "end": (JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT),
+    "fail": (JobState.FAILED, JobState.TIMEOUT),
+    "all": (JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED),
+    "completed": (JobState.COMPLETED,),
+    "failed": (JobState.FAILED,),
+    "timeout": (JobState.TIMEOUT,),
+    "cancelled": (JobState.CANCELLED,),
+}
 _TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,),
     "gpus": (int,),
@@ -66,6 +81,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "output": (str,),
     "error": (str,),
     "time": (str,),
+    "notify": (str,),
+    "notify_on": (str, list),
     "env": (dict,),
     "workload": (str,),
     "script": (list, str),
@@ -132,12 +149,29 @@ def _normalize_value(key: str, raw: Any) -> Any:
             raise SpecError(key, str(exc)) from None
     if key == "priority":
         return float(raw)
+    if key == "notify_on":
+        return parse_notify_on(raw, key)
     if key == "time":
         try:
             return parse_duration(raw)
         except ValueError as exc:
             raise SpecError(key, str(exc)) from None
     return raw
+
+
+def parse_notify_on(raw: str | list[Any], field: str = "notify_on") -> list[JobState]:
+    """`end`, `fail`, `all` or end states, comma-separated or as a list, in JobState order."""
+    words = raw.split(",") if isinstance(raw, str) else raw
+    wanted: set[JobState] = set()
+    for word in words:
+        key = str(word).strip().lower()
+        if key not in NOTIFY_ON_WORDS:
+            known = ", ".join(NOTIFY_ON_WORDS)
+            raise SpecError(field, f"{word!r} is not one of {known}")
+        wanted.update(NOTIFY_ON_WORDS[key])
+    if not wanted:
+        raise SpecError(field, "name at least one of " + ", ".join(NOTIFY_ON_WORDS))
+    return [s for s in JobState if s in wanted]
 
 
 def parse_env_table(table: Mapping[str, Any]) -> dict[str, str]:
@@ -233,6 +267,8 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
         output=values.get("output", ""),
         error=values.get("error", ""),
         time_limit_s=values.get("time", 0),
+        notify_url=values.get("notify", ""),
+        notify_on=tuple(values.get("notify_on", ())),
     )
 
 
