@@ -49,6 +49,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
             description="Show your default webhook and the ends it is told of."
             if name == "show"
             else "Remove your default webhook; jobs naming their own keep theirs.",
+            epilog=f"examples:\n  hctl notify {name}\n  hctl notify {name} --user bob   # admins"
+            + ("\n  hctl notify show --json" if name == "show" else ""),
             formatter_class=parser.formatter_class,
         )
         sub.add_argument("-u", "--user", help="another user's (admins only)")
