@@ -239,6 +239,36 @@ def test_hung_and_dead_endpoints_do_not_slow_rounds(cluster: Cluster) -> None:
         assert status.HasField("next_attempt_at")
 
 
+def test_scheduled_rounds_keep_their_period_while_a_webhook_hangs(cluster: Cluster) -> None:
+    """With rounds every 0.2 s and a webhook call hanging for up to 5 s, the scheduler
+    still completes five rounds, each within its period, before the hung call times out."""
+    with black_hole() as hung_port:
+        master = cluster.master(**{**FAST, "round_seconds": 0.2, "webhook_timeout_s": 5.0})
+        worker = cluster.worker(master, "n1")
+        api = cluster.api(master)
+        job = submit(api, workload(f"http://127.0.0.1:{hung_port}/hook"))
+        wait_for(partial(running, worker, job.id), what="the job to start")
+        worker.exit(job.id, common_pb2.EXIT_KIND_COMPLETED, exit_code=0)
+        wait_for(lambda: deliveries(api, job.id), what="the outbox row")
+        began = time.monotonic()
+        first = master.tx.read(lambda uow: uow.rounds.last())
+        assert first is not None
+        last = wait_for(
+            lambda: (
+                (r := master.tx.read(lambda uow: uow.rounds.last())) is not None
+                and r.number >= first.number + 5
+                and r
+            ),
+            timeout=5,
+            what="five more rounds",
+        )
+        assert time.monotonic() - began < 2.5
+        assert last.duration_s < 0.2
+        # Still in flight: the rounds did not wait for it.
+        (status,) = deliveries(api, job.id)
+        assert status.attempts == 0 and status.status == hadar_pb2.DELIVERY_STATUS_PENDING
+
+
 def test_calls_owed_when_the_master_stopped_are_delivered_after_its_restart(
     cluster: Cluster,
 ) -> None:
