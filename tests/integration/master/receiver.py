@@ -66,6 +66,8 @@ def receiver(statuses: Sequence[int] = (200,)) -> Iterator[Receiver]:
                 Received(self.path, dict(self.headers.items()), body, time.monotonic())
             )
             self.send_response(status)
+            if 300 <= status < 400:
+                self.send_header("Location", state.url("/elsewhere"))
             self.send_header("Content-Length", "2")
             self.end_headers()
             self.wfile.write(b"ok")

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from master.daemon import Master
+from master.webhooks import post_json
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import FakeWorker, wait_for
@@ -426,18 +427,28 @@ def test_allowed_hosts_accept_matching_urls_and_states_must_be_end_states(
     assert failure.details.startswith("on[0]: PENDING is not an end state")
 
 
-def test_receiver_fixture_counts_calls(tmp_path: Any) -> None:
-    """The test endpoint answers by its script and records each POST (sanity of the tool
-    the other tests rely on)."""
-    import urllib.error
-    import urllib.request
-
+def test_answers_are_classified_for_retrying() -> None:
+    """2xx delivers; 5xx, 408 and 429 may be retried; other 4xx and redirects (not
+    followed) may not; a refused connection and a hung endpoint may, with their cause."""
     hook: Receiver
-    with receiver([500, 200]) as hook:
-        with pytest.raises(urllib.error.HTTPError):
-            urllib.request.urlopen(urllib.request.Request(hook.url(), data=b"{}"), timeout=5)
-        with urllib.request.urlopen(
-            urllib.request.Request(hook.url(), data=b"{}"), timeout=5
-        ) as response:
-            assert response.status == 200
-        assert len(hook.calls()) == 2
+    with receiver([204, 503, 429, 408, 404, 302]) as hook:
+        outcomes = [post_json(hook.url(), b"{}", {}, 2.0) for _ in range(6)]
+        assert [(o.delivered, o.status_code, o.permanent) for o in outcomes] == [
+            (True, 204, False),
+            (False, 503, False),
+            (False, 429, False),
+            (False, 408, False),
+            (False, 404, True),
+            (False, 302, True),
+        ]
+        assert outcomes[1].error.startswith("HTTP 503")
+        assert outcomes[5].error == "HTTP 302: redirects are not followed"
+        assert [c.path for c in hook.calls()] == ["/hook"] * 6
+    refused = post_json(f"http://127.0.0.1:{closed_port()}/", b"{}", {}, 2.0)
+    assert not refused.delivered and not refused.permanent
+    assert refused.error.startswith("could not connect")
+    with black_hole() as port:
+        began = time.monotonic()
+        hung = post_json(f"http://127.0.0.1:{port}/", b"{}", {}, 0.5)
+        assert time.monotonic() - began < 2.0
+    assert (hung.delivered, hung.permanent, hung.error) == (False, False, "no answer within 0.5s")
