@@ -145,7 +145,10 @@ class WebhookSender:
 
     def _until_next(self) -> float:
         poll = self._settings.webhook_poll_s
-        due = self._tx.read(lambda uow: uow.notifications.next_due_at())
+        with self._lock:
+            busy = set(self._in_flight)
+        # Calls in flight are left out: they end by themselves within their timeout.
+        due = self._tx.read(lambda uow: uow.notifications.next_due_at(excluding=busy))
         if due is None:
             return poll
         return max(0.0, min(poll, (due - datetime.now(UTC)).total_seconds()))

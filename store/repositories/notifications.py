@@ -7,7 +7,7 @@ delivers it later, at least once, and records every attempt here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from sqlalchemy import select
@@ -130,14 +130,17 @@ class NotificationRepository:
         )
         return [_notification(row) for row in self._session.scalars(query)]
 
-    def next_due_at(self) -> datetime | None:
-        """When the earliest pending call is due; None when none is pending."""
+    def next_due_at(self, *, excluding: Collection[int] = ()) -> datetime | None:
+        """When the earliest pending call (other than `excluding`, calls in flight) is due;
+        None when none is pending."""
         query = (
             select(NotificationRow.next_attempt_at)
             .where(NotificationRow.status == NotificationStatus.PENDING.value)
             .order_by(NotificationRow.next_attempt_at)
             .limit(1)
         )
+        if excluding:
+            query = query.where(NotificationRow.id.not_in(list(excluding)))
         return self._session.scalars(query).first()
 
     def record_attempt(
