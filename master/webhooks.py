@@ -179,8 +179,17 @@ class WebhookSender:
     def _attempt(self, item: Notification) -> None:
         try:
             self._deliver(item)
-        except Exception:
-            log.exception("webhook delivery failed", notification_id=item.id)
+        except Exception as exc:
+            if self._stop.is_set():
+                # A call that outlived the master's stop: its outcome could not be stored,
+                # so the next master makes it again (at least once).
+                log.warning(
+                    "webhook attempt not recorded: the master stopped",
+                    notification_id=item.id,
+                    error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                )
+            else:
+                log.exception("webhook delivery failed", notification_id=item.id)
         finally:
             with self._lock:
                 self._in_flight.discard(item.id)
