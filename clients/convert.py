@@ -104,6 +104,7 @@ def spec_to_proto(spec: JobSpec) -> common_pb2.JobSpec:
         time_limit_s=spec.time_limit_s,
         notify_url=spec.notify_url,
         notify_on=[job_state_number(s) for s in spec.notify_on],
+        no_notify=spec.no_notify,
     )
     if spec.preemptible is not None:
         message.preemptible = spec.preemptible
@@ -149,6 +150,7 @@ def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:
         time_limit_s=message.time_limit_s,
         notify_url=message.notify_url,
         notify_on=tuple(job_state(s) for s in message.notify_on),
+        no_notify=message.no_notify,
     )
 
 

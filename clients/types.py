@@ -154,6 +154,8 @@ class JobSpec:
     notify_url: str = ""
     # End states that notify; empty: COMPLETED, FAILED and TIMEOUT.
     notify_on: tuple[JobState, ...] = ()
+    # No notification at all, not even to the owner's default webhook.
+    no_notify: bool = False
 
 
 @dataclass(frozen=True, slots=True)

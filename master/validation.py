@@ -198,6 +198,10 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
     notify_on = notify_states(spec.notify_on, "spec.notify_on")
     if "\0" in spec.notify_url:
         raise InvalidArgumentError("spec.notify_url", "must not contain NUL characters")
+    if spec.no_notify and (spec.notify_url.strip() or notify_on):
+        raise InvalidArgumentError(
+            "spec.no_notify", "asks for no notification, but notify_url or notify_on asks for one"
+        )
 
     batch_size = spec.batch_size
     job_type = spec.job_type.strip()
@@ -239,6 +243,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         # Checked against the cluster's webhook settings by the caller (check_url).
         notify_url=spec.notify_url.strip(),
         notify_on=notify_on,
+        no_notify=spec.no_notify,
     )
 
 

@@ -52,6 +52,8 @@ class JobSpec:
     # default, if any. `notify_on`: the end states that notify; empty means the default.
     notify_url: str = ""
     notify_on: tuple[JobState, ...] = ()
+    # Not even the owner's default webhook is told of this job's end.
+    no_notify: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,6 +157,8 @@ class JobRow(Base):
     # the default set.
     notify_url: Mapped[str] = mapped_column(Text, default="")
     notify_on: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Not even the owner's default webhook: the job asked for no notification at all.
+    no_notify: Mapped[bool] = mapped_column(Boolean, default=False)
     # Life.
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")

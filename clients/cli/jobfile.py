@@ -25,7 +25,8 @@ The file's keys (all optional except the amount of work and what to run)::
                                      # (absent: your default, `hctl notify set`)
     notify_on = "end"                # which ends: end (completed, failed, timeout; the
                                      # default), fail (failed, timeout), all (and
-                                     # cancelled), or a list of those states
+                                     # cancelled), a list of those states, or none
+                                     # (not even your default webhook)
 
     # exactly one of:
     workload = "resnet"              # a built-in workload (see `hctl workloads`)
@@ -160,14 +161,17 @@ def _normalize_value(key: str, raw: Any) -> Any:
 
 
 def parse_notify_on(raw: str | list[Any], field: str = "notify_on") -> list[JobState]:
-    """`end`, `fail`, `all` or end states, comma-separated or as a list, in JobState order."""
+    """`end`, `fail`, `all` or end states, comma-separated or as a list, in JobState order;
+    `none` alone gives an empty list (no notification at all)."""
     words = raw.split(",") if isinstance(raw, str) else raw
+    if [str(w).strip().lower() for w in words] == ["none"]:
+        return []
     wanted: set[JobState] = set()
     for word in words:
         key = str(word).strip().lower()
         if key not in NOTIFY_ON_WORDS:
             known = ", ".join(NOTIFY_ON_WORDS)
-            raise SpecError(field, f"{word!r} is not one of {known}")
+            raise SpecError(field, f"{word!r} is not one of {known} (or none alone)")
         wanted.update(NOTIFY_ON_WORDS[key])
     if not wanted:
         raise SpecError(field, "name at least one of " + ", ".join(NOTIFY_ON_WORDS))
@@ -244,6 +248,12 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
     retries = values.get("retries")
     if retries is not None and retries < 0:
         raise SpecError("retries", f"must not be negative, got {retries}")
+    notify_url = values.get("notify", "")
+    notify_on = tuple(values.get("notify_on", ()))
+    # `notify_on = "none"` (parsed as no states) asks for no notification at all.
+    no_notify = "notify_on" in values and not notify_on
+    if no_notify and notify_url:
+        raise SpecError("notify_on", "none asks for no notification, but notify names a webhook")
     name = values.get("name") or default_name(program)
     if not 1 <= len(name) <= 128:
         raise SpecError("name", "must be 1 to 128 characters")
@@ -267,8 +277,9 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
         output=values.get("output", ""),
         error=values.get("error", ""),
         time_limit_s=values.get("time", 0),
-        notify_url=values.get("notify", ""),
-        notify_on=tuple(values.get("notify_on", ())),
+        notify_url=notify_url,
+        notify_on=notify_on,
+        no_notify=no_notify,
     )
 
 

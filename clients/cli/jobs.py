@@ -212,7 +212,8 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         "--notify-on",
         metavar="WHEN",
         help="which ends notify: end (completed, failed, timeout; the default), fail (failed, "
-        "timeout), all (also cancelled), or states, comma-separated",
+        "timeout), all (also cancelled), states, comma-separated, or none (not even your "
+        "default webhook, e.g. for the jobs of a sweep)",
     )
     spec.add_argument("--env", action="append", metavar="K=V", help="environment; repeatable")
     spec.add_argument("--workdir", metavar="DIR", help="working directory on the worker")
@@ -494,7 +495,9 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         f"ran {fmt.format_duration(fmt.run_time(job, now))}",
     )
     info.add_row("limit", fmt.time_limit_line(job))
-    if spec.notify_url or spec.notify_on:
+    if spec.no_notify:
+        info.add_row("notify", "none (not even your default webhook)")
+    elif spec.notify_url or spec.notify_on:
         on = ", ".join(s.value.lower() for s in spec.notify_on) or "completed, failed, timeout"
         info.add_row("notify", f"{spec.notify_url or 'your default webhook'} on {on}")
     if job.progress_measured:

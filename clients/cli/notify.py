@@ -66,6 +66,11 @@ def _run(args: argparse.Namespace, ctx: Context) -> int:
             on = parse_notify_on(args.on, "--on") if args.on else []
         except SpecError as exc:
             raise CliError(str(exc), ExitCode.USAGE) from None
+        if args.on and not on:
+            raise CliError(
+                "--on: none would notify nothing; remove the webhook with `hctl notify clear`",
+                ExitCode.USAGE,
+            )
         default = client.set_notify_default(args.url, on=on, user=args.user)
         ctx.say(f"webhook of {default.user} set: {_states(default)} go to {default.url}")
         return ExitCode.OK

@@ -81,6 +81,7 @@ def spec_to_pb(spec: domain.JobSpec) -> common_pb2.JobSpec:
         # Every user may read every job, and a webhook's path is often its secret.
         notify_url=endpoint(spec.notify_url) if spec.notify_url else "",
         notify_on=[JOB_STATE_TO_PB[s] for s in spec.notify_on],
+        no_notify=spec.no_notify,
     )
     if spec.max_retries is not None:
         out.max_retries = spec.max_retries

@@ -53,6 +53,7 @@ def job_spec(row: JobRow) -> JobSpec:
         time_limit_s=row.time_limit_s,
         notify_url=row.notify_url,
         notify_on=tuple(JobState(s) for s in row.notify_on or ()),
+        no_notify=row.no_notify,
     )
 
 
@@ -80,6 +81,7 @@ def fill_spec(row: JobRow, spec: JobSpec) -> None:
     row.time_limit_s = spec.time_limit_s
     row.notify_url = spec.notify_url
     row.notify_on = [s.value for s in spec.notify_on]
+    row.no_notify = spec.no_notify
 
 
 def job(row: JobRow) -> Job:

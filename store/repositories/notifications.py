@@ -90,6 +90,8 @@ class NotificationRepository:
         """Owe a webhook call for a job that just reached `state`, when its own webhook (or
         else its owner's default) asks for that state. The job's `notify_on` applies to
         whichever URL is used. Returns whether a call was owed."""
+        if job.no_notify:
+            return False
         url = job.notify_url
         on = [JobState(s) for s in job.notify_on or ()]
         if not url:

@@ -19,10 +19,13 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    # Existing jobs asked for no webhook.
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("notify_url", sa.Text(), nullable=False, server_default=""))
-        batch.add_column(sa.Column("notify_on", sa.JSON(), nullable=False, server_default="[]"))
+    # Existing jobs asked for no webhook. Plain ADD COLUMN, not batch mode: on SQLite a batch
+    # may rebuild jobs, and dropping the old table cascades to its tasks and events.
+    op.add_column("jobs", sa.Column("notify_url", sa.Text(), nullable=False, server_default=""))
+    op.add_column("jobs", sa.Column("notify_on", sa.JSON(), nullable=False, server_default="[]"))
+    op.add_column(
+        "jobs", sa.Column("no_notify", sa.Boolean(), nullable=False, server_default=sa.false())
+    )
     op.create_table(
         "notify_defaults",
         sa.Column("user", sa.String(length=64), nullable=False),
@@ -65,8 +68,10 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         # Batch mode would rebuild jobs, and dropping the old table would cascade to its
         # tasks and events; SQLite (3.35+) drops plain columns in place.
+        op.execute("ALTER TABLE jobs DROP COLUMN no_notify")
         op.execute("ALTER TABLE jobs DROP COLUMN notify_on")
         op.execute("ALTER TABLE jobs DROP COLUMN notify_url")
     else:
+        op.drop_column("jobs", "no_notify")
         op.drop_column("jobs", "notify_on")
         op.drop_column("jobs", "notify_url")

@@ -66,7 +66,8 @@ def test_submit_notify_and_show_report_the_delivery(
 def test_a_job_file_names_its_webhook(
     hctl: Hctl, cluster: Cluster, hook: Receiver, tmp_path: Path
 ) -> None:
-    """`notify` and `notify_on` in a job file are submitted like the flags; a flag wins."""
+    """`notify` and `notify_on` in a job file are submitted like the flags; a flag wins;
+    `--notify-on none` asks for no notification at all, which a webhook contradicts."""
     path = tmp_path / "job.toml"
     path.write_text(
         f'workload = "resnet"\niterations = 10\nnotify = "{hook.url()}"\n'
@@ -83,6 +84,11 @@ def test_a_job_file_names_its_webhook(
             JobState.FAILED,
             JobState.TIMEOUT,
         )
+    quiet = submit(hctl, "--workload", "resnet", "--iterations", "10", "--notify-on", "none")
+    assert "notify     none (not even your default webhook)" in hctl("show", str(quiet)).out
+    clash = hctl("submit", "-f", str(path), "--notify-on", "none")
+    assert clash.code == ExitCode.USAGE and "notify_on: none asks for no notification" in clash.err
+    assert hctl("notify", "set", hook.url(), "--on", "none").code == ExitCode.USAGE
     bad = hctl("submit", "-f", str(path), "--notify-on", "sometimes")
     assert bad.code == ExitCode.USAGE
     assert "'sometimes' is not one of end, fail, all" in bad.err

@@ -298,7 +298,8 @@ def test_calls_owed_when_the_master_stopped_are_delivered_after_its_restart(
 def test_a_users_default_webhook_serves_jobs_without_their_own(cluster: Cluster) -> None:
     """With a default set, a job naming no webhook notifies the default and one naming its
     own notifies only that; a cancellation notifies nobody by default but does for a job
-    that asked for CANCELLED; clearing the default stops it."""
+    that asked for CANCELLED; a job with no_notify is not notified (and may not also name a
+    webhook); clearing the default stops it."""
     with receiver() as hook:
         master = cluster.master(**FAST)
         worker = cluster.worker(master, "n1")
@@ -332,6 +333,18 @@ def test_a_users_default_webhook_serves_jobs_without_their_own(cluster: Cluster)
         assert paths == sorted(
             [("/default", plain.id), ("/own", own.id), ("/default", wants_cancel.id)]
         )
+
+        quiet_spec = workload()
+        quiet_spec.no_notify = True
+        quiet = submit(api, quiet_spec)
+        assert quiet.spec.no_notify
+        api.CancelJob(hadar_pb2.CancelJobRequest(job_id=quiet.id))
+        assert deliveries(api, quiet.id) == []
+        both = workload(hook.url())
+        both.no_notify = True
+        failure = error_of(lambda: submit(api, both))
+        assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert failure.details.startswith("spec.no_notify: ")
 
         cleared = api.ClearNotifyDefault(hadar_pb2.ClearNotifyDefaultRequest())
         assert not cleared.configured

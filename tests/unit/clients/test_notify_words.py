@@ -30,7 +30,15 @@ def test_words_and_states_expand_in_state_order(raw: str | list[str], expected: 
     assert parse_notify_on(raw) == expected
 
 
-@pytest.mark.parametrize("raw", ["sometimes", "running", "", ","])
+def test_none_alone_means_no_notification() -> None:
+    assert parse_notify_on("none") == []
+    assert parse_notify_on(["NONE"]) == []
+    spec = build_spec(normalize({"workload": "resnet", "iterations": 5, "notify_on": "none"}))
+    assert spec.no_notify and spec.notify_on == ()
+    assert spec_from_proto(spec_to_proto(spec)) == spec
+
+
+@pytest.mark.parametrize("raw", ["sometimes", "running", "", ",", "none,end"])
 def test_other_words_are_refused_naming_the_key(raw: str) -> None:
     with pytest.raises(SpecError) as caught:
         parse_notify_on(raw, "--notify-on")

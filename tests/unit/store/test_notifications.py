@@ -73,7 +73,8 @@ def test_the_owners_default_serves_jobs_without_a_webhook_and_notify_on_applies(
     db: Database,
 ) -> None:
     """A job naming no URL uses its owner's default with the default's states; a job's own
-    notify_on applies to whichever URL is used; another user's default is not used."""
+    notify_on applies to whichever URL is used; another user's default is not used; a job
+    that asked for no notification gets none."""
     with db.transaction() as uow:
         uow.notifications.set_default("alice", "https://d.example.org/x", [JobState.FAILED])
     plain = submit(db)
@@ -88,6 +89,11 @@ def test_the_owners_default_serves_jobs_without_a_webhook_and_notify_on_applies(
     bobs = submit(db, user="bob")
     end(db, bobs, JobState.FAILED)
     assert owed(db, bobs) == []
+    with db.transaction() as uow:
+        spec = dataclasses.replace(make_spec(), no_notify=True)
+        quiet, _ = uow.jobs.add(NewJob(user="alice", spec=spec))
+    end(db, quiet.id, JobState.FAILED)
+    assert owed(db, quiet.id) == []
     own = submit(db, url="https://own.example.org/")
     end(db, own, JobState.FAILED)
     assert owed(db, own) == [("https://own.example.org/", JobState.FAILED)]
