@@ -51,6 +51,8 @@ class Outcome:
     error: str = ""
     # Trying again cannot help (the endpoint refused the call itself: 4xx but 408/429).
     permanent: bool = False
+    # The endpoint's Retry-After (seconds), honoured up to webhook_backoff_max_s.
+    retry_after_s: float | None = None
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -74,7 +76,8 @@ def post_json(url: str, body: bytes, headers: dict[str, str], timeout_s: float) 
         if 300 <= code < 400:
             return Outcome(False, code, f"HTTP {code}: redirects are not followed", True)
         permanent = 400 <= code < 500 and code not in (408, 425, 429)
-        return Outcome(False, code, f"HTTP {code} {exc.reason}".strip(), permanent)
+        retry_after = _seconds(exc.headers.get("Retry-After") if exc.headers else None)
+        return Outcome(False, code, f"HTTP {code} {exc.reason}".strip(), permanent, retry_after)
     except TimeoutError:
         return Outcome(False, 0, f"no answer within {timeout_s:g}s")
     except urllib.error.URLError as exc:
@@ -84,6 +87,13 @@ def post_json(url: str, body: bytes, headers: dict[str, str], timeout_s: float) 
         return Outcome(False, 0, f"could not connect: {reason}")
     except (OSError, http.client.HTTPException) as exc:
         return Outcome(False, 0, f"{type(exc).__name__}: {exc}")
+
+
+def _seconds(value: str | None) -> float | None:
+    """Retry-After in its delay-seconds form; None for an HTTP date or nonsense."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return float(value.strip())
 
 
 Poster = Callable[[str, bytes, dict[str, str], float], Outcome]
@@ -229,6 +239,8 @@ class WebhookSender:
                 base_s=settings.webhook_backoff_s,
                 max_s=settings.webhook_backoff_max_s,
             )
+            if outcome.retry_after_s is not None:
+                wait_s = max(wait_s, min(outcome.retry_after_s, settings.webhook_backoff_max_s))
             retry_at = at + timedelta(seconds=wait_s)
         self._tx.write(
             lambda uow: uow.notifications.record_attempt(

@@ -36,6 +36,8 @@ class Receiver:
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     port: int = 0
+    # Sent as Retry-After with 429 and 503 answers when set.
+    retry_after: str = ""
 
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -66,6 +68,8 @@ def receiver(statuses: Sequence[int] = (200,)) -> Iterator[Receiver]:
                 Received(self.path, dict(self.headers.items()), body, time.monotonic())
             )
             self.send_response(status)
+            if state.retry_after and status in (429, 503):
+                self.send_header("Retry-After", state.retry_after)
             if 300 <= status < 400:
                 self.send_header("Location", state.url("/elsewhere"))
             self.send_header("Content-Length", "2")

@@ -154,6 +154,22 @@ def test_a_failing_endpoint_is_retried_with_backoff_until_it_answers(cluster: Cl
         assert metric(master, "retrying") == 2 and metric(master, "delivered") == 1
 
 
+def test_an_endpoints_retry_after_is_honoured(cluster: Cluster) -> None:
+    """A 503 with Retry-After: 1 delays the next attempt by a second, not the 0.05 s
+    backoff."""
+    with receiver([503, 200]) as hook:
+        hook.retry_after = "1"
+        master = cluster.master(**{**FAST, "webhook_backoff_max_s": 5})
+        worker = cluster.worker(master, "n1")
+        api = cluster.api(master)
+        job = submit(api, workload(hook.url()))
+        start(master, worker, job.id)
+        worker.exit(job.id, common_pb2.EXIT_KIND_COMPLETED, exit_code=0)
+        wait_for(partial(delivered, api, job.id), what="the delivery")
+        first, second = hook.calls()
+        assert second.at - first.at >= 1.0
+
+
 def test_delivery_gives_up_after_the_last_attempt_and_says_why(cluster: Cluster) -> None:
     """An endpoint that always answers 503 gets exactly webhook_max_attempts calls; the
     delivery is GAVE_UP with the last error, and nothing is tried after that."""
@@ -441,8 +457,9 @@ def test_allowed_hosts_accept_matching_urls_and_states_must_be_end_states(
 
 
 def test_answers_are_classified_for_retrying() -> None:
-    """2xx delivers; 5xx, 408 and 429 may be retried; other 4xx and redirects (not
-    followed) may not; a refused connection and a hung endpoint may, with their cause."""
+    """2xx delivers; 5xx, 408 and 429 may be retried (after the endpoint's Retry-After
+    when it gives one); other 4xx and redirects (not followed) may not; a refused
+    connection and a hung endpoint may, with their cause."""
     hook: Receiver
     with receiver([204, 503, 429, 408, 404, 302]) as hook:
         outcomes = [post_json(hook.url(), b"{}", {}, 2.0) for _ in range(6)]
@@ -455,8 +472,12 @@ def test_answers_are_classified_for_retrying() -> None:
             (False, 302, True),
         ]
         assert outcomes[1].error.startswith("HTTP 503")
+        assert [o.retry_after_s for o in outcomes[:3]] == [None, None, None]
+        hook.retry_after = "7"
+        hook.answer([429])
+        assert post_json(hook.url(), b"{}", {}, 2.0).retry_after_s == 7.0
         assert outcomes[5].error == "HTTP 302: redirects are not followed"
-        assert [c.path for c in hook.calls()] == ["/hook"] * 6
+        assert [c.path for c in hook.calls()] == ["/hook"] * 7
     refused = post_json(f"http://127.0.0.1:{closed_port()}/", b"{}", {}, 2.0)
     assert not refused.delivered and not refused.permanent
     assert refused.error.startswith("could not connect")
