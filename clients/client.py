@@ -40,6 +40,7 @@ from clients.types import (
     JobUpdate,
     LogChunk,
     Node,
+    NotifyDefault,
     TokenInfo,
     UsageGrouping,
     UsageReport,
@@ -132,6 +133,7 @@ class HadarClient:
         return JobDescription(
             job=convert.job(response.job),
             events=tuple(convert.event(e) for e in response.events),
+            notifications=tuple(convert.delivery(d) for d in response.notifications),
         )
 
     def iter_jobs(
@@ -252,6 +254,39 @@ class HadarClient:
             if limit is not None and len(out) >= limit:
                 break
         return out
+
+    # -- notifications -----------------------------------------------------------------
+
+    def set_notify_default(
+        self,
+        url: str,
+        *,
+        on: Iterable[JobState] = (),
+        user: str | None = None,
+        timeout: float | None = None,
+    ) -> NotifyDefault:
+        """Sets the webhook told when any of the user's jobs that names none ends (the
+        caller's own; an admin may name another user). `on`: end states, default
+        COMPLETED, FAILED and TIMEOUT."""
+        request = hadar_pb2.SetNotifyDefaultRequest(
+            user=user or "", url=url, on=[convert.job_state_number(s) for s in on]
+        )
+        response = self._unary(self._stub.SetNotifyDefault, request, timeout, retry=True)
+        return convert.notify_default(response)
+
+    def notify_default(
+        self, *, user: str | None = None, timeout: float | None = None
+    ) -> NotifyDefault:
+        request = hadar_pb2.GetNotifyDefaultRequest(user=user or "")
+        response = self._unary(self._stub.GetNotifyDefault, request, timeout, retry=True)
+        return convert.notify_default(response)
+
+    def clear_notify_default(
+        self, *, user: str | None = None, timeout: float | None = None
+    ) -> NotifyDefault:
+        request = hadar_pb2.ClearNotifyDefaultRequest(user=user or "")
+        response = self._unary(self._stub.ClearNotifyDefault, request, timeout, retry=True)
+        return convert.notify_default(response)
 
     def cancel_job(
         self,

@@ -10,6 +10,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from clients.types import (
     ClusterStatus,
     CreatedToken,
+    Delivery,
+    DeliveryStatus,
     Dependency,
     Gpu,
     GpuHealth,
@@ -24,6 +26,7 @@ from clients.types import (
     LogStream,
     Node,
     NodeState,
+    NotifyDefault,
     Program,
     ProgramKind,
     RoundSummary,
@@ -104,6 +107,9 @@ def spec_to_proto(spec: JobSpec) -> common_pb2.JobSpec:
         after_ok=[d.job_id for d in spec.dependencies if d.kind == "afterok"],
         after_any=[d.job_id for d in spec.dependencies if d.kind == "afterany"],
         after_fail=[d.job_id for d in spec.dependencies if d.kind == "afterfail"],
+        notify_url=spec.notify_url,
+        notify_on=[job_state_number(s) for s in spec.notify_on],
+        no_notify=spec.no_notify,
     )
     if spec.preemptible is not None:
         message.preemptible = spec.preemptible
@@ -155,6 +161,9 @@ def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:
             + [Dependency("afterany", i) for i in message.after_any]
             + [Dependency("afterfail", i) for i in message.after_fail]
         ),
+        notify_url=message.notify_url,
+        notify_on=tuple(job_state(s) for s in message.notify_on),
+        no_notify=message.no_notify,
     )
 
 
@@ -347,4 +356,36 @@ def job_record(message: hadar_pb2.JobHistoryEntry) -> JobRecord:
         gpu_seconds=message.gpu_seconds,
         attempts=message.attempts,
         gpu_types=tuple(message.gpu_types),
+    )
+
+
+_DELIVERY_STATUSES = {
+    hadar_pb2.DELIVERY_STATUS_PENDING: DeliveryStatus.PENDING,
+    hadar_pb2.DELIVERY_STATUS_DELIVERED: DeliveryStatus.DELIVERED,
+    hadar_pb2.DELIVERY_STATUS_GAVE_UP: DeliveryStatus.GAVE_UP,
+}
+
+
+def delivery(message: hadar_pb2.NotificationDelivery) -> Delivery:
+    return Delivery(
+        id=message.id,
+        job_state=job_state(message.job_state),
+        endpoint=message.endpoint,
+        status=_DELIVERY_STATUSES.get(message.status, DeliveryStatus.UNSPECIFIED),
+        attempts=message.attempts,
+        created_at=timestamp(message.created_at, message.HasField("created_at")),
+        last_attempt_at=timestamp(message.last_attempt_at, message.HasField("last_attempt_at")),
+        next_attempt_at=timestamp(message.next_attempt_at, message.HasField("next_attempt_at")),
+        delivered_at=timestamp(message.delivered_at, message.HasField("delivered_at")),
+        last_error=message.last_error,
+    )
+
+
+def notify_default(message: hadar_pb2.NotifyDefaultResponse) -> NotifyDefault:
+    return NotifyDefault(
+        user=message.user,
+        configured=message.configured,
+        url=message.url,
+        on=tuple(job_state(s) for s in message.on),
+        updated_at=timestamp(message.updated_at, message.HasField("updated_at")),
     )

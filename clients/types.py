@@ -165,6 +165,13 @@ class JobSpec:
     array_index: int | None = None
     # Jobs this one waits for.
     dependencies: tuple[Dependency, ...] = ()
+    # Webhook POSTed when the job ends; empty: the owner's default (set_notify_default).
+    # Read back from the master it is only scheme://host[:port] (its path may be secret).
+    notify_url: str = ""
+    # End states that notify; empty: COMPLETED, FAILED and TIMEOUT.
+    notify_on: tuple[JobState, ...] = ()
+    # No notification at all, not even to the owner's default webhook.
+    no_notify: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,12 +262,50 @@ class JobEvent:
     round: int
 
 
+class DeliveryStatus(StrEnum):
+    UNSPECIFIED = "unspecified"
+    # Not delivered yet: a first attempt or a retry is to come.
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    # Every attempt failed (or the cluster refused the URL); not retried.
+    GAVE_UP = "gave_up"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A webhook call for a job's end, and where it stands."""
+
+    id: int
+    job_state: JobState
+    # scheme://host[:port] of the webhook.
+    endpoint: str
+    status: DeliveryStatus
+    attempts: int
+    created_at: datetime | None
+    last_attempt_at: datetime | None
+    next_attempt_at: datetime | None
+    delivered_at: datetime | None
+    last_error: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyDefault:
+    """A user's default webhook; `configured` is False (and the rest empty) without one."""
+
+    user: str
+    configured: bool
+    url: str = ""
+    on: tuple[JobState, ...] = ()
+    updated_at: datetime | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class JobDescription:
-    """A job with its full event history, oldest event first."""
+    """A job with its full event history, oldest event first, and its webhook calls."""
 
     job: Job
     events: tuple[JobEvent, ...]
+    notifications: tuple[Delivery, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

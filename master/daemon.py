@@ -52,6 +52,7 @@ from master.settings import Settings, SettingsError
 from master.timelimits import TimeLimitEnforcer
 from master.tls import server_credentials, worker_channel_credentials
 from master.transactions import Transactor
+from master.webhooks import WebhookSender
 from master.workers import WorkerClients
 from protos.hadar.v1 import coordinator_pb2, coordinator_pb2_grpc, hadar_pb2, hadar_pb2_grpc
 from store import Database, UnitOfWork
@@ -207,6 +208,7 @@ class Master:
             write_lock=self.tx.write_lock,
         )
         self.metrics.watch_leadership(lambda: (self.leadership.role.value, self.leadership.epoch))
+        self.webhooks = WebhookSender(self.tx, settings, self.metrics, self.changes)
 
     # -- life --------------------------------------------------------------------------------
 
@@ -365,6 +367,8 @@ class Master:
         )
         scheduler.start()
         self._scheduler = scheduler
+        # Calls owed before a restart (the outbox) go out now; never from a round.
+        self.webhooks.start()
         # Starts decided before a restart that never reached their workers go out now.
         self._background.submit(self._resume_dispatch)
         systemd.notify("READY=1")
@@ -425,6 +429,7 @@ class Master:
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)
+        self.webhooks.stop()
         self.changes.close()
         if self._server is not None:
             self._server.stop(grace).wait()

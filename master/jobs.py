@@ -21,6 +21,7 @@ from master.lifecycle import (
     release_tasks,
 )
 from master.limits import SubmitRateLimiter, pending_limit_error
+from master.notifications import check_url
 from master.scheduling.memory import memory_by_type
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
@@ -181,6 +182,8 @@ class JobManager:
             validated = dataclasses.replace(
                 validated, array_job_id=0, array_index=None, array_max_running=0
             )
+        if validated.notify_url:
+            check_url(validated.notify_url, "spec.notify_url", self._settings)
         user = caller.user
         wait_s = self._rate.try_take(user)
         if wait_s > 0:

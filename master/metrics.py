@@ -103,6 +103,14 @@ class MasterMetrics:
             labelnames=["stage"],
             registry=self.registry,
         )
+        # outcome: delivered, retrying (failed, tried again later) or gave_up (failed for
+        # the last time, or refused by the cluster's settings).
+        self.webhook_deliveries = Counter(
+            "hadar_webhook_deliveries",
+            "Webhook calls for jobs' ends, by outcome of the attempt",
+            labelnames=["outcome"],
+            registry=self.registry,
+        )
         self.lost_nodes = Counter(
             "hadar_nodes_lost", "Nodes declared unreachable", registry=self.registry
         )

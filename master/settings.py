@@ -88,6 +88,24 @@ class Settings:
     # How often the master looks for jobs that reached their time limit.
     time_limit_check_s: float = 5.0
     grace_s: float = 30.0
+    # Webhooks told when jobs end (docs/admin.md). They are sent from the master's host.
+    # `webhook_allow_hosts`: comma-separated host names a webhook URL may name (`*.example.org`
+    # matches subdomains); empty allows any. `webhook_schemes`: `https` alone refuses plain
+    # http. A delivery is tried `webhook_max_attempts` times, waiting `webhook_backoff_s`,
+    # then twice as long each time, at most `webhook_backoff_max_s`. With a
+    # `webhook_secret`, each POST carries an HMAC-SHA256 of its body (X-Hadar-Signature).
+    webhooks_enabled: bool = True
+    webhook_allow_hosts: str = ""
+    webhook_schemes: str = "http,https"
+    webhook_secret: str = ""
+    webhook_timeout_s: float = 10.0
+    webhook_max_attempts: int = 6
+    webhook_backoff_s: float = 30.0
+    webhook_backoff_max_s: float = 3600.0
+    # How often the sender looks for calls due when nothing woke it sooner.
+    webhook_poll_s: float = 5.0
+    # Calls in flight at once, so one slow endpoint does not hold the others back.
+    webhook_concurrency: int = 4
     dispatch_timeout_s: float = 5.0
     dispatch_attempts: int = 3
     # One active master per database (docs/install.md, "A standby master"): the active
@@ -218,6 +236,37 @@ class Settings:
             if not ok:
                 raise SettingsError(message)
         self._check_time_limits()
+        self._check_webhooks()
+
+    @property
+    def webhook_hosts(self) -> tuple[str, ...]:
+        """Host patterns a webhook may name, lower case; empty allows any."""
+        return tuple(h.strip().lower() for h in self.webhook_allow_hosts.split(",") if h.strip())
+
+    @property
+    def webhook_scheme_set(self) -> frozenset[str]:
+        return frozenset(s.strip().lower() for s in self.webhook_schemes.split(",") if s.strip())
+
+    def _check_webhooks(self) -> None:
+        checks: list[tuple[bool, str]] = [
+            (
+                bool(self.webhook_scheme_set)
+                and self.webhook_scheme_set <= frozenset({"http", "https"}),
+                "webhook_schemes must list http, https or both",
+            ),
+            (self.webhook_timeout_s > 0, "webhook_timeout_s must be > 0"),
+            (self.webhook_max_attempts >= 1, "webhook_max_attempts must be >= 1"),
+            (self.webhook_backoff_s >= 0, "webhook_backoff_s must be >= 0"),
+            (
+                self.webhook_backoff_max_s >= self.webhook_backoff_s,
+                "webhook_backoff_max_s must be >= webhook_backoff_s",
+            ),
+            (self.webhook_poll_s > 0, "webhook_poll_s must be > 0"),
+            (self.webhook_concurrency >= 1, "webhook_concurrency must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SettingsError(message)
 
     def _check_time_limits(self) -> None:
         limits: dict[str, int] = {}

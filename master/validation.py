@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import PurePath, PurePosixPath
 
 from master import fields
 from master.errors import InvalidArgumentError
+from master.notifications import check_states
 from master.scheduling.memory import fits, format_memory
 from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2
 from store.domain import JobSpec
-from store.states import ProgramKind
+from store.states import JobState, ProgramKind
 
 NAME_MAX = 128
 # Field sizes, in bytes of UTF-8 where text: generous for real jobs, small enough that one
@@ -219,6 +220,14 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         _check_output_pattern(value, f"spec.{attr}", array=bool(spec.array.strip()))
     dependencies = _dependencies(spec)
 
+    notify_on = notify_states(spec.notify_on, "spec.notify_on")
+    if "\0" in spec.notify_url:
+        raise InvalidArgumentError("spec.notify_url", "must not contain NUL characters")
+    if spec.no_notify and (spec.notify_url.strip() or notify_on):
+        raise InvalidArgumentError(
+            "spec.no_notify", "asks for no notification, but notify_url or notify_on asks for one"
+        )
+
     batch_size = spec.batch_size
     job_type = spec.job_type.strip()
     fields.text(job_type, "spec.job_type", JOB_TYPE_MAX)
@@ -258,7 +267,23 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         time_limit_s=spec.time_limit_s,
         array=spec.array.strip(),
         dependencies=dependencies,
+        # Checked against the cluster's webhook settings by the caller (check_url).
+        notify_url=spec.notify_url.strip(),
+        notify_on=notify_on,
+        no_notify=spec.no_notify,
     )
+
+
+def notify_states(values: Iterable[int], field: str) -> tuple[JobState, ...]:
+    """Job states from the wire that a webhook is told of: end states only."""
+    states: list[JobState] = []
+    for i, value in enumerate(values):
+        name = common_pb2.JobState.Name(value) if value in common_pb2.JobState.values() else ""
+        state = name.removeprefix("JOB_STATE_")
+        if state not in JobState.__members__:
+            raise InvalidArgumentError(f"{field}[{i}]", f"unknown job state {value}")
+        states.append(JobState(state))
+    return check_states(states, field)
 
 
 def _check_memory(spec: common_pb2.JobSpec, allowed: list[str], facts: ClusterFacts) -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from store.states import ExitKind, GpuHealth, JobState, NodeState, ProgramKind, TaskState
+from store.states import (
+    ExitKind,
+    GpuHealth,
+    JobState,
+    NodeState,
+    NotificationStatus,
+    ProgramKind,
+    TaskState,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +57,12 @@ class JobSpec:
     array_max_running: int = 0
     # (kind, job id) pairs this job waits for; kinds as protos.arrays.DEPENDENCY_KINDS.
     dependencies: tuple[tuple[str, int], ...] = ()
+    # Webhook told when the job ends (see store.notifications); empty means the owner's
+    # default, if any. `notify_on`: the end states that notify; empty means the default.
+    notify_url: str = ""
+    notify_on: tuple[JobState, ...] = ()
+    # Not even the owner's default webhook is told of this job's end.
+    no_notify: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,3 +264,40 @@ class IssuedToken:
 @dataclass(frozen=True, slots=True)
 class JobCounts:
     by_state: dict[JobState, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyDefault:
+    """A user's own webhook, used for every job of theirs that names none."""
+
+    user: str
+    url: str
+    # End states that notify; empty means the default (store.notifications.DEFAULT_NOTIFY_ON).
+    on: tuple[JobState, ...]
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationAttempt:
+    at: datetime
+    # HTTP status of the answer; 0 when none came (refused, timed out, not sent).
+    status_code: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """One webhook call owed for a job's end (a row of the outbox)."""
+
+    id: int
+    job_id: int
+    user: str
+    url: str
+    job_state: JobState
+    status: NotificationStatus
+    attempts: int
+    created_at: datetime
+    next_attempt_at: datetime | None
+    delivered_at: datetime | None
+    last_error: str
+    history: tuple[NotificationAttempt, ...] = ()

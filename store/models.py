@@ -160,6 +160,12 @@ class JobRow(Base):
     array_max_running: Mapped[int] = mapped_column(Integer, default=0)
     # Dependencies as [[kind, job id], ...]; read for every waiting job each round.
     dependencies: Mapped[list[list[Any]]] = mapped_column(JSON, default=list)
+    # Webhook for the job's end; empty: the owner's default. Job states that notify; empty:
+    # the default set.
+    notify_url: Mapped[str] = mapped_column(Text, default="")
+    notify_on: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Not even the owner's default webhook: the job asked for no notification at all.
+    no_notify: Mapped[bool] = mapped_column(Boolean, default=False)
     # Life.
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
@@ -239,6 +245,39 @@ class UsageRow(Base):
     end_state: Mapped[str] = mapped_column(String(16))
     exit_kind: Mapped[str | None] = mapped_column(String(16), default=None)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+
+
+class NotifyDefaultRow(Base):
+    """A user's own webhook for jobs that name none."""
+
+    __tablename__ = "notify_defaults"
+
+    user: Mapped[str] = mapped_column(String(64), primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    on_states: Mapped[list[str]] = mapped_column(JSON, default=list)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class NotificationRow(Base):
+    """The outbox: one webhook call owed for a job's end, inserted in the transaction that
+    ends the job, so a crash can delay it but not lose it."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (Index("ix_notifications_status_next", "status", "next_attempt_at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    user: Mapped[str] = mapped_column(String(64))
+    url: Mapped[str] = mapped_column(Text)
+    job_state: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(default=None)
+    delivered_at: Mapped[datetime | None] = mapped_column(default=None)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    # Every attempt: [{"at": ISO time, "status_code": int, "error": str}], oldest first.
+    history: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
 
 
 class RoundRow(Base):

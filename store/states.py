@@ -123,3 +123,17 @@ class ExitKind(StrEnum):
     FAILED = "FAILED"
     KILLED = "KILLED"
     LEASE_DONE = "LEASE_DONE"
+
+
+class NotificationStatus(StrEnum):
+    # Not yet delivered; tried again at its next attempt time.
+    PENDING = "PENDING"
+    # The endpoint answered 2xx.
+    DELIVERED = "DELIVERED"
+    # Every attempt failed, or webhooks were refused by the cluster's settings; not retried.
+    GAVE_UP = "GAVE_UP"
+
+
+# End states that notify when a job or a user's default names none (like Slurm's END and
+# FAIL): a cancellation was asked for by someone who already knows.
+DEFAULT_NOTIFY_ON: tuple[JobState, ...] = (JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT)

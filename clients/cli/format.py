@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from clients.types import Job, JobState, Task
+from clients.types import Delivery, DeliveryStatus, Job, JobState, Task
 from protos.durations import parse_duration
 
 _UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
@@ -246,3 +246,21 @@ def parse_since(text: str, now: datetime) -> datetime:
             "or time (2026-11-01T08:00)"
         ) from None
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def delivery_status(item: Delivery) -> str:
+    """delivered, retrying (failed, tried again later), pending (not tried yet) or gave up."""
+    if item.status is DeliveryStatus.DELIVERED:
+        return "delivered"
+    if item.status is DeliveryStatus.GAVE_UP:
+        return "gave up"
+    return "retrying" if item.attempts else "pending"
+
+
+def delivery_detail(item: Delivery, now: datetime) -> str:
+    if item.status is DeliveryStatus.DELIVERED:
+        return f"at {format_time(item.delivered_at, now)}"
+    detail = item.last_error
+    if item.status is DeliveryStatus.PENDING and item.next_attempt_at is not None and item.attempts:
+        detail += f"; next try {format_time(item.next_attempt_at, now)}"
+    return detail

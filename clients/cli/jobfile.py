@@ -28,6 +28,12 @@ The file's keys (all optional except the amount of work and what to run)::
     after_any = [14]                 # start once these jobs ended, however they ended
     after_fail = [15]                # start once these ended and not all completed
     dependency = "afterok:12:13"     # the same, as sbatch --dependency writes it
+    notify = "https://ntfy.example.org/alice-jobs"  # webhook POSTed when the job ends
+                                     # (absent: your default, `hctl notify set`)
+    notify_on = "end"                # which ends: end (completed, failed, timeout; the
+                                     # default), fail (failed, timeout), all (and
+                                     # cancelled), a list of those states, or none
+                                     # (not even your default webhook)
 
     # exactly one of:
     workload = "resnet"              # a built-in workload (see `hctl workloads`)
@@ -50,13 +56,23 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from clients.cli.format import parse_size
-from clients.types import Dependency, JobSpec, Program, ProgramKind
+from clients.types import Dependency, JobSpec, JobState, Program, ProgramKind
 from protos.arrays import parse_array, parse_dependency, parse_job_ids
 from protos.durations import parse_duration
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROGRAM_KEYS = ("workload", "script", "command")
 DEPENDENCY_KEYS = {"after_ok": "afterok", "after_any": "afterany", "after_fail": "afterfail"}
+# Words --notify-on takes, as the end states they stand for (like Slurm's --mail-type).
+NOTIFY_ON_WORDS: dict[str, tuple[JobState, ...]] = {
+    "end": (JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT),
+    "fail": (JobState.FAILED, JobState.TIMEOUT),
+    "all": (JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED),
+    "completed": (JobState.COMPLETED,),
+    "failed": (JobState.FAILED,),
+    "timeout": (JobState.TIMEOUT,),
+    "cancelled": (JobState.CANCELLED,),
+}
 _TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,),
     "gpus": (int,),
@@ -80,6 +96,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "after_any": (list, str, int),
     "after_fail": (list, str, int),
     "dependency": (str,),
+    "notify": (str,),
+    "notify_on": (str, list),
     "env": (dict,),
     "workload": (str,),
     "script": (list, str),
@@ -146,6 +164,8 @@ def _normalize_value(key: str, raw: Any) -> Any:
             raise SpecError(key, str(exc)) from None
     if key == "priority":
         return float(raw)
+    if key == "notify_on":
+        return parse_notify_on(raw, key)
     if key == "time":
         try:
             return parse_duration(raw)
@@ -179,6 +199,24 @@ def dependencies(values: Mapping[str, Any]) -> tuple[Dependency, ...]:
         pairs.extend((kind, job_id) for job_id in values.get(key, ()))
     pairs.extend(values.get("dependency", ()))
     return tuple(Dependency(kind, job_id) for kind, job_id in dict.fromkeys(pairs))
+
+
+def parse_notify_on(raw: str | list[Any], field: str = "notify_on") -> list[JobState]:
+    """`end`, `fail`, `all` or end states, comma-separated or as a list, in JobState order;
+    `none` alone gives an empty list (no notification at all)."""
+    words = raw.split(",") if isinstance(raw, str) else raw
+    if [str(w).strip().lower() for w in words] == ["none"]:
+        return []
+    wanted: set[JobState] = set()
+    for word in words:
+        key = str(word).strip().lower()
+        if key not in NOTIFY_ON_WORDS:
+            known = ", ".join(NOTIFY_ON_WORDS)
+            raise SpecError(field, f"{word!r} is not one of {known} (or none alone)")
+        wanted.update(NOTIFY_ON_WORDS[key])
+    if not wanted:
+        raise SpecError(field, "name at least one of " + ", ".join(NOTIFY_ON_WORDS))
+    return [s for s in JobState if s in wanted]
 
 
 def parse_env_table(table: Mapping[str, Any]) -> dict[str, str]:
@@ -251,6 +289,12 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
     retries = values.get("retries")
     if retries is not None and retries < 0:
         raise SpecError("retries", f"must not be negative, got {retries}")
+    notify_url = values.get("notify", "")
+    notify_on = tuple(values.get("notify_on", ()))
+    # `notify_on = "none"` (parsed as no states) asks for no notification at all.
+    no_notify = "notify_on" in values and not notify_on
+    if no_notify and notify_url:
+        raise SpecError("notify_on", "none asks for no notification, but notify names a webhook")
     name = values.get("name") or default_name(program)
     if not 1 <= len(name) <= 128:
         raise SpecError("name", "must be 1 to 128 characters")
@@ -276,6 +320,9 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
         time_limit_s=values.get("time", 0),
         array=values.get("array", ""),
         dependencies=dependencies(values),
+        notify_url=notify_url,
+        notify_on=notify_on,
+        no_notify=no_notify,
     )
 
 

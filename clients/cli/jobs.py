@@ -31,6 +31,7 @@ from clients.client import HadarClient
 from clients.errors import DeadlineExceeded, NotFound, PermissionDenied, Unavailable
 from clients.types import (
     ACTIVE_JOB_STATES,
+    Delivery,
     Job,
     JobDescription,
     JobEvent,
@@ -204,6 +205,19 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         "limit the job is stopped (managed jobs checkpoint first) and ends TIMEOUT "
         "(default: the cluster's default limit, if any)",
     )
+    spec.add_argument(
+        "--notify",
+        metavar="URL",
+        help="webhook (http/https) the master POSTs a JSON summary to when the job ends, "
+        "e.g. a Slack, Mattermost or ntfy URL (default: your own, `hctl notify set`)",
+    )
+    spec.add_argument(
+        "--notify-on",
+        metavar="WHEN",
+        help="which ends notify: end (completed, failed, timeout; the default), fail (failed, "
+        "timeout), all (also cancelled), states, comma-separated, or none (not even your "
+        "default webhook, e.g. for the jobs of a sweep)",
+    )
     spec.add_argument("--env", action="append", metavar="K=V", help="environment; repeatable")
     spec.add_argument("--workdir", metavar="DIR", help="working directory on the worker")
     spec.add_argument(
@@ -285,6 +299,8 @@ def spec_values_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         "error": args.error,
         "time": args.time,
         "array": args.array,
+        "notify": args.notify,
+        "notify_on": args.notify_on,
         "workload": args.workload,
     }
     for key in ("after_ok", "after_any", "after_fail"):
@@ -491,6 +507,7 @@ def _run_show(args: argparse.Namespace, ctx: Context) -> int:
         document = {
             "job": described.job,
             "events": list(described.events),
+            "notifications": list(described.notifications),
             "eta_s": eta.seconds if eta else None,
             "eta_basis": eta.basis if eta else "",
         }
@@ -557,6 +574,11 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
     if spec.dependencies:
         pairs = [(d.kind, d.job_id) for d in spec.dependencies]
         info.add_row("depends on", dependency_text(pairs))
+    if spec.no_notify:
+        info.add_row("notify", "none (not even your default webhook)")
+    elif spec.notify_url or spec.notify_on:
+        on = ", ".join(s.value.lower() for s in spec.notify_on) or "completed, failed, timeout"
+        info.add_row("notify", f"{spec.notify_url or 'your default webhook'} on {on}")
     if job.progress_measured:
         progress = fmt.format_progress(job.iterations_done, spec.iterations)
         progress += f"; checkpoint at {job.checkpoint_iterations}"
@@ -614,9 +636,28 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
                 else "-",
             )
         parts.append(rates)
+    if described.notifications:
+        parts.append(Text("\nNotifications", style="bold"))
+        parts.append(deliveries_table(described.notifications, now))
     parts.append(Text("\nEvents", style="bold"))
     parts.append(events_table(described.events, now))
     return Group(*parts)
+
+
+def deliveries_table(deliveries: Sequence[Delivery], now: datetime) -> RenderableType:
+    table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
+    for column in ("FOR", "ENDPOINT", "STATUS", "ATTEMPTS", "LAST TRY", "DETAIL"):
+        table.add_column(column)
+    for item in deliveries:
+        table.add_row(
+            item.job_state.value.upper(),
+            item.endpoint,
+            fmt.delivery_status(item),
+            str(item.attempts),
+            fmt.format_time(item.last_attempt_at, now),
+            fmt.delivery_detail(item, now),
+        )
+    return table
 
 
 def events_table(events: Sequence[JobEvent], now: datetime) -> RenderableType:

@@ -38,6 +38,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "clients.cli.jobs",
     "clients.cli.cluster",
     "clients.cli.accounting",
+    "clients.cli.notify",
     "clients.cli.access",
     "clients.cli.simulate",
     "clients.cli.local",

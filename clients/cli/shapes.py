@@ -134,6 +134,8 @@ OUTPUTS: dict[str, Obj] = {
         "ShowOutput",
         job=model.Job,
         events=ListOf(shape_of(model.JobEvent)),
+        # Webhook calls for the job's end, oldest first (empty when none was asked for).
+        notifications=ListOf(shape_of(model.Delivery)),
         # Seconds to finish and what the estimate assumes; null when unknown or ended.
         eta_s=Nullable(Scalar("number")),
         eta_basis=Scalar("string"),
@@ -159,6 +161,7 @@ OUTPUTS: dict[str, Obj] = {
     "submit": obj("SubmitOutput", job=model.Job, elements=ListOf(shape_of(model.Job))),
     "usage": obj("UsageOutput", usage=model.UsageReport),
     "history": obj("HistoryOutput", jobs=ListOf(shape_of(model.JobRecord))),
+    "notify show": obj("NotifyOutput", notify=model.NotifyDefault),
 }
 
 

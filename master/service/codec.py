@@ -7,9 +7,18 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from master.notifications import effective_states, endpoint
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from store import domain
-from store.states import ExitKind, GpuHealth, JobState, NodeState, ProgramKind, TaskState
+from store.states import (
+    ExitKind,
+    GpuHealth,
+    JobState,
+    NodeState,
+    NotificationStatus,
+    ProgramKind,
+    TaskState,
+)
 
 JOB_STATE_TO_PB = {
     JobState.PENDING: common_pb2.JOB_STATE_PENDING,
@@ -74,6 +83,10 @@ def spec_to_pb(spec: domain.JobSpec) -> common_pb2.JobSpec:
         after_ok=[i for kind, i in spec.dependencies if kind == "afterok"],
         after_any=[i for kind, i in spec.dependencies if kind == "afterany"],
         after_fail=[i for kind, i in spec.dependencies if kind == "afterfail"],
+        # Every user may read every job, and a webhook's path is often its secret.
+        notify_url=endpoint(spec.notify_url) if spec.notify_url else "",
+        notify_on=[JOB_STATE_TO_PB[s] for s in spec.notify_on],
+        no_notify=spec.no_notify,
     )
     if spec.array_index is not None:
         out.array_index = spec.array_index
@@ -206,3 +219,43 @@ def token_to_pb(token: domain.ApiToken) -> hadar_pb2.TokenInfo:
     if token.last_used_at is not None:
         out.last_used_at.CopyFrom(timestamp(token.last_used_at))
     return out
+
+
+DELIVERY_STATUS_TO_PB = {
+    NotificationStatus.PENDING: hadar_pb2.DELIVERY_STATUS_PENDING,
+    NotificationStatus.DELIVERED: hadar_pb2.DELIVERY_STATUS_DELIVERED,
+    NotificationStatus.GAVE_UP: hadar_pb2.DELIVERY_STATUS_GAVE_UP,
+}
+
+
+def delivery_to_pb(item: domain.Notification) -> hadar_pb2.NotificationDelivery:
+    out = hadar_pb2.NotificationDelivery(
+        id=item.id,
+        job_state=JOB_STATE_TO_PB[item.job_state],
+        endpoint=endpoint(item.url),
+        status=DELIVERY_STATUS_TO_PB[item.status],
+        attempts=item.attempts,
+        created_at=timestamp(item.created_at),
+        last_error=item.last_error,
+    )
+    if item.history:
+        out.last_attempt_at.CopyFrom(timestamp(item.history[-1].at))
+    if item.next_attempt_at is not None and item.status is NotificationStatus.PENDING:
+        out.next_attempt_at.CopyFrom(timestamp(item.next_attempt_at))
+    if item.delivered_at is not None:
+        out.delivered_at.CopyFrom(timestamp(item.delivered_at))
+    return out
+
+
+def notify_default_to_pb(
+    user: str, default: domain.NotifyDefault | None
+) -> hadar_pb2.NotifyDefaultResponse:
+    if default is None:
+        return hadar_pb2.NotifyDefaultResponse(user=user, configured=False)
+    return hadar_pb2.NotifyDefaultResponse(
+        user=user,
+        configured=True,
+        url=default.url,
+        on=[JOB_STATE_TO_PB[s] for s in effective_states(default.on)],
+        updated_at=timestamp(default.updated_at),
+    )

@@ -18,13 +18,16 @@ from master.jobs import Caller
 from master.lifecycle import retry_limit
 from master.logs import LogRelay
 from master.metrics import MasterMetrics
+from master.notifications import check_url
 from master.service.access import current_caller
 from master.service.codec import (
     JOB_STATE_FROM_PB,
     JOB_STATE_TO_PB,
+    delivery_to_pb,
     event_to_pb,
     job_to_pb,
     node_to_pb,
+    notify_default_to_pb,
     timestamp,
     token_to_pb,
 )
@@ -32,6 +35,7 @@ from master.service.status import streaming, unary
 from master.snapshot import with_measurements
 from master.timelimits import gpu_seconds, run_seconds
 from master.usage import Grouping, summarize
+from master.validation import notify_states
 from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc
 from store import UnitOfWork
@@ -111,7 +115,12 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         out.run_seconds = run_seconds(records, now)
         out.gpu_seconds = gpu_seconds(records, now)
         events = self.parts.jobs.events(job.id) if request.include_events else []
-        return hadar_pb2.GetJobResponse(job=out, events=[event_to_pb(e) for e in events])
+        deliveries = self.parts.tx.read(lambda uow: uow.notifications.for_job(job.id))
+        return hadar_pb2.GetJobResponse(
+            job=out,
+            events=[event_to_pb(e) for e in events],
+            notifications=[delivery_to_pb(d) for d in deliveries],
+        )
 
     @unary(_metrics)
     def ListJobs(
@@ -489,6 +498,50 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         return hadar_pb2.ListJobHistoryResponse(
             entries=entries, next_page_token=str(jobs[-1].id) if more and jobs else ""
         )
+
+    # -- notifications ---------------------------------------------------------------------
+
+    def _notify_user(self, requested: str, what: str) -> str:
+        """Whose default webhook a request is about: the caller's own unless an admin names
+        someone else."""
+        caller = current_caller()
+        user = fields.text(requested, "user", USER_MAX).strip() or caller.user
+        if user != caller.user and not caller.admin:
+            raise PermissionDeniedError(f"only admins may {what} another user's default webhook")
+        return user
+
+    @unary(_metrics)
+    def SetNotifyDefault(
+        self, request: hadar_pb2.SetNotifyDefaultRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.NotifyDefaultResponse:
+        user = self._notify_user(request.user, "set")
+        if not request.url.strip():
+            raise InvalidArgumentError(
+                "url", "a webhook URL is required (ClearNotifyDefault removes one)"
+            )
+        url = check_url(request.url, "url", self.parts.settings)
+        on = notify_states(request.on, "on")
+        default = self.parts.tx.write(
+            lambda uow: uow.notifications.set_default(user, url, on), jobs=False
+        )
+        log.info("default webhook set", user=user, by=current_caller().user)
+        return notify_default_to_pb(user, default)
+
+    @unary(_metrics)
+    def GetNotifyDefault(
+        self, request: hadar_pb2.GetNotifyDefaultRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.NotifyDefaultResponse:
+        user = self._notify_user(request.user, "read")
+        default = self.parts.tx.read(lambda uow: uow.notifications.default_for(user))
+        return notify_default_to_pb(user, default)
+
+    @unary(_metrics)
+    def ClearNotifyDefault(
+        self, request: hadar_pb2.ClearNotifyDefaultRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.NotifyDefaultResponse:
+        user = self._notify_user(request.user, "clear")
+        self.parts.tx.write(lambda uow: uow.notifications.clear_default(user), jobs=False)
+        return notify_default_to_pb(user, None)
 
 
 USAGE_GROUPING_FROM_PB = {

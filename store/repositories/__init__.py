@@ -11,6 +11,7 @@ from store.repositories.counters import LEASE, CounterRepository
 from store.repositories.jobs import JobRepository
 from store.repositories.memory import PolicyMemoryRepository
 from store.repositories.nodes import NodeRepository
+from store.repositories.notifications import NotificationRepository
 from store.repositories.rounds import RoundRepository
 from store.repositories.tasks import TaskRepository
 from store.repositories.throughput import ThroughputRepository
@@ -21,6 +22,7 @@ __all__ = [
     "CounterRepository",
     "JobRepository",
     "NodeRepository",
+    "NotificationRepository",
     "PolicyMemoryRepository",
     "RoundRepository",
     "TaskRepository",
@@ -45,6 +47,7 @@ class UnitOfWork:
         self.counters = CounterRepository(session)
         self.usage = UsageRepository(session)
         self.memory = PolicyMemoryRepository(session)
+        self.notifications = NotificationRepository(session)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

@@ -56,6 +56,9 @@ def job_spec(row: JobRow) -> JobSpec:
         array_index=row.array_index,
         array_max_running=row.array_max_running or 0,
         dependencies=tuple((str(k), int(i)) for k, i in (row.dependencies or ())),
+        notify_url=row.notify_url,
+        notify_on=tuple(JobState(s) for s in row.notify_on or ()),
+        no_notify=row.no_notify,
     )
 
 
@@ -86,6 +89,9 @@ def fill_spec(row: JobRow, spec: JobSpec) -> None:
     row.array_index = spec.array_index
     row.array_max_running = spec.array_max_running
     row.dependencies = [[kind, job_id] for kind, job_id in spec.dependencies]
+    row.notify_url = spec.notify_url
+    row.notify_on = [s.value for s in spec.notify_on]
+    row.no_notify = spec.no_notify
 
 
 def job(row: JobRow) -> Job:

@@ -17,6 +17,7 @@ from store.domain import Job, JobEvent, JobSpec, NewJob
 from store.errors import ConflictError, InvalidTransitionError, NotFoundError
 from store.models import CompletionNoticeRow, IdempotencyKeyRow, JobEventRow, JobRow, utcnow
 from store.repositories import convert
+from store.repositories.notifications import NotificationRepository
 from store.states import TERMINAL_JOB_STATES, JobState, can_transition
 
 
@@ -300,6 +301,10 @@ class JobRepository:
         if count_migration:
             row.migrations += 1
         self._add_event(row.id, when, from_state, to_state, kind, reason, round)
+        if to_state in TERMINAL_JOB_STATES:
+            # In this transaction: the job's end and the webhook call owed for it commit
+            # together or not at all.
+            NotificationRepository(self._session).enqueue_for_end(row, to_state, when)
         if flush:
             self._flush(job_id)
         return convert.job(row)

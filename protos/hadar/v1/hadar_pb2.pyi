@@ -11,12 +11,23 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class DeliveryStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DELIVERY_STATUS_UNSPECIFIED: _ClassVar[DeliveryStatus]
+    DELIVERY_STATUS_PENDING: _ClassVar[DeliveryStatus]
+    DELIVERY_STATUS_DELIVERED: _ClassVar[DeliveryStatus]
+    DELIVERY_STATUS_GAVE_UP: _ClassVar[DeliveryStatus]
+
 class UsageGrouping(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     USAGE_GROUPING_UNSPECIFIED: _ClassVar[UsageGrouping]
     USAGE_GROUPING_USER: _ClassVar[UsageGrouping]
     USAGE_GROUPING_GPU_TYPE: _ClassVar[UsageGrouping]
     USAGE_GROUPING_DAY: _ClassVar[UsageGrouping]
+DELIVERY_STATUS_UNSPECIFIED: DeliveryStatus
+DELIVERY_STATUS_PENDING: DeliveryStatus
+DELIVERY_STATUS_DELIVERED: DeliveryStatus
+DELIVERY_STATUS_GAVE_UP: DeliveryStatus
 USAGE_GROUPING_UNSPECIFIED: UsageGrouping
 USAGE_GROUPING_USER: UsageGrouping
 USAGE_GROUPING_GPU_TYPE: UsageGrouping
@@ -45,12 +56,38 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., include_events: _Optional[bool] = ...) -> None: ...
 
 class GetJobResponse(_message.Message):
-    __slots__ = ("job", "events")
+    __slots__ = ("job", "events", "notifications")
     JOB_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NOTIFICATIONS_FIELD_NUMBER: _ClassVar[int]
     job: _common_pb2.Job
     events: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobEvent]
-    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ...) -> None: ...
+    notifications: _containers.RepeatedCompositeFieldContainer[NotificationDelivery]
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ..., notifications: _Optional[_Iterable[_Union[NotificationDelivery, _Mapping]]] = ...) -> None: ...
+
+class NotificationDelivery(_message.Message):
+    __slots__ = ("id", "job_state", "endpoint", "status", "attempts", "created_at", "last_attempt_at", "next_attempt_at", "delivered_at", "last_error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_STATE_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    job_state: _common_pb2.JobState
+    endpoint: str
+    status: DeliveryStatus
+    attempts: int
+    created_at: _timestamp_pb2.Timestamp
+    last_attempt_at: _timestamp_pb2.Timestamp
+    next_attempt_at: _timestamp_pb2.Timestamp
+    delivered_at: _timestamp_pb2.Timestamp
+    last_error: str
+    def __init__(self, id: _Optional[int] = ..., job_state: _Optional[_Union[_common_pb2.JobState, str]] = ..., endpoint: _Optional[str] = ..., status: _Optional[_Union[DeliveryStatus, str]] = ..., attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
     __slots__ = ("user", "states", "page_size", "page_token", "array_job_id")
@@ -387,3 +424,39 @@ class ListJobHistoryResponse(_message.Message):
     entries: _containers.RepeatedCompositeFieldContainer[JobHistoryEntry]
     next_page_token: str
     def __init__(self, entries: _Optional[_Iterable[_Union[JobHistoryEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class SetNotifyDefaultRequest(_message.Message):
+    __slots__ = ("user", "url", "on")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    ON_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    url: str
+    on: _containers.RepeatedScalarFieldContainer[_common_pb2.JobState]
+    def __init__(self, user: _Optional[str] = ..., url: _Optional[str] = ..., on: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ...) -> None: ...
+
+class GetNotifyDefaultRequest(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    def __init__(self, user: _Optional[str] = ...) -> None: ...
+
+class ClearNotifyDefaultRequest(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    def __init__(self, user: _Optional[str] = ...) -> None: ...
+
+class NotifyDefaultResponse(_message.Message):
+    __slots__ = ("user", "configured", "url", "on", "updated_at")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURED_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    ON_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    configured: bool
+    url: str
+    on: _containers.RepeatedScalarFieldContainer[_common_pb2.JobState]
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, user: _Optional[str] = ..., configured: _Optional[bool] = ..., url: _Optional[str] = ..., on: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -120,6 +120,21 @@ class HadarStub:
                 request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryRequest.SerializeToString,
                 response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryResponse.FromString,
                 _registered_method=True)
+        self.SetNotifyDefault = channel.unary_unary(
+                '/hadar.v1.Hadar/SetNotifyDefault',
+                request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.SetNotifyDefaultRequest.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.NotifyDefaultResponse.FromString,
+                _registered_method=True)
+        self.GetNotifyDefault = channel.unary_unary(
+                '/hadar.v1.Hadar/GetNotifyDefault',
+                request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.GetNotifyDefaultRequest.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.NotifyDefaultResponse.FromString,
+                _registered_method=True)
+        self.ClearNotifyDefault = channel.unary_unary(
+                '/hadar.v1.Hadar/ClearNotifyDefault',
+                request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ClearNotifyDefaultRequest.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.NotifyDefaultResponse.FromString,
+                _registered_method=True)
 
 
 class HadarServicer:
@@ -271,6 +286,30 @@ class HadarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetNotifyDefault(self, request, context):
+        """A user's default webhook, told when any job of theirs that names none ends. Users set
+        their own; admins may set anyone's (PERMISSION_DENIED otherwise). INVALID_ARGUMENT
+        naming `url` or `on` for a bad URL, a host the cluster does not allow, webhooks turned
+        off, or a state that is not an end state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNotifyDefault(self, request, context):
+        """A user's default webhook; `configured` is false when they have none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClearNotifyDefault(self, request, context):
+        """Forgets a user's default webhook (jobs already ended keep their pending deliveries).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HadarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -358,6 +397,21 @@ def add_HadarServicer_to_server(servicer, server):
                     servicer.ListJobHistory,
                     request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryRequest.FromString,
                     response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryResponse.SerializeToString,
+            ),
+            'SetNotifyDefault': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNotifyDefault,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.SetNotifyDefaultRequest.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.NotifyDefaultResponse.SerializeToString,
+            ),
+            'GetNotifyDefault': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNotifyDefault,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.GetNotifyDefaultRequest.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.NotifyDefaultResponse.SerializeToString,
+            ),
+            'ClearNotifyDefault': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearNotifyDefault,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ClearNotifyDefaultRequest.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.NotifyDefaultResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -819,6 +873,87 @@ class Hadar:
             '/hadar.v1.Hadar/ListJobHistory',
             protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryRequest.SerializeToString,
             protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNotifyDefault(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hadar.v1.Hadar/SetNotifyDefault',
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.SetNotifyDefaultRequest.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.NotifyDefaultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNotifyDefault(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hadar.v1.Hadar/GetNotifyDefault',
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.GetNotifyDefaultRequest.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.NotifyDefaultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClearNotifyDefault(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hadar.v1.Hadar/ClearNotifyDefault',
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.ClearNotifyDefaultRequest.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.NotifyDefaultResponse.FromString,
             options,
             channel_credentials,
             insecure,

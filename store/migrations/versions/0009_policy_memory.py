@@ -1,7 +1,7 @@
 """policy_memory and completion_notices: what a policy learned survives a restart
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-11-24 19:45:00.000000
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009"
-down_revision: str | None = "0007"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -102,7 +102,8 @@ def test_right_credentials_pass_the_check(cluster: Cluster) -> None:
 
 
 def test_admin_calls_refuse_other_users(cluster: Cluster) -> None:
-    """Draining, resuming and managing other people's tokens (or admin tokens) are for admins:
+    """Draining, resuming, managing other people's tokens (or admin tokens) and their default
+    webhooks are for admins:
     a user gets PERMISSION_DENIED and changes nothing; an admin passes the same requests."""
     master = cluster.master()
     cluster.worker(master, "n1")
@@ -119,6 +120,11 @@ def test_admin_calls_refuse_other_users(cluster: Cluster) -> None:
             "CreateToken(other user)": hadar_pb2.CreateTokenRequest(user="frank"),
             "CreateToken(admin)": hadar_pb2.CreateTokenRequest(admin=True),
             "ListTokens(other user)": hadar_pb2.ListTokensRequest(user="root"),
+            "SetNotifyDefault(other user)": hadar_pb2.SetNotifyDefaultRequest(
+                user="frank", url="https://hooks.example.org/frank"
+            ),
+            "GetNotifyDefault(other user)": hadar_pb2.GetNotifyDefaultRequest(user="frank"),
+            "ClearNotifyDefault(other user)": hadar_pb2.ClearNotifyDefaultRequest(user="frank"),
             "RevokeToken(other user's)": hadar_pb2.RevokeTokenRequest(id=roots.id),
         }
 

@@ -420,6 +420,11 @@ def found_queries() -> list[tuple[str, Message, Code]]:
         ("GetUsage", hadar_pb2.GetUsageRequest(since=Timestamp(seconds=2**62)), bad),
         ("ListJobHistory", hadar_pb2.ListJobHistoryRequest(page_token="9" * 30), bad),
         ("ListJobHistory", hadar_pb2.ListJobHistoryRequest(states=[99]), bad),  # type: ignore[list-item]
+        ("SetNotifyDefault", hadar_pb2.SetNotifyDefaultRequest(url="http://[::1"), bad),
+        ("SetNotifyDefault", hadar_pb2.SetNotifyDefaultRequest(url="http://h:99999/"), bad),
+        ("SetNotifyDefault", hadar_pb2.SetNotifyDefaultRequest(url="http://h\0/"), bad),
+        ("SetNotifyDefault", hadar_pb2.SetNotifyDefaultRequest(url="http://h/", on=[99]), bad),  # type: ignore[list-item]
+        ("GetNotifyDefault", hadar_pb2.GetNotifyDefaultRequest(user="a\0"), bad),
     ]
 
 

@@ -143,3 +143,25 @@ def test_downgrading_to_the_first_revision_keeps_jobs_tasks_and_events(db: Datab
     assert counts() == before
     with db.transaction() as uow:
         assert uow.jobs.get(job_id).user == "carol"
+
+
+def test_the_notifications_migration_keeps_jobs_and_their_tasks(db: Database) -> None:
+    """Down to 0006 and up again: the webhook columns and tables go and come back, jobs
+    (with their events) survive both ways, and a job from before asks for no webhook."""
+    from store.states import JobState
+    from tests.unit.store.conftest import submit
+
+    job_id = submit(db, user="dana")
+    downgrade(db.url, "0006", engine=db.engine)
+    tables = inspect(db.engine).get_table_names()
+    assert "notifications" not in tables and "notify_defaults" not in tables
+    columns = {c["name"] for c in inspect(db.engine).get_columns("jobs")}
+    assert "notify_url" not in columns and "notify_on" not in columns
+    upgrade(db.url, engine=db.engine)
+    with db.transaction() as uow:
+        job = uow.jobs.get(job_id)
+        assert (job.spec.notify_url, job.spec.notify_on) == ("", ())
+        assert [e.kind for e in uow.jobs.events(job_id)] == ["submitted"]
+        uow.notifications.set_default("dana", "https://hooks.example.org/d", [])
+        uow.jobs.transition(job_id, JobState.CANCELLED, kind="cancelled", reason="test")
+        assert uow.notifications.for_job(job_id) == []
