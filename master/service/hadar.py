@@ -60,6 +60,19 @@ def _metrics(servicer: HadarServicer) -> MasterMetrics:
     return servicer.parts.metrics
 
 
+def page(page_size: int, page_token: str) -> tuple[int, int]:
+    """A listing's page: its size (the default when 0) and the id its token names (0: the
+    first page); INVALID_ARGUMENT for a size over the maximum or a token not handed out."""
+    size = page_size or DEFAULT_PAGE
+    if size > MAX_PAGE:
+        raise InvalidArgumentError("page_size", f"must be at most {MAX_PAGE}")
+    if not page_token:
+        return size, 0
+    if not (page_token.isascii() and page_token.isdigit()):
+        raise InvalidArgumentError("page_token", "not a token from a previous response")
+    return size, fields.int64(int(page_token), "page_token")
+
+
 class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def __init__(self, parts: Components) -> None:
         self.parts = parts
@@ -126,14 +139,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def ListJobs(
         self, request: hadar_pb2.ListJobsRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.ListJobsResponse:
-        size = request.page_size or DEFAULT_PAGE
-        if size > MAX_PAGE:
-            raise InvalidArgumentError("page_size", f"must be at most {MAX_PAGE}")
-        after = 0
-        if request.page_token:
-            if not (request.page_token.isascii() and request.page_token.isdigit()):
-                raise InvalidArgumentError("page_token", "not a token from a previous response")
-            after = fields.int64(int(request.page_token), "page_token")
+        size, after = page(request.page_size, request.page_token)
         user = fields.text(request.user, "user", USER_MAX)
         states = []
         for i, state in enumerate(request.states):
@@ -449,14 +455,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def ListJobHistory(
         self, request: hadar_pb2.ListJobHistoryRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.ListJobHistoryResponse:
-        size = request.page_size or DEFAULT_PAGE
-        if size > MAX_PAGE:
-            raise InvalidArgumentError("page_size", f"must be at most {MAX_PAGE}")
-        before = 0
-        if request.page_token:
-            if not (request.page_token.isascii() and request.page_token.isdigit()):
-                raise InvalidArgumentError("page_token", "not a token from a previous response")
-            before = fields.int64(int(request.page_token), "page_token")
+        size, before = page(request.page_size, request.page_token)
         user = fields.text(request.user, "user", USER_MAX).strip()
         since = _when(request.since, "since") if request.HasField("since") else None
         states = []

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -62,13 +62,19 @@ class Cluster:
         )
         return self.client.submit_job(spec).id
 
+    def submit_argv(self, *argv: str) -> int:
+        """`hctl submit --parsable ARGV...`: the new job's id (an array's first element's)."""
+        result = self.hctl("submit", "--parsable", *argv)
+        assert result.returncode == 0, result.stderr
+        return int(result.stdout.strip())
+
     def submit_spec(self, spec: JobSpec) -> int:
         return self.client.submit_job(spec).id
 
     def job(self, job_id: int) -> Job:
         return self.client.get_job(job_id)
 
-    def wait_state(self, job_id: int, states: set[JobState], timeout: float) -> Job:
+    def wait_state(self, job_id: int, states: Collection[JobState], timeout: float) -> Job:
         seen: list[Job] = []
 
         def reached() -> bool:

@@ -8,20 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-from clients.types import JobState
+from clients.types import TERMINAL_JOB_STATES, JobState
 from store import Database
 from tests.e2e.conftest import Cluster, wait_for
 from worker.runtime.checkpoint import CheckpointStore, job_directory
 
 pytestmark = pytest.mark.e2e
 
-DONE = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
-
-
-def submitted(cluster: Cluster, *argv: str) -> int:
-    result = cluster.hctl("submit", "--parsable", *argv)
-    assert result.returncode == 0, result.stderr
-    return int(result.stdout.strip())
+DONE = TERMINAL_JOB_STATES
 
 
 def test_a_job_with_time_30s_ends_timeout_with_a_resumable_checkpoint_and_usage_adds_up(
@@ -38,8 +32,7 @@ def test_a_job_with_time_30s_ends_timeout_with_a_resumable_checkpoint_and_usage_
         settings={"HADAR_TIME_LIMIT_CHECK_S": "1"},
         worker_settings={"HADAR_WORKER_CHECKPOINT_INTERVAL_S": "2"},
     )
-    limited = submitted(
-        cluster,
+    limited = cluster.submit_argv(
         "--workload",
         "recommendation",
         "--iterations",
@@ -49,8 +42,7 @@ def test_a_job_with_time_30s_ends_timeout_with_a_resumable_checkpoint_and_usage_
         "--name",
         "limited",
     )
-    command = submitted(
-        cluster,
+    command = cluster.submit_argv(
         "--iterations",
         "1",
         "--name",
@@ -60,7 +52,7 @@ def test_a_job_with_time_30s_ends_timeout_with_a_resumable_checkpoint_and_usage_
         "-c",
         "import time; time.sleep(3); print('prepared')",
     )
-    short = submitted(cluster, "--workload", "recommendation", "--iterations", "30")
+    short = cluster.submit_argv("--workload", "recommendation", "--iterations", "30")
 
     job = cluster.wait_state(limited, DONE, timeout=240)
     assert job.state == JobState.TIMEOUT, job.reason
@@ -149,8 +141,8 @@ def test_a_command_ignoring_sigterm_is_killed_after_the_grace_at_its_time_limit(
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
         "print('started', flush=True); time.sleep(600)"
     )
-    job_id = submitted(
-        cluster, "--iterations", "1", "--time", "5s", "--", "python3", "-c", stubborn
+    job_id = cluster.submit_argv(
+        "--iterations", "1", "--time", "5s", "--", "python3", "-c", stubborn
     )
     wait_for(lambda: job_id in cluster.local.job_processes(), 120, "the command to start")
     job = cluster.wait_state(job_id, DONE, timeout=60)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.types import JobState
+from clients.types import TERMINAL_JOB_STATES, JobState
 from store import Database
 from store.domain import JobEvent, Task
 from store.states import JobState as StoredState
@@ -19,13 +19,7 @@ from tests.e2e.conftest import Cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 
-DONE = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
-
-
-def submitted(cluster: Cluster, *argv: str) -> int:
-    result = cluster.hctl("submit", "--parsable", *argv)
-    assert result.returncode == 0, result.stderr
-    return int(result.stdout.strip())
+DONE = TERMINAL_JOB_STATES
 
 
 def records(cluster: Cluster, job_ids: list[int]) -> dict[int, tuple[list[Task], list[JobEvent]]]:
@@ -61,8 +55,7 @@ def test_an_array_capped_at_4_never_runs_more_than_4_and_a_dependent_starts_afte
     cluster = start_cluster("v100:8")
     out = tmp_path / "out"
     out.mkdir()
-    array = submitted(
-        cluster,
+    array = cluster.submit_argv(
         "--array",
         "0-15%4",
         "--name",
@@ -78,9 +71,8 @@ def test_an_array_capped_at_4_never_runs_more_than_4_and_a_dependent_starts_afte
         "-c",
         'echo "index=$HADAR_ARRAY_INDEX array=$HADAR_ARRAY_JOB_ID"; sleep 2',
     )
-    first = submitted(cluster, "--iterations", "1", "--name", "prep", "--", "sh", "-c", "sleep 4")
-    dependent = submitted(
-        cluster,
+    first = cluster.submit_argv("--iterations", "1", "--name", "prep", "--", "sh", "-c", "sleep 4")
+    dependent = cluster.submit_argv(
         "--iterations",
         "1",
         "--name",

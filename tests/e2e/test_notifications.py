@@ -9,19 +9,13 @@ from collections.abc import Callable
 
 import pytest
 
-from clients.types import JobState
+from clients.types import TERMINAL_JOB_STATES
 from tests.e2e.conftest import Cluster, wait_for
 from tests.integration.master.receiver import receiver
 
 pytestmark = pytest.mark.e2e
 
-DONE = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
-
-
-def submitted(cluster: Cluster, *argv: str) -> int:
-    result = cluster.hctl("submit", "--parsable", *argv)
-    assert result.returncode == 0, result.stderr
-    return int(result.stdout.strip())
+DONE = TERMINAL_JOB_STATES
 
 
 def test_jobs_that_end_post_signed_summaries_to_their_webhooks(
@@ -36,9 +30,9 @@ def test_jobs_that_end_post_signed_summaries_to_their_webhooks(
         )
         set_result = cluster.hctl("notify", "set", hook.url("/default"))
         assert set_result.returncode == 0, set_result.stderr
-        ok = submitted(cluster, "--iterations", "1", "--", "true")
-        failing = submitted(
-            cluster, "--iterations", "1", "--notify", hook.url("/own"), "--", "sh", "-c", "exit 3"
+        ok = cluster.submit_argv("--iterations", "1", "--", "true")
+        failing = cluster.submit_argv(
+            "--iterations", "1", "--notify", hook.url("/own"), "--", "sh", "-c", "exit 3"
         )
         for job_id in (ok, failing):
             cluster.wait_state(job_id, DONE, timeout=120)
