@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from master.holds import read_holds
 from master.scheduling.churn import DEFAULT_RESTART_S
@@ -14,7 +14,7 @@ from master.scheduling.round import CompletedJob, LostLease
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
 from store import UnitOfWork
-from store.domain import Job, Node, Task, ThroughputMeasurement
+from store.domain import Job, Node, Task, ThroughputMeasurement, UsageRecord
 from store.repositories.counters import ROUND
 from store.states import GpuHealth, JobState, NodeState, ProgramKind, TaskState
 
@@ -98,9 +98,40 @@ def completions(uow: UnitOfWork) -> tuple[CompletedJob, ...]:
     )
 
 
-def job_view(job: Job, alloc: Allocation | None, restart_s: float = DEFAULT_RESTART_S) -> JobView:
+def service_received(
+    records: Iterable[UsageRecord], now: datetime
+) -> dict[int, tuple[dict[str, float], float]]:
+    """Per job, the GPU-seconds its attempts received on each GPU type and the seconds it
+    ran (each attempt from its first task's start to its last task's end, running ones up
+    to ``now``), from the accounting records: what las and hare order jobs by, the same
+    figures the simulator keeps."""
+    by_type: dict[int, dict[str, float]] = defaultdict(dict)
+    spans: dict[int, dict[int, tuple[datetime, datetime]]] = defaultdict(dict)
+    for record in records:
+        seconds = by_type[record.job_id]
+        seconds[record.gpu_type] = seconds.get(record.gpu_type, 0.0) + record.gpu_seconds(now)
+        end = record.ended_at or now
+        first, last = spans[record.job_id].get(record.lease, (record.started_at, end))
+        spans[record.job_id][record.lease] = (min(first, record.started_at), max(last, end))
+    return {
+        job_id: (
+            seconds,
+            sum(max(0.0, (b - a).total_seconds()) for a, b in spans[job_id].values()),
+        )
+        for job_id, seconds in by_type.items()
+    }
+
+
+def job_view(
+    job: Job,
+    alloc: Allocation | None,
+    restart_s: float = DEFAULT_RESTART_S,
+    service: tuple[Mapping[str, float], float] | None = None,
+) -> JobView:
     """What a policy sees of a job holding ``alloc`` (None: nothing). ``restart_s`` is what
-    a move costs the job until its own cost is measured."""
+    a move costs the job until its own cost is measured; ``service``: the GPU-seconds per
+    type it received and the seconds it ran (:func:`service_received`)."""
+    by_type, run_s = service if service is not None else ({}, 0.0)
     spec = job.spec
     return JobView(
         id=job.id,
@@ -121,6 +152,8 @@ def job_view(job: Job, alloc: Allocation | None, restart_s: float = DEFAULT_REST
         current=alloc,
         user=job.user,
         restart_s=job.restart_s if job.restart_s is not None else restart_s,
+        gpu_seconds_by_type=by_type,
+        run_seconds=run_s,
     )
 
 
@@ -212,13 +245,14 @@ def read_round_input(
     model = with_measurements(base_model, uow.throughput.all())
     by_id = {j.id: j for j in jobs}
     lost = lost_leases(uow, nodes, lost_hold_s, now, by_id) if now is not None else {}
+    service = service_received(uow.usage.for_jobs(list(by_id)), now or datetime.now(UTC))
     current: dict[int, Allocation] = {}
     views: list[JobView] = []
     for job in jobs:
         alloc = current_allocation(job, tasks_by_job.get(job.id, ()))
         if alloc is not None:
             current[job.id] = alloc
-        views.append(job_view(job, alloc, restart_s))
+        views.append(job_view(job, alloc, restart_s, service.get(job.id)))
     snapshot = Snapshot(
         cluster=cluster_view(nodes),
         jobs=tuple(views),
