@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from master.scheduling.plan import Plan
+from master.scheduling.plan import Allocation, Plan
 from master.scheduling.views import JobView, Snapshot
 
 #: Default usage half-life: 7 days, as Slurm's PriorityDecayHalfLife.
@@ -308,7 +308,17 @@ def prepare(
             min(gpus, max(0, math.ceil(state.entitlement(u) - holds.get(u, 0) - 1e-9)))
             for u, gpus in demand.items()
         )
-        to_free = need - (state.total - sum(holds.values()))
+        # A waiting job of a starved user that no free GPUs can take (too few of any type
+        # it may use) needs GPUs freed whatever the count of free ones.
+        used = [slot for job in running if job.current is not None for slot in job.current.slots]
+        free_by_type = snapshot.cluster.free_count_by_type(used)
+        unfit = sum(
+            job.num_gpus
+            for job in waiting
+            if job.user in starved
+            and not any(n >= job.num_gpus and job.allows(t) for t, n in free_by_type.items())
+        )
+        to_free = max(need - (state.total - sum(holds.values())), min(unfit, need))
         for job in reversed(order):
             if to_free <= 0:
                 break
@@ -320,7 +330,10 @@ def prepare(
                 mine[user] -= gpus
                 to_free -= gpus
                 held[job.id] = over_share_reason(user, mine[user], state.total, shares[user])
-        spare = state.total - sum(mine.values()) - need
+        # GPUs no starved user waits for go to the others: only once no starved user has
+        # work waiting, since a policy that ignores priority would hand them the GPUs the
+        # starved users' jobs are waiting for.
+        spare = state.total - sum(mine.values()) if need == 0 else 0
         tentative = dict(mine)
         for job in waiting:
             user = job.user
@@ -350,11 +363,14 @@ def prepare(
 
 
 def limit_plan(
-    snapshot: Snapshot, plan: Plan, state: FairShareRound, current: Mapping[int, object]
+    snapshot: Snapshot, plan: Plan, state: FairShareRound, current: Mapping[int, Allocation]
 ) -> Plan:
     """``plan`` with the new starts that would take their users past their quota, or past
-    their entitlement while another user is starved, left waiting (latest arrivals
-    first). Jobs that run now keep what the plan gives them."""
+    their entitlement while another user at or under theirs has work waiting, left
+    waiting (latest arrivals first). Jobs that run now keep what the plan gives them; a
+    running job of a user within their entitlement that the plan stopped keeps running
+    when none of its GPUs is taken once those starts are dropped, so a policy cannot
+    preempt a user within their share for one over it."""
     jobs = snapshot.jobs_by_id()
     holds: dict[str, int] = {}
     starts: dict[str, list[JobView]] = {}
@@ -387,6 +403,7 @@ def limit_plan(
     starved = state.protected(waiting, holds)
     if not starved:
         return Plan(allocations, reasons)
+    dropped = False
     for user, mine in starts.items():
         if not starved - {user}:
             continue
@@ -399,4 +416,19 @@ def limit_plan(
             reasons[job.id] = over_share_reason(
                 user, holds[user], state.total, state.shares.get(user, 0.0)
             )
+            dropped = True
+    if not dropped:
+        return Plan(allocations, reasons)
+    claimed = {slot for alloc in allocations.values() for slot in alloc.slots}
+    for job_id, alloc in sorted(current.items()):
+        job = jobs.get(job_id)
+        if job is None or job_id in allocations or job.user not in starved:
+            continue
+        if holds.get(job.user, 0) + alloc.num_gpus > state.entitlement(job.user) + 1e-9:
+            continue
+        if claimed.isdisjoint(alloc.slots):
+            allocations[job_id] = alloc
+            reasons.pop(job_id, None)
+            claimed.update(alloc.slots)
+            holds[job.user] = holds.get(job.user, 0) + alloc.num_gpus
     return Plan(allocations, reasons)

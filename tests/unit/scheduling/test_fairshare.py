@@ -14,6 +14,7 @@ from master.scheduling.fairshare import (
     decayed_gpu_seconds,
     decayed_usage,
     factor,
+    limit_plan,
     normalized_shares,
     prepare,
     report,
@@ -139,20 +140,15 @@ def test_waiting_jobs_past_entitlement_are_held_while_another_user_waits() -> No
     }
 
 
-def test_idle_gpus_alice_cannot_use_still_go_to_bob() -> None:
-    """Work stays conserved: GPUs the under-served user's waiting jobs cannot fill are
-    offered to the user over their share."""
-    snap = snapshot(
-        job(1, "bob", on=(0,)),
-        job(2, "bob", on=(1,)),
-        job(3, "bob"),
-        job(4, "bob"),
-        job(5, "alice"),
-    )
-    visible, held, _ = prepare(snap, FairShareConfig(), {})
-    # Two free GPUs, alice needs one: one of bob's waiting jobs is shown.
+def test_gpus_no_one_under_share_waits_for_go_to_the_others() -> None:
+    """Work stays conserved: once the user under their share has nothing waiting, the free
+    GPUs are offered to the user over their share; while she waits, they are not."""
+    bob = [job(1, "bob", on=(0,)), job(2, "bob", on=(1,)), job(3, "bob"), job(4, "bob")]
+    visible, held, _ = prepare(snapshot(*bob, job(5, "alice", on=(2,))), FairShareConfig(), {})
     assert [j.id for j in visible.jobs] == [1, 2, 3, 5]
     assert set(held) == {4}
+    visible, held, _ = prepare(snapshot(*bob, job(5, "alice")), FairShareConfig(), {})
+    assert set(held) == {3, 4}
 
 
 def test_running_jobs_over_share_make_room_for_a_waiting_user() -> None:
@@ -235,24 +231,13 @@ def test_report_lists_share_usage_and_factor() -> None:
 
 def test_plan_past_entitlement_is_trimmed() -> None:
     """A plan starting several jobs of a user past their entitlement while another user
-    waits below theirs starts only those within it, the latest arrivals dropped."""
+    waits below theirs starts only those within it, the latest arrivals dropped; the
+    dropped ones say why."""
     snap = snapshot(
         job(1, "bob", at=1.0), job(2, "bob", at=2.0), job(3, "bob", at=3.0), job(4, "alice", at=4.0)
     )
-
-    class Greedy:
-        name = "greedy"
-
-        def plan(self, s: Snapshot, now: float) -> Plan:
-            return Plan(
-                {
-                    j.id: Allocation.on([SLOTS[k]], 1)
-                    for k, j in enumerate(sorted(s.jobs, key=lambda j: j.user != "bob")[:3])
-                }
-            )
-
-    # prepare shows bob's jobs within his half (2) plus the GPU alice cannot fill; the
-    # plan gives bob three and alice none, so his latest start waits.
-    decision = decide_round(RoundState(snap, 0.0, fair_share=FairShareConfig()), Greedy())
-    assert sorted(decision.placements) == [1, 2]
-    assert decision.waiting[3].startswith("waiting: bob over fair share")
+    _, _, state = prepare(snap, FairShareConfig(), {})
+    greedy = Plan({i: Allocation.on([SLOTS[i - 1]], 1) for i in (1, 2, 3)})
+    trimmed = limit_plan(snap, greedy, state, {})
+    assert sorted(trimmed.allocations) == [1, 2]
+    assert (trimmed.reason(3) or "").startswith("waiting: bob over fair share")
