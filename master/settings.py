@@ -297,12 +297,17 @@ class Settings:
             )
         if self.time_limit_check_s <= 0:
             raise SettingsError("time_limit_check_s must be > 0")
-        self.fair_share_config()  # validates
+        self.fair_share_settings()  # validates
 
     def fair_share_config(self) -> FairShareConfig | None:
         """The shares and quotas the rounds apply; None when neither is set."""
         if not self.fair_share and not self.max_gpus_per_user and not self.gpu_quotas:
             return None
+        return self.fair_share_settings()
+
+    def fair_share_settings(self) -> FairShareConfig:
+        """The fair-share settings as configured, whether or not they are on (for
+        reports)."""
         groups: dict[str, tuple[str, ...]] = {}
         for group, given in self.fair_share_groups.items():
             # From the environment: members separated by '|' (vision=alice|carol).

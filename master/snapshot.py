@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from master.holds import read_holds
 from master.scheduling.churn import DEFAULT_RESTART_S
-from master.scheduling.fairshare import FairShareConfig, decayed_usage
+from master.scheduling.fairshare import FairShareConfig, UserShare, decayed_usage, report
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.round import CompletedJob, LostLease
 from master.scheduling.throughput import ThroughputModel
@@ -72,6 +72,18 @@ def user_usage(uow: UnitOfWork, now: datetime, half_life_s: float) -> dict[str, 
         now.timestamp(),
         half_life_s,
     )
+
+
+def fair_share_report(
+    uow: UnitOfWork, config: FairShareConfig, now: datetime
+) -> tuple[UserShare, ...]:
+    """Each user's share, decayed usage, factor and GPUs held now, as the rounds see them
+    (the users with unfinished jobs, and those with usage)."""
+    active = {job.user for job in uow.jobs.list_unfinished()}
+    held: dict[str, int] = {}
+    for record in uow.usage.running():
+        held[record.user] = held.get(record.user, 0) + record.num_gpus
+    return report(config, user_usage(uow, now, config.half_life_s), active, held)
 
 
 def lost_leases(

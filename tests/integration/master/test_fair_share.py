@@ -93,7 +93,8 @@ def test_a_user_over_share_makes_room_for_one_under_it(cluster: Cluster) -> None
 def test_decayed_usage_comes_from_the_usage_records(cluster: Cluster) -> None:
     """After bob's 2-GPU job ran and ended, his usage read for the round is its
     GPU-seconds (a half-life of years leaves them whole); alice, who ran nothing, has
-    none; a half-life far shorter than the time since leaves almost nothing."""
+    none; a half-life far shorter than the time since leaves almost nothing. GetFairShare
+    lists bob (7 days barely decays seconds) with all the usage and the factor 1/2."""
     master = cluster.master(fair_share=True)
     worker = cluster.worker(master, "n1")
     bob = cluster.api(master, "bob")
@@ -110,6 +111,12 @@ def test_decayed_usage_comes_from_the_usage_records(cluster: Cluster) -> None:
     usage = master.tx.read(lambda uow: user_usage(uow, now, 1e9))
     assert usage["bob"] == pytest.approx(expected, abs=1e-3)
     assert "alice" not in usage
+    report = bob.GetFairShare(hadar_pb2.GetFairShareRequest())
+    assert report.enabled and report.half_life_s == 7 * 86400
+    (row,) = report.rows
+    assert (row.user, row.raw_share, row.share, row.usage, row.gpus) == ("bob", 1, 1, 1, 0)
+    assert row.usage_gpu_seconds == pytest.approx(expected, rel=1e-3)
+    assert row.factor == pytest.approx(0.5)
     later = datetime.fromtimestamp(now.timestamp() + 3600, UTC)
     faded = master.tx.read(lambda uow: user_usage(uow, later, 60.0))
     assert faded.get("bob", 0.0) < expected * 1e-15
