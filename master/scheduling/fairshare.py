@@ -10,15 +10,19 @@ applies them around the policy's plan:
    Policies that weigh priority (fifo, gavel's fifo variant, hare, liu, sjf_bsbf...) prefer
    users below their share; the factor is 1 for a user who used nothing.
 2. Proportion: several policies ignore priority (las, srtf, gavel, hadar order by service,
-   remaining work or throughput), so the round also holds jobs back. A user's
-   *entitlement* is their normalized share times the usable GPUs. While another user with
-   waiting work holds less than their entitlement, a job that is not running is not
-   offered to the policy when it would take its user past their entitlement (a user who
-   holds nothing may always start one job), and a plan that starts several jobs of one
-   user past their entitlement starts only those that fit. Running jobs are never stopped
-   for fair share: GPUs freed by their ends go to the under-served users, so while every
-   user has work waiting each user's GPUs converge to their entitlement within the
-   granularity of job sizes and the time jobs take to end.
+   remaining work or throughput), so the round also decides what the policy is shown. A
+   user's *entitlement* is their normalized share times the usable GPUs; a user is
+   *protected* while they hold no more than it and have a job (waiting, or running).
+   While some user is protected, every other user is shown waiting jobs only up to their
+   own entitlement (a user who holds nothing may always start one), plus GPUs no
+   protected user waits for; running jobs of users over their entitlement are left out
+   (so preempted; latest submitted first, never a job that may not be preempted) as far
+   as protected users' waiting jobs need their GPUs (:func:`prepare`). After the policy
+   plans, starts past an entitlement while a protected user still waits are dropped, and
+   a protected user's running job the plan stopped for them keeps its GPUs
+   (:func:`limit_plan`). So while several users have work waiting, each holds their
+   entitlement within the granularity of job sizes, whatever the policy;
+   tests/unit/sim/test_fair_share.py checks every registered policy against it.
 
 Quotas are hard: a job that would take its user past ``max_gpus_per_user`` (or the user's
 own override) waits, whatever the shares, with "waiting: user alice at quota of 4 GPUs".
