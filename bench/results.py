@@ -361,7 +361,17 @@ def write_markdown(
             if name in (f"results-{stem}-jct.png", f"results-{stem}-cdf.png"):
                 lines.append(f"![{trace}](img/{name})")
         lines.append("")
-    (out / "results.md").write_text("\n".join(lines))
+    # The fair-share section is written by bench/bench_fair_share.py; keep it.
+    kept = kept_fair_share(out / "results.md")
+    (out / "results.md").write_text("\n".join(lines) + (f"\n{kept}\n" if kept else ""))
+
+
+def kept_fair_share(markdown: Path) -> str:
+    from bench.bench_fair_share import BEGIN, END
+
+    text = markdown.read_text() if markdown.exists() else ""
+    start, end = text.find(BEGIN), text.find(END)
+    return text[start : end + len(END)] if 0 <= start < end else ""
 
 
 def rewrite_markdown(raw: Path, out: Path) -> None:

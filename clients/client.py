@@ -31,6 +31,7 @@ from clients.retry import NO_RETRY, Clock, RetryPolicy, SystemClock, call_with_r
 from clients.types import (
     ClusterStatus,
     CreatedToken,
+    FairShareReport,
     Identity,
     Job,
     JobDescription,
@@ -208,6 +209,14 @@ class HadarClient:
             request.until.FromDatetime(until)
         response = self._unary(self._stub.GetUsage, request, timeout, retry=True)
         return convert.usage_report(response, by)
+
+    def fair_share(self, *, timeout: float | None = None) -> FairShareReport:
+        """Each user's share, decayed usage, fair-share factor, GPUs held and quota, as the
+        master's rounds see them (like Slurm's sshare)."""
+        response = self._unary(
+            self._stub.GetFairShare, hadar_pb2.GetFairShareRequest(), timeout, retry=True
+        )
+        return convert.fair_share_report(response)
 
     def iter_history(
         self,

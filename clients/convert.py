@@ -13,6 +13,8 @@ from clients.types import (
     Delivery,
     DeliveryStatus,
     Dependency,
+    FairShareReport,
+    FairShareRow,
     Gpu,
     GpuHealth,
     GpuTypeSummary,
@@ -334,6 +336,27 @@ USAGE_GROUPING_NUMBERS: dict[UsageGrouping, hadar_pb2.UsageGrouping] = {
     UsageGrouping.GPU_TYPE: hadar_pb2.USAGE_GROUPING_GPU_TYPE,
     UsageGrouping.DAY: hadar_pb2.USAGE_GROUPING_DAY,
 }
+
+
+def fair_share_report(message: hadar_pb2.GetFairShareResponse) -> FairShareReport:
+    return FairShareReport(
+        enabled=message.enabled,
+        half_life_s=message.half_life_s,
+        rows=tuple(
+            FairShareRow(
+                user=r.user,
+                group=r.group,
+                raw_share=r.raw_share,
+                share=r.share,
+                usage_gpu_seconds=r.usage_gpu_seconds,
+                usage=r.usage,
+                factor=r.factor,
+                gpus=r.gpus,
+                quota=r.quota,
+            )
+            for r in message.rows
+        ),
+    )
 
 
 def usage_report(message: hadar_pb2.GetUsageResponse, grouping: UsageGrouping) -> UsageReport:

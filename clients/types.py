@@ -435,6 +435,36 @@ class UsageRow:
 
 
 @dataclass(frozen=True, slots=True)
+class FairShareRow:
+    """One user's fair share (a row of Slurm's sshare)."""
+
+    user: str
+    # The user's group in the fair-share settings; empty when in none.
+    group: str
+    # The share as configured, and the fraction of the cluster among active users (0-1).
+    raw_share: float
+    share: float
+    # Decayed GPU-seconds, and their fraction of all listed users' decayed usage (0-1).
+    usage_gpu_seconds: float
+    usage: float
+    # 2^(-usage/share): 1 for no usage, 0.5 at exactly the share.
+    factor: float
+    # GPUs held now, and the user's quota (0: no limit).
+    gpus: int
+    quota: int
+
+
+@dataclass(frozen=True, slots=True)
+class FairShareReport:
+    """Fair share as the master's rounds see it."""
+
+    # Whether the rounds apply shares (quotas hold either way).
+    enabled: bool
+    half_life_s: float
+    rows: tuple[FairShareRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class UsageReport:
     """GPU-seconds used in a period, grouped (like Slurm's sreport)."""
 

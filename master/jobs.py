@@ -168,6 +168,15 @@ class JobManager:
             max_s=self._settings.max_time_limit_s,
             default_s=self._settings.default_time_limit_s,
         )
+        fair = self._settings.fair_share_config()
+        quota = fair.quota(caller.user) if fair is not None else 0
+        if quota and validated.num_gpus > quota:
+            # It could never start: refused now rather than left waiting forever.
+            raise InvalidArgumentError(
+                "spec.num_gpus",
+                f"asks for {validated.num_gpus} GPUs, more than user {caller.user}'s quota "
+                f"of {quota} GPUs at once (max_gpus_per_user)",
+            )
         indices: tuple[int, ...] = ()
         if validated.array:
             try:

@@ -79,7 +79,14 @@ def decide(inp: RoundInput, policy: Policy, settings: Settings, now: float) -> R
     """The daemon's round decision: what the store shows, decided by the one round function
     the simulator runs too (:func:`master.scheduling.round.decide_round`). ``now``: the
     round's start in Unix time."""
-    state = RoundState(inp.snapshot, now, inp.lost, inp.completed)
+    state = RoundState(
+        inp.snapshot,
+        now,
+        inp.lost,
+        inp.completed,
+        fair_share=settings.fair_share_config(),
+        usage=inp.usage,
+    )
     return decide_round(state, policy, RoundRules(settings.min_migration_gain))
 
 
@@ -129,6 +136,7 @@ class RoundRunner:
                 lost_hold_s=self._settings.lost_lease_hold_s,
                 now=now,
                 restart_s=self._settings.restart_cost_s,
+                fair_share=self._settings.fair_share_config(),
             )
         )
         read_s = time.monotonic() - started

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from master.scheduling.churn import DEFAULT_RESTART_S
+from master.scheduling.fairshare import FairShareConfig
 from protos.durations import parse_duration
 
 ENV_PREFIX = "HADAR_"
@@ -85,6 +86,20 @@ class Settings:
     default_time_limit: str = ""
     # Most elements one job array may have (hctl submit --array); larger ones are refused.
     max_array_size: int = 1000
+    # Fair share between users (docs/admin.md "Fair share and GPU quotas"): off by default,
+    # so a cluster's policy orders jobs as documented until the admin turns it on. Shares
+    # per user and per group (group -> its members; a user in one group at most); unlisted
+    # users and groups have fair_share_default. Usage decays with fair_share_half_life.
+    fair_share: bool = False
+    fair_share_users: Mapping[str, float] = field(default_factory=dict)
+    fair_share_groups: Mapping[str, Any] = field(default_factory=dict)
+    fair_share_group_shares: Mapping[str, float] = field(default_factory=dict)
+    fair_share_default: float = 1.0
+    fair_share_half_life: str = "7d"
+    # GPUs one user may hold at once, whatever fair share says (0: no limit), and
+    # per-user overrides (0: no limit for that user).
+    max_gpus_per_user: int = 0
+    gpu_quotas: Mapping[str, float] = field(default_factory=dict)
     # How often the master looks for jobs that reached their time limit.
     time_limit_check_s: float = 5.0
     grace_s: float = 30.0
@@ -282,6 +297,46 @@ class Settings:
             )
         if self.time_limit_check_s <= 0:
             raise SettingsError("time_limit_check_s must be > 0")
+        self.fair_share_settings()  # validates
+
+    def fair_share_config(self) -> FairShareConfig | None:
+        """The shares and quotas the rounds apply; None when neither is set."""
+        if not self.fair_share and not self.max_gpus_per_user and not self.gpu_quotas:
+            return None
+        return self.fair_share_settings()
+
+    def fair_share_settings(self) -> FairShareConfig:
+        """The fair-share settings as configured, whether or not they are on (for
+        reports)."""
+        groups: dict[str, tuple[str, ...]] = {}
+        for group, given in self.fair_share_groups.items():
+            # From the environment: members separated by '|' (vision=alice|carol).
+            members = given.replace("|", " ").split() if isinstance(given, str) else given
+            if not isinstance(members, list | tuple) or not all(
+                isinstance(m, str) for m in members
+            ):
+                raise SettingsError(
+                    f"fair_share groups: members of {group!r} must be a list of user names"
+                )
+            groups[group] = tuple(members)
+        quotas: dict[str, int] = {}
+        for user, quota in self.gpu_quotas.items():
+            if float(quota) != int(quota):
+                raise SettingsError(f"gpu_quotas: quota of {user!r} must be a whole number")
+            quotas[user] = int(quota)
+        try:
+            return FairShareConfig(
+                enabled=self.fair_share,
+                user_shares={u: float(v) for u, v in self.fair_share_users.items()},
+                groups=groups,
+                group_shares={g: float(v) for g, v in self.fair_share_group_shares.items()},
+                default_share=self.fair_share_default,
+                half_life_s=float(parse_duration(self.fair_share_half_life)),
+                max_gpus_per_user=self.max_gpus_per_user,
+                user_quotas=quotas,
+            )
+        except ValueError as exc:
+            raise SettingsError(f"fair share: {exc}") from None
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -368,7 +423,34 @@ def from_file(path: Path) -> dict[str, Any]:
     table = data.get("master", data)
     if not isinstance(table, Mapping):
         raise SettingsError(f"{path}: [master] must be a table")
+    table = dict(table)
+    # A [fair_share] table (top level or [master.fair_share]) names its keys shortly.
+    section = (
+        table.pop("fair_share", None) if isinstance(table.get("fair_share"), Mapping) else None
+    )
+    if section is None and isinstance(data.get("fair_share"), Mapping) and "master" in data:
+        section = data["fair_share"]
+    if section is not None:
+        for key, value in section.items():
+            name = FAIR_SHARE_KEYS.get(key.replace("-", "_"))
+            if name is None:
+                known = ", ".join(sorted(FAIR_SHARE_KEYS))
+                raise SettingsError(f"{path}: unknown key {key!r} in [fair_share]; known: {known}")
+            table[name] = value
     return from_mapping(table, str(path))
+
+
+#: Keys of the [fair_share] table -> settings.
+FAIR_SHARE_KEYS = {
+    "enabled": "fair_share",
+    "users": "fair_share_users",
+    "groups": "fair_share_groups",
+    "group_shares": "fair_share_group_shares",
+    "default_share": "fair_share_default",
+    "half_life": "fair_share_half_life",
+    "max_gpus_per_user": "max_gpus_per_user",
+    "quotas": "gpu_quotas",
+}
 
 
 def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:

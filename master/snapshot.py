@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from master.holds import read_holds
 from master.scheduling.churn import DEFAULT_RESTART_S
+from master.scheduling.fairshare import FairShareConfig, UserShare, decayed_usage, report
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.round import CompletedJob, LostLease
 from master.scheduling.throughput import ThroughputModel
@@ -48,6 +49,41 @@ class RoundInput:
     lost: Mapping[int, LostLease] = field(default_factory=dict)
     # Jobs completed that the policy has not been told about (see completions).
     completed: tuple[CompletedJob, ...] = ()
+    # Each user's decayed GPU-seconds (fair share); empty when fair share is off.
+    usage: Mapping[str, float] = field(default_factory=dict)
+
+
+def user_usage(uow: UnitOfWork, now: datetime, half_life_s: float) -> dict[str, float]:
+    """Each user's GPU-seconds from the usage records, decayed to `now` with
+    `half_life_s`: ended attempts and those still holding GPUs (counted up to `now`).
+    Attempts that ended more than 20 half-lives ago (under a millionth) are not read."""
+    since = now - timedelta(seconds=20 * half_life_s)
+    records = uow.usage.ended(since=since) + uow.usage.running()
+    return decayed_usage(
+        (
+            (
+                r.user,
+                float(r.num_gpus),
+                r.started_at.timestamp(),
+                (r.ended_at or now).timestamp(),
+            )
+            for r in records
+        ),
+        now.timestamp(),
+        half_life_s,
+    )
+
+
+def fair_share_report(
+    uow: UnitOfWork, config: FairShareConfig, now: datetime
+) -> tuple[UserShare, ...]:
+    """Each user's share, decayed usage, factor and GPUs held now, as the rounds see them
+    (the users with unfinished jobs, and those with usage)."""
+    active = {job.user for job in uow.jobs.list_unfinished()}
+    held: dict[str, int] = {}
+    for record in uow.usage.running():
+        held[record.user] = held.get(record.user, 0) + record.num_gpus
+    return report(config, user_usage(uow, now, config.half_life_s), active, held)
 
 
 def lost_leases(
@@ -226,12 +262,14 @@ def read_round_input(
     lost_hold_s: float = 0.0,
     now: datetime | None = None,
     restart_s: float = DEFAULT_RESTART_S,
+    fair_share: FairShareConfig | None = None,
 ) -> RoundInput:
     """The round's views: every unfinished job (those held by a lost lease too: the round
     hides them from the policy), the jobs completed since the last round, and with
     `lost_hold_s` and `now` the leases that may still run on lost nodes
     (:func:`lost_leases`). `restart_s` is what a move costs a job whose cost
-    was not measured yet (the `restart_cost_s` setting)."""
+    was not measured yet (the `restart_cost_s` setting). With `fair_share` on and `now`,
+    each user's decayed usage (:func:`user_usage`)."""
     nodes = uow.nodes.all()
     unfinished = uow.jobs.list_unfinished()
     # Jobs with unmet dependencies and array elements beyond their array's cap are not
@@ -268,4 +306,9 @@ def read_round_input(
         nodes={n.name: n for n in nodes},
         lost=lost,
         completed=completions(uow),
+        usage=(
+            user_usage(uow, now, fair_share.half_life_s)
+            if fair_share is not None and fair_share.enabled and now is not None
+            else {}
+        ),
     )

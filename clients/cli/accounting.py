@@ -14,6 +14,7 @@ from clients.cli.completion import offer
 from clients.cli.jobs import now_utc, parse_states, styled_state
 from clients.types import (
     TERMINAL_JOB_STATES,
+    FairShareReport,
     JobRecord,
     JobState,
     UsageGrouping,
@@ -102,6 +103,48 @@ def _run_usage(args: argparse.Namespace, ctx: Context) -> int:
         ctx.note("no GPU time used in this period" + (f" by {user}" if user else ""))
         return ExitCode.OK
     ctx.show(usage_table(report))
+    return ExitCode.OK
+
+
+# -- fair share -------------------------------------------------------------------------------
+
+
+def _configure_fairshare(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md)")
+
+
+def fair_share_table(report: FairShareReport) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
+    table.add_column("USER", no_wrap=True)
+    table.add_column("GROUP", no_wrap=True)
+    for column in ("RAW SHARE", "SHARE", "USAGE GPU-H", "USAGE", "FACTOR", "GPUS", "QUOTA"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in report.rows:
+        table.add_row(
+            row.user,
+            row.group or "-",
+            f"{row.raw_share:g}",
+            f"{row.share:.1%}",
+            f"{row.usage_gpu_seconds / 3600.0:.2f}",
+            f"{row.usage:.1%}",
+            f"{row.factor:.3f}",
+            str(row.gpus),
+            str(row.quota) if row.quota else "-",
+        )
+    return table
+
+
+def _run_fairshare(args: argparse.Namespace, ctx: Context) -> int:
+    report = ctx.client().fair_share()
+    if args.json:
+        ctx.json({"fairshare": report})
+        return ExitCode.OK
+    state = "on" if report.enabled else "off (quotas still hold)"
+    ctx.say(f"fair share {state}; usage half-life {fmt.format_duration(report.half_life_s)}")
+    if not report.rows:
+        ctx.note("no user has unfinished jobs or recent usage")
+        return ExitCode.OK
+    ctx.show(fair_share_table(report))
     return ExitCode.OK
 
 
@@ -205,6 +248,18 @@ COMMANDS = [
         "  hctl usage\n"
         "  hctl usage --me --since 7d --by type\n"
         "  hctl usage --by day --since 2026-11-01 --until 2026-12-01 --json",
+    ),
+    Command(
+        "fairshare",
+        "Each user's share, decayed usage and fair-share factor (like sshare)",
+        _configure_fairshare,
+        _run_fairshare,
+        description="Fair share as the master's rounds see it, like Slurm's sshare: per "
+        "user with unfinished jobs or recent usage, the configured share, the fraction of "
+        "the cluster it gives among active users (groups applied), GPU-hours used decayed "
+        "by the half-life, that usage's fraction, the factor 2^(-usage/share) that scales "
+        "the user's priorities, GPUs held now and the GPU quota.",
+        epilog="examples:\n  hctl fairshare\n  hctl fairshare --json | jq '.fairshare.rows[]'",
     ),
     Command(
         "history",

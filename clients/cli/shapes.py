@@ -160,6 +160,7 @@ OUTPUTS: dict[str, Obj] = {
     # `elements`: an array's elements by index (the first is `job`); empty for one job.
     "submit": obj("SubmitOutput", job=model.Job, elements=ListOf(shape_of(model.Job))),
     "usage": obj("UsageOutput", usage=model.UsageReport),
+    "fairshare": obj("FairShareOutput", fairshare=model.FairShareReport),
     "history": obj("HistoryOutput", jobs=ListOf(shape_of(model.JobRecord))),
     "notify show": obj("NotifyOutput", notify=model.NotifyDefault),
 }

@@ -17,6 +17,11 @@ The steps, in order:
    their workers run them to completion whatever the lease, so waiting would not help.
 3. The policy's plan, with pinning: a running job that may not be preempted keeps exactly
    its GPUs; a job the plan put on them waits, saying so.
+   Fair share and quotas (:mod:`master.scheduling.fairshare`, when ``RoundState.fair_share``
+   is set): before the policy plans, priorities are scaled by each user's fair-share
+   factor and waiting jobs past their user's quota, or past their user's entitlement while
+   another user is under theirs, are hidden from it; its plan then starts no more of one
+   user's jobs than those limits allow.
 4. Should the policy raise, or its plan (pinning applied) break the cluster's rules
    (:meth:`Plan.violations`), every job keeps what it holds.
 5. The diff against what runs, with hysteresis (:class:`Hysteresis`): a move that gains
@@ -32,6 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from master.scheduling.diff import Action, ActionKind, Hysteresis, diff
+from master.scheduling.fairshare import FairShareConfig, limit_plan, prepare
 from master.scheduling.plan import Allocation, Plan
 from master.scheduling.policy import Policy, export_memory, learns, notify_completion
 from master.scheduling.views import JobView, Snapshot
@@ -84,6 +90,10 @@ class RoundState:
     now: float
     lost: Mapping[int, LostLease] = field(default_factory=dict)
     completed: tuple[CompletedJob, ...] = ()
+    #: The admin's shares and quotas (None: neither applies); ``usage``: each user's
+    #: decayed GPU-seconds (see :mod:`master.scheduling.fairshare`).
+    fair_share: FairShareConfig | None = None
+    usage: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +193,10 @@ def decide_round(
     visible = snapshot
     if held:
         visible = replace(snapshot, jobs=tuple(j for j in snapshot.jobs if j.id not in held))
+    fair = None
+    limited: dict[int, str] = {}
+    if state.fair_share is not None:
+        visible, limited, fair = prepare(visible, state.fair_share, state.usage)
     fallback = ""
     problems: tuple[str, ...] = ()
     try:
@@ -193,6 +207,8 @@ def decide_round(
     else:
         # Pinned jobs first: a plan that moves one is corrected rather than set aside.
         planned = keep_non_preemptible(visible, current, planned)
+        if fair is not None:
+            planned = limit_plan(visible, planned, fair, current)
         problems = tuple(planned.violations(visible))
         if problems:
             fallback = f"policy {policy.name!r} produced an invalid plan: " + "; ".join(
@@ -204,6 +220,8 @@ def decide_round(
         plan = hold(held, Plan(dict(current), {j.id: why for j in visible.jobs}))
     else:
         plan = hold(held, planned)
+    if limited:
+        plan = Plan(plan.allocations, {**plan.reasons, **limited})
     actions = diff(current, plan, snapshot=visible, hysteresis=rules.hysteresis())
     placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
     if placements != plan.allocations and Plan(placements).violations(visible):

@@ -32,7 +32,7 @@ from master.service.codec import (
     token_to_pb,
 )
 from master.service.status import streaming, unary
-from master.snapshot import with_measurements
+from master.snapshot import fair_share_report, with_measurements
 from master.timelimits import gpu_seconds, run_seconds
 from master.usage import Grouping, summarize
 from master.validation import notify_states
@@ -416,6 +416,31 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         return hadar_pb2.RevokeTokenResponse(info=info)
 
     # -- accounting ----------------------------------------------------------------------
+
+    @unary(_metrics)
+    def GetFairShare(
+        self, request: hadar_pb2.GetFairShareRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.GetFairShareResponse:
+        config = self.parts.settings.fair_share_settings()
+        rows = self.parts.tx.read(lambda uow: fair_share_report(uow, config, datetime.now(UTC)))
+        return hadar_pb2.GetFairShareResponse(
+            enabled=config.enabled,
+            half_life_s=config.half_life_s,
+            rows=[
+                hadar_pb2.FairShareRow(
+                    user=r.user,
+                    group=r.group,
+                    raw_share=r.raw_share,
+                    share=r.share,
+                    usage_gpu_seconds=r.usage_s,
+                    usage=r.usage,
+                    factor=r.factor,
+                    gpus=r.gpus,
+                    quota=r.quota,
+                )
+                for r in rows
+            ],
+        )
 
     @unary(_metrics)
     def GetUsage(

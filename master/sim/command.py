@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from master.scheduling.fairshare import DEFAULT_HALF_LIFE_S, FairShareConfig
 from master.scheduling.policy import (
     UnknownPolicyError,
     available_policies,
@@ -27,6 +28,7 @@ from master.sim.engine import SimConfig, SimResult, SimulationError, Simulator
 from master.sim.metrics import summarize
 from master.sim.report import as_json, print_table, write_reports
 from master.sim.trace import TraceError, read_trace
+from protos.durations import parse_duration
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -98,6 +100,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="POLICY.KEY=VALUE",
         help="policy parameter, e.g. gavel.min_recompute_s=1920 (repeatable)",
     )
+    parser.add_argument(
+        "--shares",
+        default=None,
+        metavar="USER=SHARE[,...]",
+        help="fair share between the trace's users, e.g. alice=2,bob=1 (unlisted: 1); "
+        "every policy's rounds then follow the shares as the master's do",
+    )
+    parser.add_argument(
+        "--fair-share-half-life",
+        default=None,
+        metavar="DURATION",
+        help="half-life of the usage behind the fair-share factor, e.g. 1d or 12h (7d); "
+        "turns fair share on",
+    )
+    parser.add_argument(
+        "--max-gpus-per-user",
+        type=int,
+        default=0,
+        metavar="N",
+        help="GPUs one user may hold at once (0: no limit)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write CSVs and PNG plots here")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
 
@@ -127,6 +150,44 @@ def parse_params(items: list[str], policies: list[str]) -> dict[str, dict[str, A
             raise ValueError(f"--param {item!r} names policy {policy!r}, which is not simulated")
         params[policy][name] = _parse_value(value)
     return params
+
+
+def parse_shares(text: str) -> dict[str, float]:
+    """`alice=2,bob=1` -> {"alice": 2.0, "bob": 1.0}."""
+    out: dict[str, float] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        user, sep, value = item.partition("=")
+        user = user.strip()
+        if not sep or not user:
+            raise ValueError(f"--shares: {item.strip()!r} is not USER=SHARE")
+        try:
+            share = float(value)
+        except ValueError:
+            raise ValueError(f"--shares: share of {user!r} is not a number: {value!r}") from None
+        if not math.isfinite(share) or share <= 0:
+            raise ValueError(f"--shares: share of {user!r} must be > 0, got {value.strip()}")
+        out[user] = share
+    return out
+
+
+def fair_share_config(args: argparse.Namespace) -> FairShareConfig | None:
+    """The fair share and quota the flags ask for; None when they ask for neither."""
+    enabled = args.shares is not None or args.fair_share_half_life is not None
+    if args.max_gpus_per_user < 0:
+        raise ValueError("--max-gpus-per-user must be >= 0")
+    if not enabled and not args.max_gpus_per_user:
+        return None
+    half_life = DEFAULT_HALF_LIFE_S
+    if args.fair_share_half_life is not None:
+        half_life = float(parse_duration(args.fair_share_half_life))
+    return FairShareConfig(
+        enabled=enabled,
+        user_shares=parse_shares(args.shares or ""),
+        half_life_s=half_life,
+        max_gpus_per_user=args.max_gpus_per_user,
+    )
 
 
 def _throughput_model(argument: str | None) -> ThroughputModel:
@@ -188,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
             early_rounds=args.early_rounds,
             fork_all=args.forkable == "all",
             min_migration_gain=args.min_migration_gain,
+            fair_share=fair_share_config(args),
         )
         cluster = build_cluster(parse_cluster_spec(args.cluster), args.gpus_per_server)
         model = _throughput_model(args.throughputs)

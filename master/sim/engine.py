@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from master.scheduling.diff import Hysteresis
+from master.scheduling.fairshare import FairShareConfig, decay_factor
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policy import Policy
 from master.scheduling.rates import allocation_throughput
@@ -72,6 +73,9 @@ class SimConfig:
     relative throughput gain; 0 still holds back moves that would make the job slower.
     ``pay_restart``: as in the daemon, a move no other job forces must also win back its
     restart (``overhead_s``) within the round; off, for what-if runs that move freely.
+    ``fair_share``: the admin's shares and per-user GPU quotas, applied to every round as
+    the daemon applies them (:mod:`master.scheduling.fairshare`); each user's usage decays
+    with its ``half_life_s`` over simulated time. None: neither applies.
     ``fork_all``: treat every job as forkable (it may run as averaged copies), whatever
     the trace says; for what-if runs, since forking changes how a model trains.
     """
@@ -88,6 +92,7 @@ class SimConfig:
     fork_all: bool = False
     min_migration_gain: float = Hysteresis().min_migration_gain
     pay_restart: bool = Hysteresis().pay_restart
+    fair_share: FairShareConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -128,6 +133,10 @@ class RoundRecord:
     active_jobs: int
     running_jobs: int
     busy_gpu_seconds: float
+    #: GPU-seconds each user's jobs held in the round; jobs each user had waiting (not
+    #: placed) in it.
+    gpu_seconds_by_user: dict[str, float] = field(default_factory=dict)
+    waiting_by_user: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,6 +458,10 @@ class Simulator:
         rules = RoundRules(min_migration_gain=cfg.min_migration_gain, pay_restart=cfg.pay_restart)
         idle_rounds = 0
         round_index = 0
+        # Each user's decayed GPU-seconds as of `usage_at` (fair share).
+        usage: dict[str, float] = {}
+        usage_at = now
+        half_life = cfg.fair_share.half_life_s if cfg.fair_share is not None else 1.0
         while finished < len(jobs):
             while next_arrival < len(pending) and pending[next_arrival].spec.arrival_s <= now:
                 admitted = pending[next_arrival]
@@ -467,7 +480,13 @@ class Simulator:
                 cfg.round_s,
                 self.model,
             )
-            state = RoundState(snapshot, now, completed=completed)
+            if usage:
+                decay = decay_factor(now - usage_at, half_life)
+                usage = {u: v * decay for u, v in usage.items()}
+            usage_at = now
+            state = RoundState(
+                snapshot, now, completed=completed, fair_share=cfg.fair_share, usage=usage
+            )
             completed = ()
             started = time.perf_counter()
             decision = decide_round(state, self.policy, rules)
@@ -492,6 +511,7 @@ class Simulator:
             busy_until: dict[GpuSlot, float] = {}  # only for GPUs shared by two jobs
             busy_by_type: dict[str, int] = {}
             busy_seconds = 0.0
+            by_user: dict[str, float] = {}
             last_finish = now
             any_progress = False
             allocations = plan.allocations
@@ -544,6 +564,7 @@ class Simulator:
                 end, progress = self._advance(job, begin, pieces)
                 held = end - now
                 job.run_s += held
+                by_user[job.spec.user] = by_user.get(job.spec.user, 0.0) + held * alloc.num_gpus
                 for gpu_type, count, weight in self._type_counts(job, alloc):
                     job.gpu_seconds[gpu_type] = job.gpu_seconds.get(gpu_type, 0.0) + held * count
                     job.attained += held * count * weight
@@ -587,6 +608,18 @@ class Simulator:
             if cfg.early_round_end and any_ran and last_finish < round_end and waiting:
                 round_stop = last_finish
             self._contention += demand * (round_stop - now)
+            waiting_by_user: dict[str, int] = {}
+            for job in active:
+                if job.spec.id not in allocations:
+                    user = job.spec.user
+                    waiting_by_user[user] = waiting_by_user.get(user, 0) + 1
+            if cfg.fair_share is not None:
+                # Counted at the round's end: close enough for a half-life of many rounds.
+                decay = decay_factor(round_stop - usage_at, half_life)
+                usage = {u: v * decay for u, v in usage.items()}
+                for user, used in by_user.items():
+                    usage[user] = usage.get(user, 0.0) + used
+                usage_at = round_stop
             rounds.append(
                 RoundRecord(
                     round_index,
@@ -597,6 +630,8 @@ class Simulator:
                     len(active),
                     len(allocations),
                     busy_seconds,
+                    by_user,
+                    waiting_by_user,
                 )
             )
             done_now = [job for job in active if job.finish is not None]

@@ -127,6 +127,27 @@ def write_job_csv(result: SimResult, path: Path) -> None:
             )
 
 
+def write_user_csv(result: SimResult, path: Path) -> None:
+    """Per round and user: the GPU-seconds their jobs held and how many of their jobs
+    waited (what fair share is judged on)."""
+    users = sorted({u for r in result.rounds for u in (*r.gpu_seconds_by_user, *r.waiting_by_user)})
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["round", "start_s", "end_s", "user", "gpu_seconds", "waiting_jobs"])
+        for record in result.rounds:
+            for user in users:
+                writer.writerow(
+                    [
+                        record.index,
+                        f"{record.start_s:.1f}",
+                        f"{record.end_s:.1f}",
+                        user,
+                        f"{record.gpu_seconds_by_user.get(user, 0.0):.1f}",
+                        record.waiting_by_user.get(user, 0),
+                    ]
+                )
+
+
 def write_plots(results: Sequence[SimResult], out: Path) -> list[Path]:
     """JCT CDF per policy, utilization over time, occupancy by GPU type. Returns paths."""
     import matplotlib
@@ -196,6 +217,10 @@ def write_reports(results: Sequence[SimResult], out: Path, *, plots: bool = True
         path = out / f"jobs_{result.policy}.csv"
         write_job_csv(result, path)
         written.append(path)
+        if result.config.fair_share is not None:
+            path = out / f"users_{result.policy}.csv"
+            write_user_csv(result, path)
+            written.append(path)
     doc = as_json(results)
     summary_json = out / "summary.json"
     summary_json.write_text(json.dumps(doc, indent=2) + "\n")

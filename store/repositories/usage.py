@@ -55,6 +55,9 @@ class UsageRepository:
                 TaskRow.finished_at.is_(None),
             )
             .order_by(TaskRow.id)
+            # A round reads the tasks earlier in the same session: rows already loaded
+            # must be refreshed, or one acknowledged since would keep its stale None.
+            .execution_options(populate_existing=True)
         )
         if user:
             query = query.where(JobRow.user == user)

@@ -389,6 +389,42 @@ class GetUsageResponse(_message.Message):
     until: _timestamp_pb2.Timestamp
     def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ..., total_gpu_seconds: _Optional[float] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
+class GetFairShareRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FairShareRow(_message.Message):
+    __slots__ = ("user", "group", "raw_share", "share", "usage_gpu_seconds", "usage", "factor", "gpus", "quota")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    RAW_SHARE_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    FACTOR_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    group: str
+    raw_share: float
+    share: float
+    usage_gpu_seconds: float
+    usage: float
+    factor: float
+    gpus: int
+    quota: int
+    def __init__(self, user: _Optional[str] = ..., group: _Optional[str] = ..., raw_share: _Optional[float] = ..., share: _Optional[float] = ..., usage_gpu_seconds: _Optional[float] = ..., usage: _Optional[float] = ..., factor: _Optional[float] = ..., gpus: _Optional[int] = ..., quota: _Optional[int] = ...) -> None: ...
+
+class GetFairShareResponse(_message.Message):
+    __slots__ = ("enabled", "half_life_s", "rows")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    HALF_LIFE_S_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    half_life_s: float
+    rows: _containers.RepeatedCompositeFieldContainer[FairShareRow]
+    def __init__(self, enabled: _Optional[bool] = ..., half_life_s: _Optional[float] = ..., rows: _Optional[_Iterable[_Union[FairShareRow, _Mapping]]] = ...) -> None: ...
+
 class ListJobHistoryRequest(_message.Message):
     __slots__ = ("user", "since", "states", "page_size", "page_token")
     USER_FIELD_NUMBER: _ClassVar[int]

@@ -120,6 +120,11 @@ class HadarStub:
                 request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryRequest.SerializeToString,
                 response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryResponse.FromString,
                 _registered_method=True)
+        self.GetFairShare = channel.unary_unary(
+                '/hadar.v1.Hadar/GetFairShare',
+                request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.GetFairShareRequest.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.GetFairShareResponse.FromString,
+                _registered_method=True)
         self.SetNotifyDefault = channel.unary_unary(
                 '/hadar.v1.Hadar/SetNotifyDefault',
                 request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.SetNotifyDefaultRequest.SerializeToString,
@@ -286,6 +291,15 @@ class HadarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetFairShare(self, request, context):
+        """Each user's fair share as the rounds see it, like Slurm's sshare: share, decayed GPU
+        usage, usage fraction, fair-share factor, GPUs held and quota, for the users with
+        unfinished jobs or recent usage. Any valid token may read it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetNotifyDefault(self, request, context):
         """A user's default webhook, told when any job of theirs that names none ends. Users set
         their own; admins may set anyone's (PERMISSION_DENIED otherwise). INVALID_ARGUMENT
@@ -397,6 +411,11 @@ def add_HadarServicer_to_server(servicer, server):
                     servicer.ListJobHistory,
                     request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryRequest.FromString,
                     response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryResponse.SerializeToString,
+            ),
+            'GetFairShare': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFairShare,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.GetFairShareRequest.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.GetFairShareResponse.SerializeToString,
             ),
             'SetNotifyDefault': grpc.unary_unary_rpc_method_handler(
                     servicer.SetNotifyDefault,
@@ -873,6 +892,33 @@ class Hadar:
             '/hadar.v1.Hadar/ListJobHistory',
             protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryRequest.SerializeToString,
             protos_dot_hadar_dot_v1_dot_hadar__pb2.ListJobHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFairShare(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hadar.v1.Hadar/GetFairShare',
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.GetFairShareRequest.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.GetFairShareResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -111,6 +111,11 @@ def test_early_rounds_reach_the_simulator(capsys: pytest.CaptureFixture[str]) ->
         (["--param", "gavel.x=1", "--policy", "fifo"], "not simulated"),
         (["--param", "fifo.no_such=1", "--policy", "fifo"], "bad parameters for policy 'fifo'"),
         (["--gpus-per-server", "0"], "--gpus-per-server must be >= 1"),
+        (["--shares", "alice"], "--shares: 'alice' is not USER=SHARE"),
+        (["--shares", "alice=0"], "share of 'alice' must be > 0"),
+        (["--shares", "alice=x"], "share of 'alice' is not a number"),
+        (["--fair-share-half-life", "soon"], "'soon' is not a duration"),
+        (["--max-gpus-per-user", "-1"], "--max-gpus-per-user must be >= 0"),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(
@@ -165,3 +170,52 @@ def test_min_migration_gain_holds_back_moves_as_the_daemon_does(
     assert migrations("--min-migration-gain", "2") < migrations()
     assert run(base("--policy", "fifo", "--min-migration-gain", "-0.5")) == 2
     assert "min_migration_gain must be >= 0" in capsys.readouterr().err
+
+
+def test_shares_reach_the_simulator_and_write_per_user_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--shares and --fair-share-half-life turn fair share on with those shares; --out
+    then writes users_<policy>.csv, per round and user, whose GPU-seconds add up to the
+    jobs'; a quota alone leaves shares off; no flag, no fair share."""
+    trace = tmp_path / "two.csv"
+    rows = ["job_id,arrival_s,job_type,num_gpus,duration_s,user"]
+    rows += [f"{i},0,ResNet-18 (batch size 64),1,3600,bob" for i in range(8)]
+    rows += [f"{8 + i},0,ResNet-18 (batch size 64),1,3600,alice" for i in range(2)]
+    trace.write_text("\n".join(rows) + "\n")
+    argv = ["--trace", str(trace), "--throughputs", str(THROUGHPUTS), "--cluster", "v100:4"]
+    out = tmp_path / "fs"
+    assert (
+        run(
+            [
+                *argv,
+                "--policy",
+                "fifo",
+                "--shares",
+                "alice=1,bob=1",
+                "--fair-share-half-life",
+                "1d",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    lines = (out / "users_fifo.csv").read_text().splitlines()
+    assert lines[0] == "round,start_s,end_s,user,gpu_seconds,waiting_jobs"
+    first = [line.split(",") for line in lines[1:3]]
+    # First round: two GPUs each (equal shares), bob with six jobs left waiting.
+    assert {(r[3], float(r[4]), int(r[5])) for r in first} == {
+        ("alice", 2 * 360.0, 0),
+        ("bob", 2 * 360.0, 6),
+    }
+    jobs = (out / "jobs_fifo.csv").read_text().splitlines()
+    assert len(jobs) == 11
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    config = command.fair_share_config(parser.parse_args([*argv, "--shares", "a=2,b=1"]))
+    assert config is not None and config.enabled and dict(config.user_shares) == {"a": 2, "b": 1}
+    assert config.half_life_s == 7 * 86400
+    quota = command.fair_share_config(parser.parse_args([*argv, "--max-gpus-per-user", "2"]))
+    assert quota is not None and not quota.enabled and quota.quota("x") == 2
+    assert command.fair_share_config(parser.parse_args(argv)) is None
