@@ -46,8 +46,10 @@ def attempts_of(job: Job, tasks: Sequence[Task], events: Sequence[JobEvent]) -> 
     for number, lease in enumerate(sorted(by_lease), start=1):
         group = tuple(sorted(by_lease[lease], key=lambda t: t.task_index))
         failure = ""
-        # A task no worker ever acknowledged, and that is over, never ran anywhere.
-        if all(not t.active and t.acknowledged_at is None for t in group):
+        # An attempt whose tasks are over, none acknowledged by a worker and none with an
+        # exit its worker reported, never ran anywhere. A command that exits at once can
+        # report its exit before its start is acknowledged: it ran.
+        if all(not t.active and t.acknowledged_at is None and t.exit_kind is None for t in group):
             failure = _why_ended(job, group, events)
         out.append(Attempt(number, lease, group, failure))
     return out
