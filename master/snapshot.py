@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -14,6 +14,7 @@ from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.round import CompletedJob, LostLease
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
+from master.usage import run_seconds
 from store import UnitOfWork
 from store.domain import Job, Node, Task, ThroughputMeasurement, UsageRecord
 from store.repositories.counters import ROUND
@@ -53,12 +54,20 @@ class RoundInput:
     usage: Mapping[str, float] = field(default_factory=dict)
 
 
-def user_usage(uow: UnitOfWork, now: datetime, half_life_s: float) -> dict[str, float]:
+def user_usage(
+    uow: UnitOfWork,
+    now: datetime,
+    half_life_s: float,
+    running: Sequence[UsageRecord] | None = None,
+) -> dict[str, float]:
     """Each user's GPU-seconds from the usage records, decayed to `now` with
-    `half_life_s`: ended attempts and those still holding GPUs (counted up to `now`).
-    Attempts that ended more than 20 half-lives ago (under a millionth) are not read."""
+    `half_life_s`: ended attempts and those still holding GPUs (counted up to `now`;
+    `running`, when the caller has read them already). Attempts that ended more than 20
+    half-lives ago (under a millionth) are not read."""
     since = now - timedelta(seconds=20 * half_life_s)
-    records = uow.usage.ended(since=since) + uow.usage.running()
+    records = uow.usage.ended(since=since) + list(
+        uow.usage.running() if running is None else running
+    )
     return decayed_usage(
         (
             (
@@ -138,24 +147,18 @@ def service_received(
     records: Iterable[UsageRecord], now: datetime
 ) -> dict[int, tuple[dict[str, float], float]]:
     """Per job, the GPU-seconds its attempts received on each GPU type and the seconds it
-    ran (each attempt from its first task's start to its last task's end, running ones up
-    to ``now``), from the accounting records: what las and hare order jobs by, the same
-    figures the simulator keeps."""
-    by_type: dict[int, dict[str, float]] = defaultdict(dict)
-    spans: dict[int, dict[int, tuple[datetime, datetime]]] = defaultdict(dict)
+    ran (:func:`master.usage.run_seconds`), from the accounting records: what las and hare
+    order jobs by, the same figures the simulator keeps."""
+    by_job: dict[int, list[UsageRecord]] = defaultdict(list)
     for record in records:
-        seconds = by_type[record.job_id]
-        seconds[record.gpu_type] = seconds.get(record.gpu_type, 0.0) + record.gpu_seconds(now)
-        end = record.ended_at or now
-        first, last = spans[record.job_id].get(record.lease, (record.started_at, end))
-        spans[record.job_id][record.lease] = (min(first, record.started_at), max(last, end))
-    return {
-        job_id: (
-            seconds,
-            sum(max(0.0, (b - a).total_seconds()) for a, b in spans[job_id].values()),
-        )
-        for job_id, seconds in by_type.items()
-    }
+        by_job[record.job_id].append(record)
+    out: dict[int, tuple[dict[str, float], float]] = {}
+    for job_id, attempts in by_job.items():
+        seconds: dict[str, float] = {}
+        for record in attempts:
+            seconds[record.gpu_type] = seconds.get(record.gpu_type, 0.0) + record.gpu_seconds(now)
+        out[job_id] = (seconds, run_seconds(attempts, now))
+    return out
 
 
 def job_view(
@@ -283,7 +286,14 @@ def read_round_input(
     model = with_measurements(base_model, uow.throughput.all())
     by_id = {j.id: j for j in jobs}
     lost = lost_leases(uow, nodes, lost_hold_s, now, by_id) if now is not None else {}
-    service = service_received(uow.usage.for_jobs(list(by_id)), now or datetime.now(UTC))
+    # Attempts still running serve both the jobs' service and, with fair share, their
+    # users' usage: read once.
+    running = uow.usage.running()
+    service = service_received(
+        (uow.usage.ended(job_ids=list(by_id)) if by_id else [])
+        + [r for r in running if r.job_id in by_id],
+        now or datetime.now(UTC),
+    )
     current: dict[int, Allocation] = {}
     views: list[JobView] = []
     for job in jobs:
@@ -307,7 +317,7 @@ def read_round_input(
         lost=lost,
         completed=completions(uow),
         usage=(
-            user_usage(uow, now, fair_share.half_life_s)
+            user_usage(uow, now, fair_share.half_life_s, running)
             if fair_share is not None and fair_share.enabled and now is not None
             else {}
         ),

@@ -11,7 +11,7 @@ and ends TIMEOUT. The daemon runs `TimeLimitEnforcer.check` on a timer, between 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import structlog
@@ -20,6 +20,7 @@ from master.dispatch import Dispatcher
 from master.errors import InvalidArgumentError
 from master.lifecycle import StopOrder, release_tasks
 from master.transactions import Transactor
+from master.usage import run_seconds
 from protos.durations import format_duration
 from store import UnitOfWork
 from store.domain import Job, JobSpec, UsageRecord
@@ -40,22 +41,6 @@ def apply_time_limit(spec: JobSpec, *, max_s: int, default_s: int) -> JobSpec:
             f"max_time_limit = {format_duration(max_s)}",
         )
     return spec
-
-
-def run_seconds(records: Iterable[UsageRecord], now: datetime) -> float:
-    """Seconds a job ran: per attempt (lease), from its first task's start to its last
-    task's end (now for tasks still running), summed over attempts."""
-    spans: dict[int, tuple[datetime, datetime]] = {}
-    for record in records:
-        end = record.ended_at or now
-        first, last = spans.get(record.lease, (record.started_at, end))
-        spans[record.lease] = (min(first, record.started_at), max(last, end))
-    return sum(max(0.0, (end - start).total_seconds()) for start, end in spans.values())
-
-
-def gpu_seconds(records: Iterable[UsageRecord], now: datetime) -> float:
-    """GPU-seconds of a job's attempts: each task's run time times its GPUs."""
-    return sum(record.gpu_seconds(now) for record in records)
 
 
 def timeout_reason(limit_s: int, ran_s: float) -> str:

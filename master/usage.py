@@ -24,6 +24,22 @@ class UsageGroup:
     attempts: int
 
 
+def run_seconds(records: Iterable[UsageRecord], now: datetime) -> float:
+    """Seconds a job ran: per attempt (lease), from its first task's start to its last
+    task's end (now for tasks still running), summed over attempts."""
+    spans: dict[int, tuple[datetime, datetime]] = {}
+    for record in records:
+        end = record.ended_at or now
+        first, last = spans.get(record.lease, (record.started_at, end))
+        spans[record.lease] = (min(first, record.started_at), max(last, end))
+    return sum(max(0.0, (end - start).total_seconds()) for start, end in spans.values())
+
+
+def gpu_seconds(records: Iterable[UsageRecord], now: datetime) -> float:
+    """GPU-seconds of a job's attempts: each task's run time times its GPUs."""
+    return sum(record.gpu_seconds(now) for record in records)
+
+
 def _pieces(
     record: UsageRecord, since: datetime, until: datetime, grouping: Grouping
 ) -> Iterator[tuple[str, float]]:

@@ -27,8 +27,8 @@ from master import notifications
 from master.events import ChangeSignal
 from master.metrics import MasterMetrics
 from master.settings import Settings
-from master.timelimits import gpu_seconds, run_seconds
 from master.transactions import Transactor
+from master.usage import gpu_seconds, run_seconds
 from store import UnitOfWork
 from store.domain import Job, Notification
 

@@ -33,8 +33,7 @@ from master.service.codec import (
 )
 from master.service.status import streaming, unary
 from master.snapshot import fair_share_report, with_measurements
-from master.timelimits import gpu_seconds, run_seconds
-from master.usage import Grouping, summarize
+from master.usage import Grouping, gpu_seconds, run_seconds, summarize
 from master.validation import notify_states
 from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc

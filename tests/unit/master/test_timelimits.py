@@ -9,8 +9,8 @@ import pytest
 
 from master.errors import InvalidArgumentError
 from master.settings import Settings, SettingsError
-from master.timelimits import apply_time_limit, gpu_seconds, run_seconds, timeout_reason
-from master.usage import Grouping, UsageGroup, summarize
+from master.timelimits import apply_time_limit, timeout_reason
+from master.usage import Grouping, UsageGroup, gpu_seconds, run_seconds, summarize
 from store.domain import JobSpec, UsageRecord
 from store.states import ProgramKind
 
