@@ -128,6 +128,15 @@ def read_holds(uow: UnitOfWork, jobs: Sequence[Job]) -> Holds:
     return Holds(waiting, broken)
 
 
+def _anything_to_write(uow: UnitOfWork) -> bool:
+    jobs = uow.jobs.list_unfinished()
+    holds = read_holds(uow, jobs)
+    reasons = {job.id: job.reason for job in jobs}
+    return bool(holds.broken) or any(
+        reasons.get(job_id) != why for job_id, why in holds.waiting.items()
+    )
+
+
 class HoldEnforcer:
     """Cancels jobs whose dependencies can no longer be satisfied and stores why held jobs
     wait. The daemon runs `check` before each round."""
@@ -139,6 +148,10 @@ class HoldEnforcer:
     def check(self) -> list[int]:
         """Returns the ids of the jobs it cancelled."""
         cancelled: list[int] = []
+        # Read first: the write below takes the lock rounds also need, so it is taken only
+        # when a job is to be cancelled or a held job's reason changed.
+        if not self._tx.read(_anything_to_write):
+            return cancelled
         # A cancelled dependent can break its own dependents: repeat until nothing changes
         # (each pass cancels at least one job, so this ends).
         while True:
