@@ -211,6 +211,8 @@ def job(message: common_pb2.Job) -> Job:
         retry_limit=message.retry_limit if message.HasField("retry_limit") else None,
         run_seconds=message.run_seconds,
         gpu_seconds=message.gpu_seconds,
+        failure_output=message.failure_output,
+        private_hidden=message.private_hidden,
     )
 
 

@@ -229,6 +229,11 @@ class Job:
     # describe_job fill them (0 elsewhere).
     run_seconds: float = 0.0
     gpu_seconds: float = 0.0
+    # The last line a failed attempt wrote to standard error ("" when none failed).
+    failure_output: str = ""
+    # True when the caller may see only what a queue shows of this job (it is another
+    # user's): its command, environment, paths, webhook and failure_output are then empty.
+    private_hidden: bool = False
 
     @property
     def progress_measured(self) -> bool:

@@ -8,6 +8,8 @@ error instead of INVALID_ARGUMENT.
 
 from __future__ import annotations
 
+import re
+
 from master.errors import InvalidArgumentError
 from store.errors import NotFoundError
 
@@ -48,12 +50,37 @@ def text(value: str, field: str, max_chars: int) -> str:
     return value
 
 
+# What a terminal acts on instead of showing: C0 and C1 controls and DEL (escape sequences
+# can move the cursor, rewrite lines, set the title or a clipboard), and the Unicode marks
+# that reorder or split text (bidi overrides, isolates, line and paragraph separators).
+UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def printable(value: str, field: str) -> str:
+    """Refuses text with a character a terminal would act on rather than show: names and
+    other short text that other people's screens print."""
+    found = UNPRINTABLE.search(value)
+    if found is not None:
+        raise InvalidArgumentError(
+            field,
+            f"must not contain control or text-direction characters "
+            f"(U+{ord(found.group()):04X} at character {found.start() + 1})",
+        )
+    return value
+
+
+def label(value: str, field: str, max_chars: int) -> str:
+    """Short text that others read (a reason, a description): at most `max_chars`
+    characters, every one printable."""
+    return printable(text(value, field, max_chars), field)
+
+
 def name(value: str, field: str, max_chars: int) -> str:
     """An identifier (a node, a GPU type): 1 to `max_chars` characters after stripping
-    surrounding blanks, no control characters."""
+    surrounding blanks, every one printable."""
     stripped = value.strip()
     if not 1 <= len(stripped) <= max_chars:
         raise InvalidArgumentError(field, f"must be 1 to {max_chars} characters")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in stripped):
-        raise InvalidArgumentError(field, "must not contain control characters")
-    return stripped
+    return printable(stripped, field)

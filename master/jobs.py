@@ -42,6 +42,8 @@ from store.states import ExitKind, JobState, NodeState, TaskState, is_terminal
 log = structlog.get_logger(__name__)
 
 FACTS_TTL_S = 5.0
+# Characters of a failed process's last stderr line kept for `hctl show`.
+FAILURE_OUTPUT_MAX = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,7 +459,11 @@ class JobManager:
             if not task.active:
                 if self._late_completion(uow, task, report, now):
                     return True, []
-                if task.state is TaskState.LOST and report.message:
+                if (
+                    task.state is TaskState.LOST
+                    and report.message
+                    and report.kind is not ExitKind.FAILED
+                ):
                     # Ignored, but why it ended (its lease ran out) belongs in the history.
                     first = report.message.strip().splitlines()[0]
                     uow.jobs.note(
@@ -517,12 +523,14 @@ class JobManager:
                     if report.exit_code is not None
                     else f"killed by signal {report.signal}"
                 )
-                message = report.message.strip().splitlines()[-1:] if report.message else []
-                reason = f"{what} on {report.node}" + (f": {message[0]}" if message else "")
+                # What the process printed is the job's output, private to its owner: it is
+                # kept beside the reason, which every user of the cluster may read.
+                lines = report.message.strip().splitlines() if report.message else []
+                uow.jobs.set_failure_output(job.id, lines[-1][:FAILURE_OUTPUT_MAX] if lines else "")
                 _, orders = fail_attempt(
                     uow,
                     job,
-                    reason=reason,
+                    reason=f"{what} on {report.node}",
                     exit_code=report.exit_code,
                     max_retries=self._settings.max_retries,
                     now=now,

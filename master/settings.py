@@ -23,6 +23,7 @@ from protos.durations import parse_duration
 ENV_PREFIX = "HADAR_"
 AuthMode = Literal["token", "none"]
 LogFormat = Literal["auto", "json", "console"]
+JobDataReaders = Literal["owner", "group"]
 # Below this, ordinary calls (a job with a few environment variables) would not fit.
 MIN_MESSAGE_BYTES = 64 * 1024
 
@@ -148,6 +149,11 @@ class Settings:
     worker_ca_file: str = ""
     worker_client_cert: str = ""
     worker_client_key: str = ""
+    # Who may read a job's output, command line, environment values, paths and
+    # checkpoints: "owner" (and admins), or "group": also the members of the owner's
+    # fair_share_groups group. Everyone may see the queue (id, user, name, state, GPUs,
+    # times, placement, reason) either way.
+    job_data_readers: JobDataReaders = "owner"
     # Limits per user (0: unlimited). Waiting jobs are PENDING or PREEMPTED ones; the rate is
     # a token bucket of `submit_burst_per_user` submissions refilled at this many a second.
     max_pending_jobs_per_user: int = 0
@@ -209,6 +215,10 @@ class Settings:
             (self.early_round_delay_s >= 0, "early_round_delay_s must be >= 0"),
             (self.restart_cost_s >= 0, "restart_cost_s must be >= 0"),
             (self.auth in get_args(AuthMode), f"auth must be one of {get_args(AuthMode)}"),
+            (
+                self.job_data_readers in get_args(JobDataReaders),
+                f"job_data_readers must be one of {get_args(JobDataReaders)}",
+            ),
             (
                 self.log_format in get_args(LogFormat),
                 f"log_format must be one of {get_args(LogFormat)}",

@@ -85,8 +85,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
     name = spec.name.strip()
     if not 1 <= len(name) <= NAME_MAX:
         raise InvalidArgumentError("spec.name", f"must be 1 to {NAME_MAX} characters")
-    if any(ch in name for ch in "\n\r\t\0"):
-        raise InvalidArgumentError("spec.name", "must not contain control characters")
+    fields.printable(name, "spec.name")
     if spec.num_gpus < 1:
         raise InvalidArgumentError("spec.num_gpus", "must be >= 1")
     if spec.iterations < 1:
@@ -110,7 +109,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         workload = spec.workload.name.strip()
         if not workload:
             raise InvalidArgumentError("spec.workload.name", "must not be empty")
-        fields.text(workload, "spec.workload.name", WORKLOAD_MAX)
+        fields.label(workload, "spec.workload.name", WORKLOAD_MAX)
         if facts.known and workload not in facts.workloads:
             known = ", ".join(sorted(facts.workloads)) or "(none)"
             raise InvalidArgumentError(
@@ -163,6 +162,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
             raise InvalidArgumentError(
                 f"spec.allowed_gpu_types[{i}]", f"must be at most {GPU_TYPE_MAX} characters"
             )
+        fields.printable(gpu_type, f"spec.allowed_gpu_types[{i}]")
         if facts.known and gpu_type not in facts.gpus_by_type:
             have = ", ".join(sorted(facts.gpus_by_type))
             raise InvalidArgumentError(
@@ -213,16 +213,14 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         )
     for attr in ("output", "error"):
         value: str = getattr(spec, attr)
-        if "\0" in value:
-            raise InvalidArgumentError(f"spec.{attr}", "must not contain NUL characters")
+        fields.printable(value, f"spec.{attr}")
         if len(value.encode()) > PATH_MAX_BYTES:
             raise InvalidArgumentError(f"spec.{attr}", f"must be at most {PATH_MAX_BYTES} bytes")
         _check_output_pattern(value, f"spec.{attr}", array=bool(spec.array.strip()))
     dependencies = _dependencies(spec)
 
     notify_on = notify_states(spec.notify_on, "spec.notify_on")
-    if "\0" in spec.notify_url:
-        raise InvalidArgumentError("spec.notify_url", "must not contain NUL characters")
+    fields.printable(spec.notify_url, "spec.notify_url")
     if spec.no_notify and (spec.notify_url.strip() or notify_on):
         raise InvalidArgumentError(
             "spec.no_notify", "asks for no notification, but notify_url or notify_on asks for one"
@@ -230,7 +228,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
 
     batch_size = spec.batch_size
     job_type = spec.job_type.strip()
-    fields.text(job_type, "spec.job_type", JOB_TYPE_MAX)
+    fields.label(job_type, "spec.job_type", JOB_TYPE_MAX)
     if kind is ProgramKind.WORKLOAD:
         info = workload_info(workload)
         batch_size = batch_size or info.default_batch_size
@@ -318,8 +316,7 @@ def _directory(field_path: str, value: str) -> str:
     the one checked here and the one `hctl show` prints."""
     if not value:
         return ""
-    if "\0" in value:
-        raise InvalidArgumentError(field_path, "must not contain NUL characters")
+    fields.printable(value, field_path)
     if len(value.encode()) > PATH_MAX_BYTES:
         raise InvalidArgumentError(field_path, f"must be at most {PATH_MAX_BYTES} bytes")
     path = PurePosixPath(value)
@@ -362,4 +359,4 @@ def _check_size(
 
 
 def validate_idempotency_key(key: str) -> str:
-    return fields.text(key, "idempotency_key", IDEMPOTENCY_KEY_MAX)
+    return fields.label(key, "idempotency_key", IDEMPOTENCY_KEY_MAX)

@@ -87,6 +87,8 @@ class Job:
     reports_progress: bool = False
     # Measured seconds from a placement to its first progress (None: not yet measured).
     restart_s: float | None = None
+    # The last line a failed attempt wrote to standard error (private to owner and admins).
+    failure_output: str = ""
 
 
 @dataclass(frozen=True, slots=True)

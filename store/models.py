@@ -182,6 +182,9 @@ class JobRow(Base):
     # Seconds from a placement to the job's first progress there, smoothed over placements
     # (what a move costs it); None until measured.
     restart_s: Mapped[float | None] = mapped_column(Float, default=None)
+    # The last line a failed attempt's process wrote to standard error: the job's own
+    # output, so it is kept apart from the reason every user may read.
+    failure_output: Mapped[str] = mapped_column(Text, default="", server_default="")
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)

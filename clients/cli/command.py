@@ -30,6 +30,7 @@ from enum import IntEnum
 from rich.console import Console, RenderableType
 
 from clients.cli import shapes
+from clients.cli.printable import PrintableConsole
 from clients.client import HadarClient
 from clients.config import ClientConfig, resolve
 
@@ -155,10 +156,10 @@ class Context:
 
 def make_console(stream: object) -> Console:
     """A console that colours terminals only and never wraps table rows in pipes."""
-    console = Console(file=stream, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
+    console = PrintableConsole(file=stream, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
     if not console.is_terminal:
         # Scripts read rows line by line; a wide fixed width keeps each row on one line.
-        console = Console(
+        console = PrintableConsole(
             file=stream,  # type: ignore[arg-type]
             highlight=False,
             width=200,

@@ -27,6 +27,7 @@ from clients.cli.jobfile import (
     normalize,
     parse_env_assignments,
 )
+from clients.cli.printable import printable_line
 from clients.client import HadarClient
 from clients.errors import DeadlineExceeded, NotFound, PermissionDenied, Unavailable
 from clients.types import (
@@ -531,7 +532,18 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
     if job.reason:
         state.append(f" — {job.reason}")
     info.add_row("state", state)
-    info.add_row("program", spec.program.describe())
+    if job.failure_output:
+        info.add_row("last error", job.failure_output)
+    if job.private_hidden:
+        info.add_row(
+            "program",
+            f"{spec.program.kind.value}"
+            + (f" {spec.program.workload}" if spec.program.workload else "")
+            + f" (its command, environment, paths and output are {job.user}'s and the "
+            "admins' to read)",
+        )
+    else:
+        info.add_row("program", spec.program.describe())
     gpu_types = ", ".join(spec.allowed_gpu_types) or "any"
     preemptible = "default" if spec.preemptible is None else ("yes" if spec.preemptible else "no")
     info.add_row(
@@ -854,12 +866,14 @@ class _LogPrinter:
             what = f"attempt {chunk.attempt} of {chunk.attempts} (lease {chunk.lease})"
             if chunk.start_failure:
                 what += f": did not start: {chunk.start_failure}"
-            self._write(LogStream.STDOUT, f"==> job {self._job} {what} <==\n".encode())
+            # The header is hctl's, not the job's: what others wrote in it is escaped.
+            header = printable_line(f"==> job {self._job} {what} <==")
+            self._write(LogStream.STDOUT, f"{header}\n".encode())
 
     @staticmethod
     def _prefix(node: str, rank: int, stream: LogStream) -> bytes:
         where = f"{node} rank {rank}" + (" stderr" if stream is LogStream.STDERR else "")
-        return f"[{where}] ".encode()
+        return f"[{printable_line(where)}] ".encode()
 
     def flush(self) -> None:
         for (_, node, rank, stream), rest in self._pending.items():

@@ -149,7 +149,25 @@ def job_to_pb(
         out.finished_at.CopyFrom(timestamp(job.finished_at))
     if job.exit_code is not None:
         out.exit_code = job.exit_code
+    out.failure_output = job.failure_output
     return out
+
+
+def hide_private(job: common_pb2.Job) -> common_pb2.Job:
+    """Empties the job's private parts (see `Job.private_hidden` in common.proto) in place,
+    for a caller who may see only what a queue shows."""
+    spec = job.spec
+    spec.env.clear()
+    program = spec.WhichOneof("program")
+    if program in ("script", "command"):
+        getattr(spec, program).ClearField("argv")
+        # Named after the program it runs unless the submitter chose a name.
+        spec.job_type = ""
+    for name in ("workdir", "checkpoint_dir", "output", "error", "notify_url"):
+        spec.ClearField(name)
+    job.failure_output = ""
+    job.private_hidden = True
+    return job
 
 
 def event_to_pb(event: domain.JobEvent) -> common_pb2.JobEvent:

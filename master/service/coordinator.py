@@ -55,8 +55,8 @@ def _gpus(gpus: list[common_pb2.Gpu]) -> tuple[Gpu, ...]:
         fields.int32(gpu.index, f"gpus[{i}].index")
         fields.name(gpu.type, f"gpus[{i}].type", GPU_TYPE_MAX)
         fields.int64(gpu.memory_bytes, f"gpus[{i}].memory_bytes")
-        fields.text(gpu.device_name, f"gpus[{i}].device_name", DEVICE_TEXT_MAX)
-        fields.text(gpu.uuid, f"gpus[{i}].uuid", DEVICE_TEXT_MAX)
+        fields.label(gpu.device_name, f"gpus[{i}].device_name", DEVICE_TEXT_MAX)
+        fields.label(gpu.uuid, f"gpus[{i}].uuid", DEVICE_TEXT_MAX)
     return tuple(gpu_from_pb(g) for g in gpus)
 
 
@@ -93,7 +93,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 node=node,
                 address=address,
                 gpus=_gpus(list(request.gpus)),
-                agent_version=fields.text(
+                agent_version=fields.label(
                     request.agent_version, "agent_version", AGENT_VERSION_MAX
                 ),
                 workloads=workloads,

@@ -19,12 +19,14 @@ from master.lifecycle import retry_limit
 from master.logs import LogRelay
 from master.metrics import MasterMetrics
 from master.notifications import check_url
+from master.privacy import JobPrivacy
 from master.service.access import current_caller
 from master.service.codec import (
     JOB_STATE_FROM_PB,
     JOB_STATE_TO_PB,
     delivery_to_pb,
     event_to_pb,
+    hide_private,
     job_to_pb,
     node_to_pb,
     notify_default_to_pb,
@@ -75,6 +77,7 @@ def page(page_size: int, page_token: str) -> tuple[int, int]:
 class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def __init__(self, parts: Components) -> None:
         self.parts = parts
+        self._privacy = JobPrivacy.of(parts.settings)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -84,10 +87,17 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             raise PermissionDeniedError(f"only admins may {what}")
         return caller
 
-    def _job_pb(self, uow: UnitOfWork, job: Job, tasks: list[Task] | None = None) -> common_pb2.Job:
+    def _job_pb(
+        self, uow: UnitOfWork, job: Job, caller: Caller, tasks: list[Task] | None = None
+    ) -> common_pb2.Job:
         if tasks is None:
             tasks = uow.tasks.active_for_job(job.id) if job.state is JobState.RUNNING else []
-        return job_to_pb(job, tasks)
+        return self._shown(job_to_pb(job, tasks), job, caller)
+
+    def _shown(self, out: common_pb2.Job, job: Job, caller: Caller) -> common_pb2.Job:
+        """The job as `caller` may see it: whole for its readers, as a queue shows it for
+        everyone else."""
+        return out if self._privacy.may_read(caller, job.user) else hide_private(out)
 
     def _throughputs(self, job: Job) -> list[tuple[str, float, str]]:
         def read(uow: UnitOfWork) -> list[tuple[str, float, str]]:
@@ -119,15 +129,20 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def GetJob(
         self, request: hadar_pb2.GetJobRequest, context: grpc.ServicerContext
     ) -> hadar_pb2.GetJobResponse:
+        caller = current_caller()
         job, tasks = self.parts.jobs.get(fields.job_id(request.job_id))
-        out = job_to_pb(job, tasks, self._throughputs(job))
+        out = self._shown(job_to_pb(job, tasks, self._throughputs(job)), job, caller)
         out.retry_limit = retry_limit(job.spec, self.parts.settings.max_retries)
         records = self.parts.tx.read(lambda uow: uow.usage.for_jobs([job.id]))
         now = datetime.now(UTC)
         out.run_seconds = run_seconds(records, now)
         out.gpu_seconds = gpu_seconds(records, now)
         events = self.parts.jobs.events(job.id) if request.include_events else []
-        deliveries = self.parts.tx.read(lambda uow: uow.notifications.for_job(job.id))
+        deliveries = (
+            self.parts.tx.read(lambda uow: uow.notifications.for_job(job.id))
+            if not out.private_hidden
+            else []
+        )
         return hadar_pb2.GetJobResponse(
             job=out,
             events=[event_to_pb(e) for e in events],
@@ -146,6 +161,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
                 raise InvalidArgumentError(f"states[{i}]", f"unknown job state {state}")
             states.append(JOB_STATE_FROM_PB[state])
         array_job_id = fields.int64(request.array_job_id, "array_job_id")
+        caller = current_caller()
 
         def read(uow: UnitOfWork) -> hadar_pb2.ListJobsResponse:
             jobs = uow.jobs.query(
@@ -158,7 +174,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             more = len(jobs) > size
             jobs = jobs[:size]
             return hadar_pb2.ListJobsResponse(
-                jobs=[self._job_pb(uow, j) for j in jobs],
+                jobs=[self._job_pb(uow, j, caller) for j in jobs],
                 next_page_token=str(jobs[-1].id) if more and jobs else "",
             )
 
@@ -172,7 +188,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         job = self.parts.jobs.cancel(
             caller,
             fields.job_id(request.job_id),
-            fields.text(request.reason, "reason", REASON_MAX).strip(),
+            fields.label(request.reason, "reason", REASON_MAX).strip(),
             whole_array=request.whole_array,
         )
         return hadar_pb2.CancelJobResponse(job=job_to_pb(job))
@@ -182,6 +198,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         self, request: hadar_pb2.WatchJobsRequest, context: grpc.ServicerContext
     ) -> Iterator[hadar_pb2.WatchJobsResponse]:
         wanted = {fields.job_id(j) for j in request.job_ids}
+        caller = current_caller()
         changes = self.parts.changes
         generation = changes.generation
 
@@ -194,7 +211,9 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             else:
                 jobs = uow.jobs.list_unfinished()
             return cursor, [
-                self._job_pb(uow, j) for j in jobs if not request.user or j.user == request.user
+                self._job_pb(uow, j, caller)
+                for j in jobs
+                if not request.user or j.user == request.user
             ]
 
         cursor, first = self.parts.tx.read(initial)
@@ -204,12 +223,14 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             generation = changes.wait(generation, WATCH_POLL_S)
 
             cursor, updates = self.parts.tx.read(
-                functools.partial(self._updates, after=cursor, wanted=wanted, user=request.user)
+                functools.partial(
+                    self._updates, after=cursor, wanted=wanted, user=request.user, caller=caller
+                )
             )
             yield from updates
 
     def _updates(
-        self, uow: UnitOfWork, after: int, wanted: set[int], user: str
+        self, uow: UnitOfWork, after: int, wanted: set[int], user: str, caller: Caller
     ) -> tuple[int, list[hadar_pb2.WatchJobsResponse]]:
         """Events after the cursor (and the new cursor), read in one unit of work."""
         out = []
@@ -220,7 +241,9 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             if user and job.user != user:
                 continue
             out.append(
-                hadar_pb2.WatchJobsResponse(job=self._job_pb(uow, job), event=event_to_pb(event))
+                hadar_pb2.WatchJobsResponse(
+                    job=self._job_pb(uow, job, caller), event=event_to_pb(event)
+                )
             )
         return cursor, out
 
@@ -228,8 +251,15 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def StreamLogs(
         self, request: hadar_pb2.StreamLogsRequest, context: grpc.ServicerContext
     ) -> Iterator[common_pb2.LogChunk]:
+        job_id = fields.job_id(request.job_id)
+        caller = current_caller()
+        owner = self.parts.jobs.get(job_id)[0].user
+        if not self._privacy.may_read(caller, owner):
+            raise PermissionDeniedError(
+                f"job {job_id} belongs to {owner}: only its owner and admins may read its output"
+            )
         yield from LogRelay(self.parts.tx, self.parts.workers).stream(
-            fields.job_id(request.job_id),
+            job_id,
             follow=request.follow,
             tail_lines=request.tail_lines,
             rank=request.rank if request.HasField("rank") else None,
@@ -257,7 +287,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         self._admin("drain nodes")
         node = self.parts.registry.drain(
             fields.text(request.node, "node", NODE_MAX),
-            fields.text(request.reason, "reason", REASON_MAX).strip(),
+            fields.label(request.reason, "reason", REASON_MAX).strip(),
         )
         return hadar_pb2.DrainNodeResponse(node=node_to_pb(node, {}))
 
@@ -371,7 +401,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         if (user != caller.user or request.admin) and not caller.admin:
             raise PermissionDeniedError("only admins may create tokens for others or admin tokens")
         user = fields.name(user, "user", USER_MAX)
-        fields.text(request.description, "description", DESCRIPTION_MAX)
+        fields.label(request.description, "description", DESCRIPTION_MAX)
         issued = self.parts.tx.write(
             lambda uow: uow.tokens.create(
                 user, admin=request.admin, description=request.description
@@ -506,12 +536,13 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         for record in records:
             by_job.setdefault(record.job_id, []).append(record)
         now = datetime.now(UTC)
+        caller = current_caller()
         entries = []
         for job in jobs:
             used = by_job.get(job.id, [])
             entries.append(
                 hadar_pb2.JobHistoryEntry(
-                    job=job_to_pb(job),
+                    job=self._shown(job_to_pb(job), job, caller),
                     run_seconds=run_seconds(used, now),
                     gpu_seconds=gpu_seconds(used, now),
                     attempts=len({r.lease for r in used}),

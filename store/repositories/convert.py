@@ -114,6 +114,7 @@ def job(row: JobRow) -> Job:
         version=row.version,
         reports_progress=row.reports_progress,
         restart_s=row.restart_s,
+        failure_output=row.failure_output or "",
     )
 
 

@@ -429,6 +429,14 @@ class JobRepository:
             self._flush(job_id)
         return convert.job(row)
 
+    def set_failure_output(self, job_id: int, text: str) -> None:
+        """Keep what a failed attempt last wrote to standard error (private to the job's
+        owner and admins, never part of the reason)."""
+        row = self._row(job_id)
+        if row.failure_output != text:
+            row.failure_output = text
+            self._flush(job_id)
+
     def _add_event(
         self,
         job_id: int,

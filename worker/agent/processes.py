@@ -135,7 +135,7 @@ _COPY = (
     "    while view:\n"
     "        view = view[os.write(fd, view):]\n"
     "try:\n"
-    "    copy = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)\n"
+    "    copy = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)\n"
     "except OSError as exc:\n"
     "    copy = None\n"
     "    put(1, f'hadar: cannot write {sys.argv[1]}: {exc.strerror}\\n'.encode())\n"
@@ -162,6 +162,13 @@ _COPY = (
     "    if not data:\n"
     "        break\n"
 )
+
+
+def _open_private(path: Path) -> int:
+    """`path` opened for appending, created owner-only (0600) whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
 
 
 class SubprocessLauncher:
@@ -196,7 +203,8 @@ class SubprocessLauncher:
     ) -> int:
         """The descriptor a stream of the job writes to: its log file, or a pipe to a copier
         that writes both the log and the job's own file. Closed when `opened` closes."""
-        log = opened.enter_context(log_path.open("ab"))
+        # The job's output is its owner's: readable by no other user of the server.
+        log = opened.enter_context(os.fdopen(_open_private(log_path), "ab"))
         if copy is None:
             return log.fileno()
         read_end, write_end = os.pipe()

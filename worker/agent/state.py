@@ -31,10 +31,12 @@ def write_atomically(
     path: Path, data: str, *, durable: bool = True, mode: int | None = None
 ) -> None:
     """Replace ``path`` with ``data`` in one rename; ``durable`` also syncs it to disk,
-    ``mode`` sets its permissions before it appears."""
+    ``mode`` sets its permissions before it appears (owner-only by default: the agent's
+    state holds jobs' assignments, environment values included)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as handle:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as handle:
         handle.write(data)
         if durable:
             handle.flush()
@@ -90,7 +92,8 @@ class StateStore:
 
     def __init__(self, state_dir: Path) -> None:
         self._dir = state_dir / "agent"
-        self._dir.mkdir(parents=True, exist_ok=True)
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._dir.chmod(0o700)
         self._lock = threading.Lock()
         self.warnings: list[str] = []
         self._leases: dict[int, int] = {}

@@ -439,8 +439,11 @@ class Supervisor:
                 path.mkdir(parents=True, exist_ok=True)
                 if path.is_symlink():
                     raise AssignmentRefusedError(f"{path} is a symbolic link")
-            if run_as is not None:
-                for path in created:
+            for path in created:
+                # A job's logs, checkpoints and files are its owner's alone (0700 whatever
+                # the agent's umask), and then its owner's to share.
+                path.chmod(0o700)
+                if run_as is not None:
                     os.chown(path, run_as.uid, run_as.gid, follow_symlinks=False)
         except OSError as exc:
             raise AssignmentRefusedError(f"cannot prepare directories: {exc}") from exc

@@ -26,7 +26,7 @@ class UserDirectoryError(Exception):
 
 
 def ensure_directory(path: str) -> list[str]:
-    """Makes `path` and its missing parents (mode 0777 less the umask), as the calling user.
+    """Makes `path` and its missing parents (mode 0700 less the umask), as the calling user.
 
     Refuses a relative path, ``..``, and any symbolic link or non-directory on the path.
     On failure, the directories it made are removed again. Returns the directories made.
@@ -45,7 +45,8 @@ def ensure_directory(path: str) -> list[str]:
                 fds.append(_open_dir(name, fds[-1], current))
             except FileNotFoundError:
                 try:
-                    os.mkdir(name, 0o777, dir_fd=fds[-1])
+                    # Owner-only (less the umask): the job's files are its owner's.
+                    os.mkdir(name, 0o700, dir_fd=fds[-1])
                 except OSError as exc:
                     raise UserDirectoryError(
                         f"cannot create {current}: {os.strerror(exc.errno or 0)}"

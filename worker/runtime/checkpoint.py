@@ -87,11 +87,13 @@ class CheckpointStore:
         return self.directory / f"ckpt-{iterations}.pt"
 
     def save(self, iterations: int, state: dict[str, Any]) -> Path:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # Owner-only, whatever the job's umask: a model's weights are its owner's.
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         final = self.path_for(iterations)
         temporary = self.directory / f".{final.name}.tmp-{os.getpid()}"
         try:
-            with temporary.open("wb") as handle:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
                 writer = _HashingWriter(handle)
                 torch.save(state, writer)  # type: ignore[arg-type]
                 handle.write(MAGIC + writer.digest.digest())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -16,9 +17,10 @@ class ProgressWriter:
         self._interval_s = interval_s
         self._handle = None
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
             # Line-buffered: the agent tails the file and must see whole lines promptly.
-            self._handle = path.open("a", buffering=1, encoding="utf-8")
+            self._handle = open(fd, "a", buffering=1, encoding="utf-8")  # noqa: PTH123, SIM115
         self._last_at = -float("inf")
         self.last_record: ProgressRecord | None = None
 

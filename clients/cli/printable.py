@@ -1,0 +1,62 @@
+"""Text other people wrote, made safe to print: a job's name, a reason, a node's name.
+
+A terminal acts on some characters instead of showing them: escape sequences move the
+cursor, rewrite earlier lines, set the window title or the clipboard, and Unicode's
+direction marks reorder what follows. Anything one user can put in a name reaches every
+other user's screen through `hctl queue`, so every console hctl prints with shows such
+characters as ``\\uXXXX`` (which is also how JSON writes them, so ``--json`` output stays
+valid). A job's own output (`hctl logs`) is not touched: only its owner and admins read it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, ConsoleRenderable, RichCast
+from rich.segment import Segment
+from rich.text import Text
+
+# C0 controls but newline and tab (which hctl itself prints), DEL and C1 controls, and the
+# marks that reorder or split lines: bidi embeddings, overrides and isolates, the Arabic
+# letter mark, LRM/RLM, and the line and paragraph separators.
+UNPRINTABLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on written as ``\\uXXXX``."""
+    return UNPRINTABLE.sub(_escaped, text)
+
+
+def printable_line(text: str) -> str:
+    """One line of `text`: also newlines and tabs escaped (a header hctl writes itself)."""
+    return printable(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
+class PrintableConsole(Console):
+    """A rich console that never lets a character a terminal acts on reach its output,
+    whatever the renderable (plain strings, Text, tables, live displays): strings are
+    escaped before layout, so columns keep their widths, and every segment rendered is
+    escaped again for text built some other way. rich's own styling goes in control codes
+    it adds when writing, not in segments' text, so it is kept."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+    def render(
+        self,
+        renderable: ConsoleRenderable | RichCast | str,
+        options: ConsoleOptions | None = None,
+    ) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            if segment.control is None and UNPRINTABLE.search(segment.text):
+                yield Segment(printable(segment.text), segment.style)
+            else:
+                yield segment
