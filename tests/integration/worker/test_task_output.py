@@ -172,3 +172,46 @@ def test_output_files_are_written_as_the_jobs_user_never_as_root(
         assert b"hadar: cannot write" in logs(stub, 76)[0]
     finally:
         agent.stop(grace_s=2.0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as another user needs root")
+def test_a_jobs_folders_and_files_on_the_worker_are_its_users_alone(
+    master: FakeMaster, monkeypatch: pytest.MonkeyPatch, shared_dir: Path
+) -> None:
+    """Whatever the agent's umask, the folders a root agent makes for a job (its task
+    folder with the logs, its default workdir and checkpoint folder) are 0700 and the job
+    user's, the logs and the job's --output file 0600, and the agent's own state (which
+    holds assignments, environment values included) root's alone."""
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    old_umask = os.umask(0o022)
+    state = shared_dir / "state"
+    agent = make_agent(master.address, state)
+    agent.start()
+    try:
+        stub = stub_for(agent)
+        nobody = pwd.getpwnam("nobody")
+        a = python_command(77, 1, "print('weights')")
+        a.user = "nobody"
+        a.spec.command.argv[0] = "/usr/bin/python3"
+        a.spec.output = "out-%j.txt"
+        a.spec.env["API_KEY"] = "sk-secret"
+        (result,) = apply(stub, a)
+        assert result.outcome == worker_pb2.ASSIGNMENT_OUTCOME_APPLIED, result.message
+        eventually(lambda: master.exits_for(77))
+        task_dir = state / "tasks" / "job-77.task-0.lease-1"
+        workdir = state / "jobs" / "job-77"
+        eventually(lambda: (workdir / "out-77.txt").exists())
+        for folder in (task_dir, workdir, state / "checkpoints" / "job-77"):
+            info = folder.stat()
+            assert (oct(info.st_mode & 0o777), info.st_uid) == ("0o700", nobody.pw_uid), folder
+        files = [p for p in task_dir.iterdir() if p.is_file()] + [workdir / "out-77.txt"]
+        assert len(files) >= 3
+        for path in files:
+            assert path.stat().st_mode & 0o077 == 0, path
+        agent_state = state / "agent"
+        assert agent_state.stat().st_mode & 0o077 == 0
+        for path in agent_state.iterdir():
+            assert path.stat().st_mode & 0o077 == 0, path
+    finally:
+        agent.stop(grace_s=2.0)
+        os.umask(old_umask)
