@@ -52,7 +52,8 @@ def test_other_users_see_the_queue_but_none_of_a_jobs_private_parts(cluster: Clu
     seen = bob.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True))
     assert seen.job.private_hidden
     assert _leaks(seen) == []
-    assert (seen.job.user, seen.job.spec.name, seen.job.spec.num_gpus) == ("alice", "train-alice", 1)
+    public = (seen.job.user, seen.job.spec.name, seen.job.spec.num_gpus)
+    assert public == ("alice", "train-alice", 1)
     assert seen.job.state == common_pb2.JOB_STATE_RUNNING
     assert [t.node for t in seen.job.tasks] == ["n1"]
     assert seen.job.spec.WhichOneof("program") == "command"
@@ -70,8 +71,10 @@ def test_other_users_see_the_queue_but_none_of_a_jobs_private_parts(cluster: Clu
 
     worker.exit(job.id, common_pb2.EXIT_KIND_FAILED, exit_code=1, message=f"KeyError: {SECRET}")
     wait_for(
-        lambda: alice.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job.state
-        == common_pb2.JOB_STATE_FAILED,
+        lambda: (
+            alice.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job.state
+            == common_pb2.JOB_STATE_FAILED
+        ),
         what="the job to fail",
     )
     mine = alice.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True))

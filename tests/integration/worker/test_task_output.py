@@ -200,7 +200,7 @@ def test_a_jobs_folders_and_files_on_the_worker_are_its_users_alone(
         eventually(lambda: master.exits_for(77))
         task_dir = state / "tasks" / "job-77.task-0.lease-1"
         workdir = state / "jobs" / "job-77"
-        eventually(lambda: (workdir / "out-77.txt").exists())
+        eventually((workdir / "out-77.txt").exists)
         for folder in (task_dir, workdir, state / "checkpoints" / "job-77"):
             info = folder.stat()
             assert (oct(info.st_mode & 0o777), info.st_uid) == ("0o700", nobody.pw_uid), folder
