@@ -17,7 +17,7 @@ from clients.cli.command import make_console
 from clients.cli.jobs import _LogPrinter, queue_table
 from clients.cli.printable import PrintableConsole, printable
 from clients.cli.shapes import dumps
-from clients.types import JobState, LogChunk, LogStream
+from clients.types import Job, JobState, LogChunk, LogStream
 from tests.unit.clients.test_format import make_job
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -33,7 +33,7 @@ def render(console_factory, renderable) -> str:
     return stream.getvalue()
 
 
-def hostile_job():
+def hostile_job() -> Job:
     job = make_job(state=JobState.PENDING)
     return replace(job, spec=replace(job.spec, name=HOSTILE_NAME), reason=HOSTILE_REASON)
 
