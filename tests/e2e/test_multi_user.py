@@ -1,0 +1,169 @@
+"""Two users of one lab cluster, with real processes: the master, workers running jobs as
+the submitting Unix user, and hctl as each user runs it with their own token. One cluster
+serves every scenario of this file (on SQLite, and on PostgreSQL when configured): what
+one user sends never reads, changes or stalls the other's work."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from clients.localcluster import LocalCluster, parse_worker_groups
+from clients.types import TERMINAL_JOB_STATES, JobState
+from store.testing import backends, temporary_database_url
+from tests.e2e.conftest import ROUND_S, Cluster
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as another user needs root"),
+]
+
+# alice is a real Unix account on the workers (jobs run as their submitter); bob only reads.
+ALICE = "nobody"
+BOB = "bob"
+SECRET = "sk-live-7f3a9c"
+
+
+@dataclass
+class Lab:
+    cluster: Cluster
+    tokens: dict[str, str]
+
+    def hctl(self, user: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """hctl as `user` runs it: the cluster's address, their own token."""
+        env = {
+            **{k: v for k, v in os.environ.items() if k != "HADAR_MASTER"},
+            "HADAR_CONFIG": str(self.cluster.local.config_path),
+            "HADAR_TOKEN": self.tokens[user],
+        }
+        return subprocess.run(
+            [sys.executable, "-m", "clients.cli.main", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+
+    def submit(self, user: str, *args: str) -> int:
+        done = self.hctl(user, "submit", "--parsable", *args)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout.strip())
+
+
+@pytest.fixture(scope="module", params=backends())
+def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
+    # Jobs run as alice, who must reach their folders under the cluster's state directory
+    # (pytest's own temporary folders are root's alone).
+    top = Path(tempfile.mkdtemp(prefix="hadar-lab-"))
+    top.chmod(0o755)
+    sqlite = request.param == "sqlite"
+    try:
+        with nullcontext(None) if sqlite else temporary_database_url("postgresql", top) as url:
+            local = LocalCluster(top / "cluster", database_url=url)
+            local.up(
+                parse_worker_groups("v100:2;k80:2"),
+                policy="gavel",
+                round_seconds=ROUND_S,
+                timeout=120,
+            )
+            cluster = Cluster(local)
+            try:
+                tokens = {user: cluster.client.create_token(user).token for user in (ALICE, BOB)}
+                yield Lab(cluster, tokens)
+            finally:
+                cluster.reconnect()
+                local.down(timeout=10)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def alices_job(lab: Lab) -> int:
+    """A job of alice's whose command line, environment and output hold a secret."""
+    job = lab.submit(
+        ALICE,
+        "--name",
+        "alice-train",
+        "--iterations",
+        "1",
+        "--env",
+        f"API_KEY={SECRET}",
+        "--",
+        "/usr/bin/python3",
+        "-c",
+        f"import os; print('key', os.environ['API_KEY']); print('{SECRET}-in-argv')",
+    )
+    done = lab.cluster.wait_state(job, TERMINAL_JOB_STATES, timeout=120)
+    assert done.state is JobState.COMPLETED, done.reason
+    return job
+
+
+def test_bob_cannot_read_alices_logs_and_alice_can(lab: Lab, alices_job: int) -> None:
+    """`hctl logs` of another user's job is PERMISSION_DENIED (exit 4), naming the owner;
+    the owner reads the job's own output."""
+    theirs = lab.hctl(BOB, "logs", str(alices_job))
+    assert theirs.returncode == 4, (theirs.stdout, theirs.stderr)
+    assert f"belongs to {ALICE}" in theirs.stderr
+    assert SECRET not in theirs.stdout + theirs.stderr
+    mine = lab.hctl(ALICE, "logs", str(alices_job))
+    assert mine.returncode == 0, mine.stderr
+    assert f"key {SECRET}" in mine.stdout
+
+
+def test_alices_command_and_environment_appear_nowhere_bob_looks(lab: Lab, alices_job: int) -> None:
+    """bob's `hctl show --json`, `queue --json`, `history --json` and plain `show` list
+    alice's job (id, user, name, state) but never its command line or environment values;
+    alice's own `show --json` has both."""
+    outputs = []
+    for args in (
+        ("show", "--json", str(alices_job)),
+        ("show", str(alices_job)),
+        ("queue", "--json", "--all"),
+        ("history", "--json"),
+    ):
+        done = lab.hctl(BOB, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        outputs.append(done.stdout)
+        assert SECRET not in done.stdout + done.stderr, args
+        assert "API_KEY" not in done.stdout, args
+    shown = json.loads(outputs[0])["job"]
+    assert (shown["id"], shown["user"], shown["spec"]["name"]) == (alices_job, ALICE, "alice-train")
+    assert shown["private_hidden"] is True
+    assert shown["spec"]["env"] == {} and shown["spec"]["program"]["argv"] == []
+    assert "private" in outputs[1] or ALICE in outputs[1]
+    mine = json.loads(lab.hctl(ALICE, "show", "--json", str(alices_job)).stdout)["job"]
+    assert mine["spec"]["env"] == {"API_KEY": SECRET}
+    assert f"{SECRET}-in-argv" in mine["spec"]["program"]["argv"][-1]
+
+
+def test_alices_folders_on_the_worker_are_hers_alone(lab: Lab, alices_job: int) -> None:
+    """The job's folders on its worker are 0700 and alice's; its log files 0600."""
+    found = list((lab.cluster.local.state_dir).glob(f"**/tasks/job-{alices_job}.task-*"))
+    assert found, f"no task folder of job {alices_job} under {lab.cluster.local.state_dir}"
+    for task_dir in found:
+        assert oct(task_dir.stat().st_mode & 0o777) == "0o700"
+        assert task_dir.owner() == ALICE
+        for path in task_dir.iterdir():
+            assert path.stat().st_mode & 0o077 == 0, path
+
+
+def test_a_name_with_terminal_escapes_is_refused_and_nothing_is_stored(lab: Lab) -> None:
+    """A job name carrying an escape sequence (or a direction override) is refused at
+    submission with the field named; no job is stored, so no screen ever prints it."""
+    before = lab.hctl(ALICE, "queue", "--json", "--all").stdout
+    for name in ("x\x1b]0;owned\x07", "invoice\u202egnp.exe"):
+        done = lab.hctl(ALICE, "submit", "--name", name, "--iterations", "1", "--", "true")
+        assert done.returncode != 0
+        assert "name" in done.stderr and "control or text-direction" in done.stderr
+    assert lab.hctl(ALICE, "queue", "--json", "--all").stdout == before
