@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import hashlib
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Set
@@ -363,3 +367,30 @@ def _check_size(
 
 def validate_idempotency_key(key: str) -> str:
     return fields.text(key, "idempotency_key", IDEMPOTENCY_KEY_MAX)
+
+
+def spec_digest(spec: JobSpec) -> str:
+    """A digest of a validated spec that two submissions share exactly when they ask for
+    the same job, kept with an idempotency key to tell a resend from a reuse of the key.
+
+    Only fields that differ from their defaults are included, so a field added to JobSpec
+    later leaves the digests of keys already stored unchanged. Give it the spec as asked
+    for, before the cluster's defaults (the default time limit) are applied: a resend
+    after the cluster's settings changed is still the same request.
+    """
+    canonical: dict[str, object] = {}
+    for spec_field in dataclasses.fields(JobSpec):
+        value = getattr(spec, spec_field.name)
+        if value == spec_field.default:
+            continue
+        canonical[spec_field.name] = _plain(value)
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value
