@@ -18,6 +18,7 @@ from master.notifications import check_states
 from master.scheduling.memory import fits, format_memory
 from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2
+from protos.numbers import MAX_RETRIES, TIME_LIMIT_MAX_S
 from store.domain import JobSpec
 from store.states import JobState, ProgramKind
 
@@ -62,11 +63,6 @@ def _dependencies(spec: common_pb2.JobSpec) -> tuple[tuple[str, int], ...]:
 
 
 IDEMPOTENCY_KEY_MAX = 255
-# A job that failed this often will not pass on the next try; each retry holds GPUs others
-# wait for.
-MAX_RETRIES_LIMIT = 10
-# Beyond any cluster's maximum; keeps the value well inside the store's integer column.
-TIME_LIMIT_MAX_S = 366 * 86400
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +89,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         raise InvalidArgumentError("spec.name", "must not contain control characters")
     if spec.num_gpus < 1:
         raise InvalidArgumentError("spec.num_gpus", "must be >= 1")
+    fields.int32(spec.num_gpus, "spec.num_gpus")
     if spec.iterations < 1:
         raise InvalidArgumentError("spec.iterations", "must be > 0")
     fields.int64(spec.iterations, "spec.iterations")
@@ -207,9 +204,9 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
     max_retries: int | None = None
     if spec.HasField("max_retries"):
         max_retries = spec.max_retries
-        if max_retries > MAX_RETRIES_LIMIT:
+        if max_retries > MAX_RETRIES:
             raise InvalidArgumentError(
-                "spec.max_retries", f"must be at most {MAX_RETRIES_LIMIT} (0 never retries)"
+                "spec.max_retries", f"must be at most {MAX_RETRIES} (0 never retries)"
             )
     if spec.time_limit_s > TIME_LIMIT_MAX_S:
         raise InvalidArgumentError(

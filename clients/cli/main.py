@@ -33,6 +33,7 @@ from clients.errors import (
     Unauthenticated,
     Unavailable,
 )
+from protos.numbers import seconds_type
 
 # Modules that define COMMANDS, in the order `hctl --help` lists them. Optional modules that
 # are absent (e.g. a trimmed install) are skipped.
@@ -126,7 +127,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress_defaults: bo
             ("--timeout",),
             {
                 "dest": "rpc_timeout",
-                "type": float,
+                "type": seconds_type(),
                 "metavar": "S",
                 "help": "seconds per call to the master ($HADAR_TIMEOUT, default 10)",
             },
