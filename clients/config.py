@@ -16,14 +16,19 @@ default. The config file is TOML with top-level keys::
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from protos.numbers import SECONDS_MAX, NumberRange
+
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_S = 10.0
+# As hctl's --timeout takes it.
+TIMEOUTS = NumberRange(0, SECONDS_MAX, above=True)
 ENV_MASTER = "HADAR_MASTER"
 ENV_TOKEN = "HADAR_TOKEN"
 ENV_TIMEOUT = "HADAR_TIMEOUT"
@@ -117,18 +122,18 @@ def resolve(
     if tok is None:
         tok_source = "none"
 
-    timeout = timeout_s
+    timeout, timeout_source = timeout_s, "--timeout"
     if timeout is None:
-        timeout = _float(environ.get(ENV_TIMEOUT), ENV_TIMEOUT)
+        timeout, timeout_source = _float(environ.get(ENV_TIMEOUT), ENV_TIMEOUT), ENV_TIMEOUT
     if timeout is None and "timeout" in file:
         raw = file["timeout"]
         if not isinstance(raw, int | float) or isinstance(raw, bool):
             raise ConfigError(f"{path}: timeout must be a number of seconds")
-        timeout = float(raw)
+        timeout, timeout_source = float(raw), f"{path}: timeout"
     if timeout is None:
         timeout = DEFAULT_TIMEOUT_S
-    if timeout <= 0:
-        raise ConfigError(f"timeout must be positive, got {timeout:g}")
+    if not math.isfinite(timeout) or timeout not in TIMEOUTS:
+        raise ConfigError(f"{timeout_source} {timeout:g} is out of range: {TIMEOUTS} seconds")
 
     ca = _str(file, "ca_file", path)
     cert = _str(file, "cert_file", path)

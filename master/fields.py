@@ -11,10 +11,8 @@ from __future__ import annotations
 import re
 
 from master.errors import InvalidArgumentError
+from protos.numbers import INT32_MAX, INT64_MAX
 from store.errors import NotFoundError
-
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
 
 
 def at_most(value: int, limit: int, field: str) -> int:

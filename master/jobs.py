@@ -30,6 +30,7 @@ from master.transactions import Transactor
 from master.validation import (
     DEPENDENCY_FIELDS,
     ClusterFacts,
+    spec_digest,
     validate_idempotency_key,
     validate_spec,
 )
@@ -165,8 +166,9 @@ class JobManager:
             )
         key = validate_idempotency_key(idempotency_key)
         facts = self._facts()
+        requested = validate_spec(spec, facts)
         validated = apply_time_limit(
-            validate_spec(spec, facts),
+            requested,
             max_s=self._settings.max_time_limit_s,
             default_s=self._settings.default_time_limit_s,
         )
@@ -195,19 +197,26 @@ class JobManager:
             )
         if validated.notify_url:
             check_url(validated.notify_url, "spec.notify_url", self._settings)
+        # The array as normalized (`0-3` and `0,1,2,3` are one request), the time limit as
+        # asked for (a changed cluster default does not make a resend another request).
+        digest = (
+            spec_digest(dataclasses.replace(validated, time_limit_s=requested.time_limit_s))
+            if key
+            else ""
+        )
         user = caller.user
         wait_s = self._rate.try_take(user)
         if wait_s > 0:
             # A resend of a job already stored is answered, never counted again.
             existing = (
-                self._tx.read(lambda uow: uow.jobs.find_by_idempotency_key(user, key))
+                self._tx.read(lambda uow: uow.jobs.find_by_idempotency_key(user, key, digest))
                 if key
                 else None
             )
             if existing is None:
                 raise self._rate.refusal(user, wait_s)
             return existing, False
-        new = NewJob(user=user, spec=validated, idempotency_key=key)
+        new = NewJob(user=user, spec=validated, idempotency_key=key, spec_digest=digest)
         try:
             if self._settings.max_pending_jobs_per_user:
                 # Count and insert as one step, or concurrent submits could pass together.
@@ -232,7 +241,9 @@ class JobManager:
         self, uow: UnitOfWork, new: NewJob, indices: tuple[int, ...]
     ) -> tuple[Job, bool]:
         if new.idempotency_key:
-            existing = uow.jobs.find_by_idempotency_key(new.user, new.idempotency_key)
+            existing = uow.jobs.find_by_idempotency_key(
+                new.user, new.idempotency_key, new.spec_digest
+            )
             if existing is not None:
                 return existing, False
         counts = uow.jobs.count_by_state(user=new.user)
@@ -249,7 +260,9 @@ class JobManager:
         every job it depends on exists: a job depends only on older jobs, so dependencies
         never form a cycle."""
         if new.idempotency_key:
-            existing = uow.jobs.find_by_idempotency_key(new.user, new.idempotency_key)
+            existing = uow.jobs.find_by_idempotency_key(
+                new.user, new.idempotency_key, new.spec_digest
+            )
             if existing is not None:
                 return existing, False
         known = uow.jobs.get_many({job_id for _, job_id in new.spec.dependencies})

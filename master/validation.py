@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import hashlib
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Set
@@ -14,6 +18,7 @@ from master.notifications import check_states
 from master.scheduling.memory import fits, format_memory
 from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2
+from protos.numbers import MAX_RETRIES, TIME_LIMIT_MAX_S
 from store.domain import JobSpec
 from store.states import JobState, ProgramKind
 
@@ -58,11 +63,6 @@ def _dependencies(spec: common_pb2.JobSpec) -> tuple[tuple[str, int], ...]:
 
 
 IDEMPOTENCY_KEY_MAX = 255
-# A job that failed this often will not pass on the next try; each retry holds GPUs others
-# wait for.
-MAX_RETRIES_LIMIT = 10
-# Beyond any cluster's maximum; keeps the value well inside the store's integer column.
-TIME_LIMIT_MAX_S = 366 * 86400
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +88,7 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
     fields.printable(name, "spec.name")
     if spec.num_gpus < 1:
         raise InvalidArgumentError("spec.num_gpus", "must be >= 1")
+    fields.int32(spec.num_gpus, "spec.num_gpus")
     if spec.iterations < 1:
         raise InvalidArgumentError("spec.iterations", "must be > 0")
     fields.int64(spec.iterations, "spec.iterations")
@@ -203,9 +204,9 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
     max_retries: int | None = None
     if spec.HasField("max_retries"):
         max_retries = spec.max_retries
-        if max_retries > MAX_RETRIES_LIMIT:
+        if max_retries > MAX_RETRIES:
             raise InvalidArgumentError(
-                "spec.max_retries", f"must be at most {MAX_RETRIES_LIMIT} (0 never retries)"
+                "spec.max_retries", f"must be at most {MAX_RETRIES} (0 never retries)"
             )
     if spec.time_limit_s > TIME_LIMIT_MAX_S:
         raise InvalidArgumentError(
@@ -360,3 +361,30 @@ def _check_size(
 
 def validate_idempotency_key(key: str) -> str:
     return fields.label(key, "idempotency_key", IDEMPOTENCY_KEY_MAX)
+
+
+def spec_digest(spec: JobSpec) -> str:
+    """A digest of a validated spec that two submissions share exactly when they ask for
+    the same job, kept with an idempotency key to tell a resend from a reuse of the key.
+
+    Only fields that differ from their defaults are included, so a field added to JobSpec
+    later leaves the digests of keys already stored unchanged. Give it the spec as asked
+    for, before the cluster's defaults (the default time limit) are applied: a resend
+    after the cluster's settings changed is still the same request.
+    """
+    canonical: dict[str, object] = {}
+    for spec_field in dataclasses.fields(JobSpec):
+        value = getattr(spec, spec_field.name)
+        if value == spec_field.default:
+            continue
+        canonical[spec_field.name] = _plain(value)
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value

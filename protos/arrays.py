@@ -11,9 +11,17 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from protos.numbers import INT64_MAX, NumberRange, parse_int
+
 # Largest index an element may have, as Slurm's default MaxArraySize bounds it.
 MAX_INDEX = 4_000_000
+# The most elements an array can have; a larger cap on running elements means none.
+MAX_ELEMENTS = MAX_INDEX + 1
 FORMS = "0-31, 1,3,5, 0-15:4, each optionally followed by %N (at most N running at once)"
+
+# Job ids as the store keeps them (BIGINT); array indices as parse_array allows them.
+JOB_IDS = NumberRange(1, INT64_MAX)
+INDICES = NumberRange(0, MAX_INDEX)
 
 _PART = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
 _ELEMENT_ID = re.compile(r"(\d+)_(\d+)")
@@ -44,8 +52,14 @@ def parse_array(text: str, *, max_size: int = 0) -> ArraySpec:
     body, cap_text = value, ""
     if "%" in value:
         body, cap_text = value.split("%", 1)
-        if not cap_text.isdigit() or int(cap_text) < 1:
-            raise ValueError(f"{text!r}: the limit after % must be a whole number >= 1")
+        if (
+            not cap_text.isdigit()
+            or len(cap_text.lstrip("0")) > len(str(MAX_ELEMENTS))
+            or not 1 <= int(cap_text) <= MAX_ELEMENTS
+        ):
+            raise ValueError(
+                f"{text!r}: the limit after % must be a whole number in 1..{MAX_ELEMENTS}"
+            )
     indices: set[int] = set()
     for part in body.split(","):
         match = _PART.fullmatch(part.strip())
@@ -106,11 +120,15 @@ class JobRef:
 
 def parse_job_ref(text: str) -> JobRef:
     value = text.strip()
-    if value.isdigit() and int(value) > 0:
-        return JobRef(int(value))
     match = _ELEMENT_ID.fullmatch(value)
-    if match is not None and int(match.group(1)) > 0:
-        return JobRef(int(match.group(1)), int(match.group(2)))
+    if value.isdigit() or match is not None:
+        job_text, index_text = (value, None) if match is None else match.groups()
+        try:
+            job_id = parse_int(job_text, JOB_IDS)
+            index = None if index_text is None else parse_int(index_text, INDICES)
+        except ValueError as exc:
+            raise ValueError(f"{text!r} is not a job id: {exc}") from None
+        return JobRef(job_id, index)
     raise ValueError(f"{text!r} is not a job id: write a job id (12) or an array element (12_3)")
 
 
@@ -130,14 +148,19 @@ def parse_dependency(text: str) -> list[tuple[str, int]]:
     return pairs
 
 
-def parse_job_ids(text: str, *, what: str = "job ids") -> list[int]:
-    """`4,5,6` as job ids (an array's id stands for all its elements)."""
+def parse_job_ids(text: str, *, what: str = "") -> list[int]:
+    """`4,5,6` as job ids (an array's id stands for all its elements); `what` starts the
+    error's message."""
+    prefix = f"{what}: " if what else ""
     ids: list[int] = []
     for part in text.split(","):
         value = part.strip()
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{what}: {value!r} is not a job id (a whole number >= 1)")
-        ids.append(int(value))
+        if not value.isdigit():
+            raise ValueError(f"{prefix}{value!r} is not a job id (a whole number in {JOB_IDS})")
+        try:
+            ids.append(parse_int(value, JOB_IDS))
+        except ValueError as exc:
+            raise ValueError(f"{prefix}job id {exc}") from None
     return ids
 
 

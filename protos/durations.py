@@ -15,6 +15,9 @@ _PART = re.compile(r"(\d+)([smhd])")
 # Slurm's forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 _CLOCK = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
+# Longer than any duration written by hand; keeps int() off huge strings of digits.
+_MAX_LENGTH = 64
+
 FORMS = "30s, 90m, 2h, 1d, 1h30m, MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 
 
@@ -22,6 +25,8 @@ def parse_duration(text: str) -> int:
     """Seconds in `text`. A bare number is minutes, as in Slurm. Raises ValueError saying
     which forms are accepted."""
     value = text.strip().lower()
+    if len(value) > _MAX_LENGTH:
+        raise ValueError(f"{text.strip()[:24]!r}...: too long for a duration; write it as {FORMS}")
     if _SUFFIXED.fullmatch(value):
         seconds = sum(int(n) * _UNITS[u] for n, u in _PART.findall(value))
     else:

@@ -98,6 +98,9 @@ class NewJob:
     user: str
     spec: JobSpec
     idempotency_key: str = ""
+    # Stored with the key: a later submission with the key and another digest is refused
+    # (empty: not compared).
+    spec_digest: str = ""
 
 
 @dataclass(frozen=True, slots=True)

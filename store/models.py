@@ -328,6 +328,10 @@ class IdempotencyKeyRow(Base):
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     job_id: Mapped[int] = mapped_column()
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Digest of the spec submitted with the key, so that the key reused for another spec
+    # is refused rather than answered with a job that is not what was asked for. NULL for
+    # keys stored before digests were kept: those match any spec.
+    spec_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class CounterRow(Base):

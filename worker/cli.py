@@ -166,6 +166,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from worker.agent.agent import WorkerAgent
 
     settings = _load(args, require_master=True)
+    if settings.check_python:
+        _check_python(settings)
     agent = WorkerAgent(settings, _provider(settings))
     agent.start()
     done = threading.Event()
@@ -193,6 +195,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     restart = received[0] == signal.SIGUSR2
     agent.stop(stop_tasks=not restart)
     return EXIT_RESTART if restart else 0
+
+
+def _check_python(settings: WorkerSettings) -> None:
+    """Refuses to start (SettingsError) when jobs' users could not run the interpreter that
+    built-in workloads run with."""
+    from worker.agent.agent import job_base_env
+    from worker.agent.interpreter import InterpreterError, check_job_interpreter
+    from worker.agent.processes import SubprocessLauncher
+
+    python = settings.python or sys.executable
+    try:
+        check_job_interpreter(python, SubprocessLauncher(), env=job_base_env())
+    except InterpreterError as exc:
+        if settings.python:
+            raise SettingsError(f"python: {exc}") from None
+        raise SettingsError(str(exc)) from None
 
 
 def _notify_systemd(agent: WorkerAgent, done: threading.Event) -> None:

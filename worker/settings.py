@@ -116,6 +116,10 @@ class WorkerSettings:
     failure_tail_lines: int = 20
     # A root agent runs a job submitted as root (uid 0) only when this is set.
     allow_root_jobs: bool = False
+    # A root agent refuses to start when `python` (or its own interpreter) is one that other
+    # users cannot run: every job of theirs would fail. Off only where every job runs as
+    # root (a local cluster its root user runs for themselves).
+    check_python: bool = True
     # A starting agent adopts the tasks its predecessor left running (else stops them).
     adopt_on_restart: bool = True
     # Largest gRPC message the Worker service accepts and sends (bytes); gRPC refuses a
@@ -262,7 +266,7 @@ _PATH_FIELDS = {
     "token_file",
     *PEM_FIELDS,
 }
-_BOOL_FIELDS = {"master_tls", "allow_root_jobs", "adopt_on_restart"}
+_BOOL_FIELDS = {"master_tls", "allow_root_jobs", "adopt_on_restart", "check_python"}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _FLOAT_FIELDS = {

@@ -20,6 +20,7 @@ from clients.types import (
     UsageGrouping,
     UsageReport,
 )
+from protos.numbers import INT64_MAX, int_type
 
 TERMINAL_NAMES = tuple(s.value for s in JobState if s in TERMINAL_JOB_STATES)
 USAGE_HEADINGS = {
@@ -176,7 +177,11 @@ def _configure_history(parser: argparse.ArgumentParser) -> None:
         TERMINAL_NAMES,
     )
     parser.add_argument(
-        "-n", "--limit", type=int, metavar="N", help="at most N jobs, the newest (default: all)"
+        "-n",
+        "--limit",
+        type=int_type(1, INT64_MAX),
+        metavar="N",
+        help="at most N jobs, the newest (default: all)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md)")
 
@@ -216,8 +221,6 @@ def _run_history(args: argparse.Namespace, ctx: Context) -> int:
                 ExitCode.USAGE,
                 f"use one of {', '.join(TERMINAL_NAMES)}; `hctl queue` lists active jobs",
             )
-    if args.limit is not None and args.limit <= 0:
-        raise CliError("--limit must be positive", ExitCode.USAGE)
     user: str | None = args.user
     if not user and not args.all_users:
         user = client.whoami().user

@@ -22,7 +22,8 @@ END = "<!-- END GENERATED REFERENCE -->"
 EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "success (`wait`: the job completed)",
     ExitCode.ERROR: "any other failure",
-    ExitCode.USAGE: "bad command line, job file or config file",
+    ExitCode.USAGE: "bad command line, job file or config file (a number out of its range "
+    "included; see Numbers and their ranges)",
     ExitCode.NOT_FOUND: "no such job, node or token",
     ExitCode.PERMISSION_DENIED: "not allowed, or the token was refused",
     ExitCode.UNAVAILABLE: "the master cannot be reached or did not answer in time",

@@ -235,9 +235,16 @@ def parse_since(text: str, now: datetime) -> datetime:
     it says otherwise). Raises ValueError naming the accepted forms."""
     value = text.strip()
     try:
-        return now - timedelta(seconds=parse_duration(value))
+        age = parse_duration(value)
     except ValueError:
         pass
+    else:
+        try:
+            return now - timedelta(seconds=age)
+        except OverflowError:
+            raise ValueError(
+                f"{text!r} is out of range: an age reaches back to year 1 at most"
+            ) from None
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:

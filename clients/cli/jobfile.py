@@ -49,7 +49,6 @@ Flags given on the command line override the file's values.
 from __future__ import annotations
 
 import re
-import shlex
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path, PurePath
@@ -58,9 +57,39 @@ from typing import Any
 from clients.cli.format import parse_size
 from clients.types import Dependency, JobSpec, JobState, Program, ProgramKind
 from protos.arrays import parse_array, parse_dependency, parse_job_ids
-from protos.durations import parse_duration
+from protos.durations import format_duration, parse_duration
+from protos.numbers import (
+    INT32_MAX,
+    INT64_MAX,
+    MAX_RETRIES,
+    TIME_LIMIT_MAX_S,
+    NumberRange,
+    check_int,
+)
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Far more than any job needs: the master accepts at most 64 KiB of command line and 64 KiB
+# of environment. A larger file is refused before it is parsed.
+MAX_JOB_FILE_BYTES = 1024 * 1024
+# Ranges of the integer keys, as the master accepts them (see master/validation.py).
+GPUS = NumberRange(1, INT32_MAX)
+ITERATIONS = NumberRange(1, INT64_MAX)
+BATCH_SIZE = NumberRange(0, INT32_MAX)
+RETRIES = NumberRange(0, MAX_RETRIES)
+GPU_MEMORY = NumberRange(0, INT64_MAX)
+_RANGES = {"gpus": GPUS, "iterations": ITERATIONS, "batch_size": BATCH_SIZE, "retries": RETRIES}
+# One piece of a shell word at a time: a run of ordinary characters, a single- or
+# double-quoted string, a backslash and the character it escapes, or the blanks between
+# words (shlex's POSIX whitespace). Each alternative matches in time linear in its length.
+_SHELL_PIECE = re.compile(
+    r"(?P<plain>[^ \t\r\n'\"\\]+)"
+    r"|'(?P<single>[^']*)'"
+    r'|"(?P<double>[^"\\]*(?:\\.[^"\\]*)*)"'
+    r"|\\(?P<escaped>.)"
+    r"|(?P<blank>[ \t\r\n]+)",
+    re.DOTALL,
+)
+_DOUBLE_QUOTED_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
 PROGRAM_KEYS = ("workload", "script", "command")
 DEPENDENCY_KEYS = {"after_ok": "afterok", "after_any": "afterany", "after_fail": "afterfail"}
 # Words --notify-on takes, as the end states they stand for (like Slurm's --mail-type).
@@ -117,11 +146,24 @@ class SpecError(ValueError):
 def load_job_file(path: Path) -> dict[str, Any]:
     """The file's values, checked and normalized (see the module doc for the keys)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            # One byte past the cap tells a file over it, without reading all of a huge one.
+            raw = file.read(MAX_JOB_FILE_BYTES + 1)
     except FileNotFoundError:
         raise SpecError(str(path), "no such file") from None
     except OSError as exc:
         raise SpecError(str(path), f"cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_JOB_FILE_BYTES:
+        raise SpecError(
+            str(path),
+            f"larger than {MAX_JOB_FILE_BYTES // 1024} KiB, the most a job file may be (the "
+            "master accepts at most 64 KiB of command line and 64 KiB of environment); "
+            "put long inputs in a file the job reads",
+        )
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SpecError(str(path), f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(str(path), f"not valid TOML: {exc}") from None
     return normalize(data, origin=str(path))
@@ -144,10 +186,15 @@ def normalize(data: Mapping[str, Any], origin: str = "job file") -> dict[str, An
 
 def _normalize_value(key: str, raw: Any) -> Any:
     if key in ("script", "command"):
-        argv = shlex.split(raw) if isinstance(raw, str) else raw
+        try:
+            argv = split_command(raw) if isinstance(raw, str) else raw
+        except ValueError as exc:
+            raise SpecError(key, str(exc)) from None
         if not argv or not all(isinstance(a, str) for a in argv):
             raise SpecError(key, "must be a non-empty command line (a string or list of strings)")
         return list(argv)
+    if key in _RANGES:
+        return _in_range(key, raw, _RANGES[key])
     if key == "gpu_types":
         items = raw.split(",") if isinstance(raw, str) else raw
         if not all(isinstance(t, str) for t in items):
@@ -156,10 +203,8 @@ def _normalize_value(key: str, raw: Any) -> Any:
     if key == "env":
         return parse_env_table(raw)
     if key == "gpu_memory":
-        if isinstance(raw, int):
-            return raw
         try:
-            return parse_size(raw)
+            return parse_gpu_memory(raw)
         except ValueError as exc:
             raise SpecError(key, str(exc)) from None
     if key == "priority":
@@ -168,7 +213,7 @@ def _normalize_value(key: str, raw: Any) -> Any:
         return parse_notify_on(raw, key)
     if key == "time":
         try:
-            return parse_duration(raw)
+            return parse_time_limit(raw)
         except ValueError as exc:
             raise SpecError(key, str(exc)) from None
     if key == "array":
@@ -189,6 +234,74 @@ def _normalize_value(key: str, raw: Any) -> Any:
         except ValueError as exc:
             raise SpecError(key, str(exc)) from None
     return raw
+
+
+def _in_range(key: str, value: int, bounds: NumberRange) -> int:
+    try:
+        return check_int(value, bounds)
+    except ValueError as exc:
+        raise SpecError(key, str(exc)) from None
+
+
+def parse_gpu_memory(raw: str | int) -> int:
+    """Bytes each GPU must have, from a size (`12GiB`) or a byte count, within what the
+    master keeps (a BIGINT)."""
+    size = raw if isinstance(raw, int) else parse_size(raw)
+    if size not in GPU_MEMORY:
+        shown = raw if isinstance(raw, int) else repr(raw)
+        raise ValueError(f"{shown} is out of range: 0..{INT64_MAX} bytes (8 EiB)")
+    return size
+
+
+def parse_time_limit(raw: str) -> int:
+    """Seconds of a time limit written as sbatch's --time, at most the most any cluster
+    allows."""
+    seconds = parse_duration(raw)
+    if seconds > TIME_LIMIT_MAX_S:
+        raise ValueError(
+            f"{raw!r} is out of range: 1 second to {TIME_LIMIT_MAX_S // 86400} days "
+            f"({format_duration(TIME_LIMIT_MAX_S)})"
+        )
+    return seconds
+
+
+def split_command(text: str) -> list[str]:
+    """A command line split into words as a POSIX shell (and shlex.split) does: blanks
+    separate words, '...' keeps everything literally, "..." keeps everything but \" and \\,
+    and a backslash outside quotes keeps the next character. Unlike shlex, which appends to
+    its token one character at a time, this takes time linear in the line's length."""
+    words: list[str] = []
+    pieces: list[str] = []
+    in_word = False
+    pos = 0
+    while pos < len(text):
+        match = _SHELL_PIECE.match(text, pos)
+        if match is None:
+            if text[pos] == "\\":
+                raise ValueError("ends with a backslash that escapes nothing")
+            raise ValueError(f"no closing {text[pos]} for the quote at character {pos + 1}")
+        kind = match.lastgroup
+        if kind == "blank":
+            if in_word:
+                words.append("".join(pieces))
+                pieces.clear()
+                in_word = False
+        else:
+            value = match.group(kind or "")
+            if kind == "double":
+                value = _DOUBLE_QUOTED_ESCAPE.sub(_unescape_double_quoted, value)
+            pieces.append(value)
+            in_word = True
+        pos = match.end()
+    if in_word:
+        words.append("".join(pieces))
+    return words
+
+
+def _unescape_double_quoted(match: re.Match[str]) -> str:
+    # Within double quotes a backslash escapes only " and itself, as in shlex's POSIX mode.
+    char = match.group(1)
+    return char if char in '"\\' else "\\" + char
 
 
 def dependencies(values: Mapping[str, Any]) -> tuple[Dependency, ...]:

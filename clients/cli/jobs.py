@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +26,8 @@ from clients.cli.jobfile import (
     load_job_file,
     normalize,
     parse_env_assignments,
+    parse_gpu_memory,
+    parse_time_limit,
 )
 from clients.cli.printable import printable_line
 from clients.client import HadarClient
@@ -40,7 +42,15 @@ from clients.types import (
     LogChunk,
     LogStream,
 )
-from protos.arrays import JobRef, dependency_text
+from protos.arrays import JobRef, dependency_text, parse_array, parse_dependency, parse_job_ids
+from protos.numbers import (
+    INT32_MAX,
+    INT64_MAX,
+    MAX_RETRIES,
+    UINT32_MAX,
+    int_type,
+    seconds_type,
+)
 
 STATE_STYLES: dict[JobState, str] = {
     JobState.PENDING: "yellow",
@@ -65,29 +75,20 @@ QUEUE_COLUMNS = (
 STATE_NAMES = tuple(s.value for s in JobState if s is not JobState.UNSPECIFIED)
 
 
-def _positive(text: str, not_a_number: str, not_positive: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} {not_a_number}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} {not_positive}")
-    return value
+def checked_text(check: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse ``type=`` that keeps a value as written once `check` accepts it, so a
+    bad value is a usage error naming its flag; job files and flags are then read alike."""
 
+    def convert(text: str) -> str:
+        try:
+            check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
 
-def job_id(text: str) -> int:
-    """argparse type for a job id: a positive integer."""
-    return _positive(text, "is not a job id (a number)", "is not a job id (a positive number)")
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
+    # argparse names the type in some messages; the default would be "convert".
+    convert.__name__ = getattr(check, "__name__", "value")
+    return convert
 
 
 def parse_states(values: Sequence[str] | None) -> list[JobState]:
@@ -150,15 +151,27 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     what.add_argument("-f", "--file", type=Path, metavar="JOB.TOML", help="read the spec from TOML")
     spec = parser.add_argument_group("resources and work")
     spec.add_argument("--name", help="job name (default: the workload or script name)")
-    spec.add_argument("--gpus", type=int, metavar="N", help="number of GPUs (default 1)")
+    spec.add_argument(
+        "--gpus", type=int_type(1, INT32_MAX), metavar="N", help="number of GPUs (default 1)"
+    )
     spec.add_argument(
         "--gpu-type",
         action="append",
         metavar="TYPE",
         help="allowed GPU type; repeat or comma-separate (default: any)",
     )
-    spec.add_argument("--iterations", type=int, metavar="N", help="training iterations (required)")
-    spec.add_argument("--batch-size", type=int, metavar="N", help="global batch size")
+    spec.add_argument(
+        "--iterations",
+        type=int_type(1, INT64_MAX),
+        metavar="N",
+        help="training iterations (required)",
+    )
+    spec.add_argument(
+        "--batch-size",
+        type=int_type(0, INT32_MAX),
+        metavar="N",
+        help="global batch size (0: the workload's default)",
+    )
     spec.add_argument("--priority", type=float, metavar="W", help="weight in fair policies")
     spec.add_argument(
         "--no-preempt",
@@ -185,7 +198,7 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     retries = spec.add_mutually_exclusive_group()
     retries.add_argument(
         "--retries",
-        type=int,
+        type=int_type(0, MAX_RETRIES),
         metavar="N",
         help="retry a failed attempt up to N times, 0 to 10 (default: none for a command, "
         "the cluster's max_retries for --workload and --script)",
@@ -200,6 +213,7 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     spec.add_argument(
         "-t",
         "--time",
+        type=checked_text(parse_time_limit),
         metavar="LIMIT",
         help="time limit, as sbatch's: 30s, 90m, 2h, 1d, MM:SS, HH:MM:SS or D-HH:MM:SS (a bare "
         "number is minutes); run time summed over attempts, queue time not counted; at the "
@@ -229,6 +243,7 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     spec.add_argument("--job-type", metavar="KEY", help="throughput-model key (advanced)")
     spec.add_argument(
         "--gpu-memory",
+        type=checked_text(parse_gpu_memory),
         metavar="SIZE",
         help="memory each of its GPUs must have, e.g. 12GiB (smaller GPUs are never used)",
     )
@@ -249,6 +264,7 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     arrays.add_argument(
         "-a",
         "--array",
+        type=checked_text(parse_array),
         metavar="SPEC",
         help="submit a job array, as sbatch --array: 0-31, 1,3,5, 0-15:4, and %%N for at "
         "most N elements running at once (e.g. 0-31%%4); each element is a job of its own "
@@ -263,6 +279,7 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         arrays.add_argument(
             flag,
             action="append",
+            type=checked_text(parse_job_ids),
             metavar="ID[,ID]",
             help=f"start only once these jobs {waits}; an array's id means all its elements",
         )
@@ -270,6 +287,7 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         "-d",
         "--dependency",
         action="append",
+        type=checked_text(parse_dependency),
         metavar="LIST",
         help="dependencies as sbatch writes them: afterok:1:2,afterany:3,afterfail:4 "
         "(afternotok is afterfail)",
@@ -398,7 +416,7 @@ def _configure_queue(parser: argparse.ArgumentParser) -> None:
         help="refresh until Ctrl-C; not on a terminal: a line per change",
     )
     parser.add_argument(
-        "--interval", type=positive_float, default=2.0, metavar="S", help="--watch refresh period"
+        "--interval", type=seconds_type(), default=2.0, metavar="S", help="--watch refresh period"
     )
 
 
@@ -801,21 +819,25 @@ def _configure_logs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-f", "--follow", action="store_true", help="keep printing new output (current attempt)"
     )
-    parser.add_argument("--tail", type=int, default=0, metavar="N", help="last N lines per task")
-    parser.add_argument("--rank", type=int, metavar="R", help="only this global rank")
+    parser.add_argument(
+        "--tail",
+        type=int_type(0, UINT32_MAX),
+        default=0,
+        metavar="N",
+        help="last N lines per task",
+    )
+    parser.add_argument(
+        "--rank", type=int_type(0, UINT32_MAX), metavar="R", help="only this global rank"
+    )
     parser.add_argument(
         "--attempt",
-        type=positive_int,
+        type=int_type(1, UINT32_MAX),
         metavar="N",
         help="only attempt N (1: the first placement); default: every attempt, in order",
     )
     parser.add_argument(
         "--label", action="store_true", help="prefix each line with its node and rank"
     )
-
-
-def positive_int(text: str) -> int:
-    return _positive(text, "is not a number", "must be positive")
 
 
 class _LogPrinter:
@@ -883,8 +905,6 @@ class _LogPrinter:
 
 
 def _run_logs(args: argparse.Namespace, ctx: Context) -> int:
-    if args.tail < 0:
-        raise CliError("--tail must not be negative", ExitCode.USAGE)
     client = ctx.client()
     with about_job(args.job, "read the logs of"):
         # Asked first, so that NOT_FOUND from the stream is about the output only.
@@ -955,7 +975,7 @@ def _configure_wait(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout",
         dest="wait_timeout",
-        type=positive_float,
+        type=seconds_type(),
         metavar="S",
         help="give up after S seconds (exit 124); default: wait as long as it takes",
     )

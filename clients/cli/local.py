@@ -20,6 +20,7 @@ from clients.localcluster import (
     invoking_user,
     parse_worker_groups,
 )
+from protos.numbers import float_type, int_type, seconds_type
 
 DEFAULT_STATE_DIR = ".hadar-local"
 
@@ -43,12 +44,15 @@ def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="", help="scheduling policy (default: the master's)")
     parser.add_argument(
         "--round-seconds",
-        type=float,
+        type=seconds_type(),
         default=10.0,
         help="seconds between scheduling rounds (default 10: short for a local cluster)",
     )
     parser.add_argument(
-        "--port", type=int, default=0, help="master port on 127.0.0.1 (default: a free one)"
+        "--port",
+        type=int_type(0, 65535),
+        default=0,
+        help="master port on 127.0.0.1 (default: a free one)",
     )
 
 
@@ -100,14 +104,17 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     _state_dir_argument(demo)
     _cluster_arguments(demo)
     demo.add_argument(
-        "--scale", type=float, default=1.0, help="multiply every job's iterations by this"
+        "--scale",
+        type=float_type(0, 1000, above=True),
+        default=1.0,
+        help="multiply every job's iterations by this (more than 0, up to 1000)",
     )
     demo.add_argument(
         "--keep", action="store_true", help="leave the cluster running after the demo"
     )
     demo.add_argument(
         "--timeout",
-        type=float,
+        type=seconds_type(),
         default=900.0,
         help="give up (exit 124) when the jobs have not all ended after this many seconds",
     )

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any, NoReturn
 
+import grpc
+
 from clients.cli.command import CliError, Command, Context, ExitCode
 from clients.config import ConfigError, config_path
 from clients.errors import (
@@ -31,6 +33,7 @@ from clients.errors import (
     Unauthenticated,
     Unavailable,
 )
+from protos.numbers import seconds_type
 
 # Modules that define COMMANDS, in the order `hctl --help` lists them. Optional modules that
 # are absent (e.g. a trimmed install) are skipped.
@@ -124,7 +127,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress_defaults: bo
             ("--timeout",),
             {
                 "dest": "rpc_timeout",
-                "type": float,
+                "type": seconds_type(),
                 "metavar": "S",
                 "help": "seconds per call to the master ($HADAR_TIMEOUT, default 10)",
             },
@@ -245,6 +248,10 @@ def describe_failure(error: HadarError, ctx: Context) -> CliError:
     if isinstance(error, NotFound):
         return CliError(f"not found: {error.details}", ExitCode.NOT_FOUND)
     if isinstance(error, Conflict):
+        if error.code == grpc.StatusCode.ALREADY_EXISTS:
+            # The master's message says what exists and what to do instead; retrying the
+            # same request cannot pass.
+            return CliError(f"conflict: {error.details}", ExitCode.CONFLICT)
         return CliError(
             f"conflict: {error.details}", ExitCode.CONFLICT, "look again and retry if still needed"
         )

@@ -29,6 +29,14 @@ from master.sim.metrics import summarize
 from master.sim.report import as_json, print_table, write_reports
 from master.sim.trace import TraceError, read_trace
 from protos.durations import parse_duration
+from protos.numbers import (
+    INT32_MAX,
+    SECONDS_MAX,
+    UINT32_MAX,
+    float_type,
+    int_type,
+    seconds_type,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -60,9 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="fifo,las,gavel",
         help=f"comma-separated policies (known: {', '.join(available_policies())})",
     )
-    parser.add_argument("--round", type=float, default=360.0, help="round length, s (360)")
+    parser.add_argument("--round", type=seconds_type(), default=360.0, help="round length, s (360)")
     parser.add_argument(
-        "--overhead", type=float, default=0.0, help="restart overhead per (re)start, s (0)"
+        "--overhead",
+        type=float_type(0, SECONDS_MAX),
+        default=0.0,
+        help="restart overhead per (re)start, s (0)",
     )
     parser.add_argument(
         "--early-rounds",
@@ -77,11 +88,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="which jobs may run as averaged copies (hadare): those the trace marks (a "
         "Gavel trace marks none; the default) or all of them",
     )
-    parser.add_argument("--gpus-per-server", type=int, default=4, help="GPUs per server (4)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for randomized policies")
+    parser.add_argument(
+        "--gpus-per-server", type=int_type(1, INT32_MAX), default=4, help="GPUs per server (4)"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int_type(0, UINT32_MAX),
+        default=0,
+        help="seed for randomized policies, 0 to 4294967295 (0)",
+    )
     parser.add_argument(
         "--min-migration-gain",
-        type=float,
+        type=float_type(0, None),
         default=SimConfig().min_migration_gain,
         help="a running job moves to other GPUs of the same count only for at least this "
         "relative throughput gain, as in the daemon (its setting of the same name; "
@@ -89,9 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--copy-efficiency",
-        type=float,
+        type=float_type(0, 1, above=True),
         default=0.9,
-        help="progress factor of a job running as averaged copies (0.9)",
+        help="progress factor of a job running as averaged copies, more than 0 up to 1 (0.9)",
     )
     parser.add_argument(
         "--param",
@@ -116,7 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-gpus-per-user",
-        type=int,
+        type=int_type(0, INT32_MAX),
         default=0,
         metavar="N",
         help="GPUs one user may hold at once (0: no limit)",

@@ -14,7 +14,12 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
 
 from store.domain import Job, JobEvent, JobSpec, NewJob
-from store.errors import ConflictError, InvalidTransitionError, NotFoundError
+from store.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    InvalidTransitionError,
+    NotFoundError,
+)
 from store.models import CompletionNoticeRow, IdempotencyKeyRow, JobEventRow, JobRow, utcnow
 from store.repositories import convert
 from store.repositories.notifications import NotificationRepository
@@ -152,10 +157,28 @@ class JobRepository:
             counts[JobState(state)] = int(count)
         return counts
 
-    def find_by_idempotency_key(self, user: str, key: str) -> Job | None:
-        """The job `user` submitted with this idempotency key, if any."""
+    def find_by_idempotency_key(self, user: str, key: str, spec_digest: str = "") -> Job | None:
+        """The job `user` submitted with this idempotency key, if any (an array's first
+        element). AlreadyExistsError when it was submitted with a spec of another digest."""
+        job_id = self._keyed_job_id(user, key, spec_digest)
+        return self.get(job_id) if job_id is not None else None
+
+    def _keyed_job_id(self, user: str, key: str, spec_digest: str) -> int | None:
         existing = self._session.get(IdempotencyKeyRow, (user, key))
-        return self.get(existing.job_id) if existing is not None else None
+        if existing is None:
+            return None
+        if spec_digest and existing.spec_digest and existing.spec_digest != spec_digest:
+            first = self.get(existing.job_id)
+            what = (
+                f"array {first.id}"
+                if first.spec.array_job_id == first.id and first.spec.array
+                else f"job {first.id}"
+            )
+            raise AlreadyExistsError(
+                f"idempotency key {key!r} was used for {what} with a different spec; "
+                "submit with a new key, or with the same spec to get that job"
+            )
+        return existing.job_id
 
     # -- writing -----------------------------------------------------------------------
 
@@ -166,9 +189,9 @@ class JobRepository:
         first time and False instead of inserting a duplicate.
         """
         if new.idempotency_key:
-            existing = self._session.get(IdempotencyKeyRow, (new.user, new.idempotency_key))
+            existing = self._keyed_job_id(new.user, new.idempotency_key, new.spec_digest)
             if existing is not None:
-                return self.get(existing.job_id), False
+                return self.get(existing), False
         at = now or utcnow()
         row = JobRow(
             user=new.user,
@@ -181,7 +204,12 @@ class JobRepository:
         self._session.flush()
         if new.idempotency_key:
             self._session.add(
-                IdempotencyKeyRow(user=new.user, key=new.idempotency_key, job_id=row.id)
+                IdempotencyKeyRow(
+                    user=new.user,
+                    key=new.idempotency_key,
+                    job_id=row.id,
+                    spec_digest=new.spec_digest or None,
+                )
             )
         self._session.add(
             JobEventRow(
@@ -209,9 +237,9 @@ class JobRepository:
         first time and False.
         """
         if new.idempotency_key:
-            existing = self._session.get(IdempotencyKeyRow, (new.user, new.idempotency_key))
+            existing = self._keyed_job_id(new.user, new.idempotency_key, new.spec_digest)
             if existing is not None:
-                first = self.get(existing.job_id)
+                first = self.get(existing)
                 elements = self.array_elements([first.spec.array_job_id])
                 return elements.get(first.spec.array_job_id, [first]), False
         if not indices:
@@ -239,7 +267,12 @@ class JobRepository:
         self._session.flush()
         if new.idempotency_key:
             self._session.add(
-                IdempotencyKeyRow(user=new.user, key=new.idempotency_key, job_id=head.id)
+                IdempotencyKeyRow(
+                    user=new.user,
+                    key=new.idempotency_key,
+                    job_id=head.id,
+                    spec_digest=new.spec_digest or None,
+                )
             )
         for row in rows:
             self._add_event(

@@ -100,6 +100,20 @@ def test_submitted_directories_are_stored_normalized(cluster: Cluster) -> None:
     assert (stored.workdir, stored.checkpoint_dir) == ("/home/alice/proj", "/scratch/alice/ckpt")
 
 
+def test_a_gpu_count_past_the_store_is_refused_before_any_worker_registered(
+    cluster: Cluster,
+) -> None:
+    """With no worker yet, a GPU count cannot be judged against the cluster, but one past
+    what the store keeps (2**31 - 1, the range hctl's --gpus takes) is still refused naming
+    the field, and nothing is stored."""
+    master = cluster.master()
+    api = cluster.api(master)
+    error = error_of(lambda: api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec(num_gpus=2**31))))
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details == "spec.num_gpus: must be at most 2147483647"
+    assert list(api.ListJobs(hadar_pb2.ListJobsRequest()).jobs) == []
+
+
 def test_missing_program_and_spec(cluster: Cluster) -> None:
     master = cluster.master()
     api = cluster.api(master)

@@ -176,16 +176,19 @@ def found_submissions() -> list[hadar_pb2.SubmitJobRequest]:
 
 
 def test_submit_job_survives_malformed_specs(target: Target) -> None:
-    """Fuzzed submissions are accepted or refused with a named field; a refused one stores
-    nothing, an accepted one exactly one job (none for a repeated idempotency key); a
-    scheduling round over everything accepted completes."""
+    """Fuzzed submissions are accepted or refused with a named field (or, for an
+    idempotency key already used with another spec, as ALREADY_EXISTS); a refused one
+    stores nothing, an accepted one exactly one job (none for a repeated idempotency key);
+    a scheduling round over everything accepted completes."""
     seen: dict[str, int] = {}
 
     @FUZZ
     @given(request=submissions)
     def submit(request: hadar_pb2.SubmitJobRequest) -> None:
         before = target.job_count()
-        code = target.call(HADAR, "SubmitJob", request, target.user)
+        # A key the fuzzer already used with another spec is refused as such.
+        allowed = ALLOWED | {Code.ALREADY_EXISTS} if request.idempotency_key else ALLOWED
+        code = target.call(HADAR, "SubmitJob", request, target.user, allowed)
         seen[code.name] = seen.get(code.name, 0) + 1
         added = target.job_count() - before
         if code is not Code.OK:

@@ -85,7 +85,8 @@ def test_token_file_is_read_and_stripped(tmp_path):
         ("master = 5\n", "master must be a string"),
         ('timeout = "soon"\n', "timeout must be a number"),
         ('master = "no-port"\n', "is not HOST:PORT"),
-        ("timeout = 0\n", "timeout must be positive"),
+        ("timeout = 0\n", "timeout 0 is out of range: more than 0, up to 31622400 seconds"),
+        ("timeout = inf\n", "timeout inf is out of range"),
     ],
 )
 def test_bad_config_files_name_the_problem(tmp_path, text, message):
@@ -100,6 +101,8 @@ def test_bad_environment_values_are_rejected(tmp_path):
     env = {"HOME": str(tmp_path)}
     with pytest.raises(ConfigError, match="HADAR_TIMEOUT"):
         resolve(env=env | {"HADAR_TIMEOUT": "ten"})
+    with pytest.raises(ConfigError, match="HADAR_TIMEOUT nan is out of range"):
+        resolve(env=env | {"HADAR_TIMEOUT": "nan"})
     with pytest.raises(ConfigError, match="from HADAR_MASTER"):
         resolve(env=env | {"HADAR_MASTER": "host:99999"})
 

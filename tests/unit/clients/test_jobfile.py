@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-import pytest
+import json
+import shlex
+import time
+from pathlib import Path
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clients.cli.command import ExitCode
 from clients.cli.jobfile import (
+    MAX_JOB_FILE_BYTES,
     SpecError,
     build_spec,
     load_job_file,
     normalize,
     parse_env_assignments,
+    split_command,
 )
+from clients.cli.main import main
 from clients.types import ProgramKind
 
 FULL = """
@@ -80,11 +91,11 @@ def test_script_name_defaults_to_the_script_file():
         ({"iterations": 10}, "program", "say what to run"),
         ({"workload": "resnet", "command": "ls", "iterations": 1}, "program", "only one"),
         ({"workload": "resnet"}, "iterations", "required"),
-        ({"workload": "resnet", "iterations": 0}, "iterations", "positive"),
-        ({"workload": "resnet", "iterations": 1, "gpus": 0}, "gpus", "at least 1"),
+        ({"workload": "resnet", "iterations": 0}, "iterations", r"0 is out of range: 1\.\."),
+        ({"workload": "resnet", "iterations": 1, "gpus": 0}, "gpus", r"out of range: 1\.\."),
         ({"workload": "resnet", "iterations": 1, "priority": -1}, "priority", "positive"),
         ({"workload": "resnet", "iterations": 1, "name": "x" * 129}, "name", "128"),
-        ({"workload": "resnet", "iterations": 1, "retries": -1}, "retries", "negative"),
+        ({"workload": "resnet", "iterations": 1, "retries": -1}, "retries", r"0\.\.10"),
     ],
 )
 def test_incomplete_or_contradictory_specs_name_the_field(values, field, message):
@@ -129,3 +140,61 @@ def test_env_assignments_need_a_name_and_an_equals_sign():
         parse_env_assignments(["JUSTNAME"])
     with pytest.raises(SpecError, match="valid variable name"):
         parse_env_assignments(["9X=1"])
+
+
+@given(
+    st.text(
+        alphabet=st.sampled_from(["a", "b", " ", "\t", "\n", "\r", "'", '"', "\\", "$", "é", "#"]),
+        max_size=24,
+    )
+)
+def test_a_command_string_splits_as_shlex_splits_it(text: str) -> None:
+    """The job file's `command = "..."` is split into the same words shlex.split gives (or
+    refused where shlex refuses it)."""
+    try:
+        expected: list[str] | None = shlex.split(text)
+    except ValueError:
+        expected = None
+    try:
+        got: list[str] | None = split_command(text)
+    except ValueError:
+        got = None
+    assert got == expected
+
+
+@pytest.mark.timeout(60)
+def test_a_megabyte_command_parses_in_linear_time(tmp_path: Path) -> None:
+    """Parsing takes time linear in the file's size: a command of a megabyte (just under the
+    cap), in one word and in many, quoted and escaped, is read in well under a second. (A
+    parser that grows its words a character at a time takes minutes.)"""
+    size = MAX_JOB_FILE_BYTES - 1024
+    for command in (
+        "echo " + "a" * size,
+        "echo " + "ab " * (size // 3),
+        "echo '" + "a" * size + "'",
+        "echo " + "\\a" * (size // 3),
+    ):
+        path = tmp_path / "job.toml"
+        path.write_text(f"iterations = 1\ncommand = {json.dumps(command)}\n")
+        started = time.process_time()
+        values = load_job_file(path)
+        elapsed = time.process_time() - started
+        assert values["command"][0] == "echo"
+        assert elapsed < 2.0, f"{elapsed:.1f} s of CPU for {path.stat().st_size} bytes"
+
+
+@pytest.mark.timeout(60)
+def test_a_job_file_over_the_cap_is_refused_before_it_is_parsed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 10 MB job file (a command the master would refuse anyway: it takes 64 KiB of
+    command line) is refused at once, naming the file and the cap; hctl exits 2."""
+    path = tmp_path / "job.toml"
+    path.write_text(f'iterations = 1\ncommand = "echo {"a" * 10_000_000}"\n')
+    started = time.process_time()
+    with pytest.raises(SpecError, match="larger than 1024 KiB, the most a job file may be"):
+        load_job_file(path)
+    assert time.process_time() - started < 1.0
+    assert main(["--master", "127.0.0.1:1", "submit", "-f", str(path)]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: larger than 1024 KiB") and err.count("\n") == 1

@@ -118,7 +118,7 @@ def test_unknown_states_are_usage_errors():
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         (["queue", "--me", "-u", "bob"], "not allowed with argument"),
         (["completion", "fish"], "invalid choice: 'fish'"),
-        (["wait", "1", "--timeout", "-5"], "must be positive"),
+        (["wait", "1", "--timeout", "-5"], "--timeout: -5 is out of range: more than 0"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(capsys, argv, fragment):

@@ -17,7 +17,11 @@ SMALL = TRACES / "artifact_evaluation.trace"
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
-    return command.run(parser.parse_args(argv))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error: argparse has said what is wrong
+        return int(exc.code or 0)
+    return command.run(args)
 
 
 def base(*extra: str) -> list[str]:
@@ -110,12 +114,18 @@ def test_early_rounds_reach_the_simulator(capsys: pytest.CaptureFixture[str]) ->
         (["--policy", "fifo,fifo"], "lists a policy twice"),
         (["--param", "gavel.x=1", "--policy", "fifo"], "not simulated"),
         (["--param", "fifo.no_such=1", "--policy", "fifo"], "bad parameters for policy 'fifo'"),
-        (["--gpus-per-server", "0"], "--gpus-per-server must be >= 1"),
+        (["--gpus-per-server", "0"], "--gpus-per-server: 0 is out of range: 1..2147483647"),
+        (["--round", "0"], "--round: 0 is out of range: more than 0, up to 31622400"),
+        (["--round", "nan"], "--round: nan is not a finite number"),
+        (["--overhead", "-1"], "--overhead: -1 is out of range: 0..31622400"),
+        (["--seed", "-1"], "--seed: -1 is out of range: 0..4294967295"),
+        (["--copy-efficiency", "1.5"], "--copy-efficiency: 1.5 is out of range: more than 0"),
+        (["--min-migration-gain", "inf"], "--min-migration-gain: inf is not a finite number"),
         (["--shares", "alice"], "--shares: 'alice' is not USER=SHARE"),
         (["--shares", "alice=0"], "share of 'alice' must be > 0"),
         (["--shares", "alice=x"], "share of 'alice' is not a number"),
         (["--fair-share-half-life", "soon"], "'soon' is not a duration"),
-        (["--max-gpus-per-user", "-1"], "--max-gpus-per-user must be >= 0"),
+        (["--max-gpus-per-user", "-1"], "--max-gpus-per-user: -1 is out of range: 0..2147483647"),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(
@@ -169,7 +179,7 @@ def test_min_migration_gain_holds_back_moves_as_the_daemon_does(
 
     assert migrations("--min-migration-gain", "2") < migrations()
     assert run(base("--policy", "fifo", "--min-migration-gain", "-0.5")) == 2
-    assert "min_migration_gain must be >= 0" in capsys.readouterr().err
+    assert "--min-migration-gain: -0.5 is out of range: at least 0" in capsys.readouterr().err
 
 
 def test_shares_reach_the_simulator_and_write_per_user_figures(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import Database, InvalidTransitionError, NotFoundError
+from store import AlreadyExistsError, Database, InvalidTransitionError, NotFoundError
 from store.domain import NewJob
 from store.states import ALLOWED_JOB_TRANSITIONS, TERMINAL_JOB_STATES, JobState
 from tests.unit.store.conftest import make_spec, submit
@@ -36,6 +36,37 @@ def test_idempotency_key_returns_the_first_job(db: Database) -> None:
         )
     assert again.id == first and not created
     assert other.id != first and other_created
+    with db.transaction() as uow:
+        assert len(uow.jobs.query()) == 2
+
+
+def test_a_key_with_another_spec_digest_is_refused_and_a_key_without_one_matches_any(
+    db: Database,
+) -> None:
+    """A key stored with a digest answers only a submission with that digest (or none);
+    another digest is AlreadyExistsError naming the key and the job. A key stored before
+    digests were kept (NULL) matches any spec, as it always did."""
+    with db.transaction() as uow:
+        first, _ = uow.jobs.add(
+            NewJob(user="alice", spec=make_spec(), idempotency_key="k1", spec_digest="d1")
+        )
+        legacy, _ = uow.jobs.add(NewJob(user="alice", spec=make_spec("b"), idempotency_key="k2"))
+    with db.transaction() as uow:
+        same, created = uow.jobs.add(
+            NewJob(user="alice", spec=make_spec(), idempotency_key="k1", spec_digest="d1")
+        )
+        assert (same.id, created) == (first.id, False)
+        assert uow.jobs.find_by_idempotency_key("alice", "k1", "d1") == same
+        assert uow.jobs.find_by_idempotency_key("alice", "k2", "d9") == legacy
+    with db.transaction() as uow, pytest.raises(AlreadyExistsError) as caught:
+        uow.jobs.add(NewJob(user="alice", spec=make_spec(), idempotency_key="k1", spec_digest="d2"))
+    assert str(caught.value).startswith(
+        f"idempotency key 'k1' was used for job {first.id} with a different spec"
+    )
+    with db.transaction() as uow, pytest.raises(AlreadyExistsError):
+        uow.jobs.add_array(
+            NewJob(user="alice", spec=make_spec(), idempotency_key="k1", spec_digest="d2"), [0, 1]
+        )
     with db.transaction() as uow:
         assert len(uow.jobs.query()) == 2
 

@@ -165,3 +165,13 @@ def test_allow_root_jobs_is_off_unless_set() -> None:
     assert load_settings(MASTER, environ=env).allow_root_jobs
     with pytest.raises(SettingsError, match="allow_root_jobs must be true or false"):
         load_settings(MASTER, environ={"HADAR_WORKER_ALLOW_ROOT_JOBS": "root"})
+
+
+def test_the_interpreter_check_is_on_unless_turned_off() -> None:
+    """A root agent checks that other users can run its interpreter unless check_python is
+    false (a local cluster whose jobs all run as root)."""
+    assert load_settings(MASTER, environ={}).check_python
+    env = {"HADAR_WORKER_CHECK_PYTHON": "false"}
+    assert not load_settings(MASTER, environ=env).check_python
+    with pytest.raises(SettingsError, match="check_python must be true or false"):
+        load_settings(MASTER, environ={"HADAR_WORKER_CHECK_PYTHON": "maybe"})
