@@ -11,15 +11,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
+from clients.client import HadarClient
+from clients.errors import Conflict
 from clients.localcluster import LocalCluster, parse_worker_groups
-from clients.types import TERMINAL_JOB_STATES, JobState
+from clients.types import TERMINAL_JOB_STATES, JobSpec, JobState, Program
 from store.testing import backends, temporary_database_url
 from tests.e2e.conftest import ROUND_S, Cluster
 
@@ -166,4 +169,45 @@ def test_a_name_with_terminal_escapes_is_refused_and_nothing_is_stored(lab: Lab)
         done = lab.hctl(ALICE, "submit", "--name", name, "--iterations", "1", "--", "true")
         assert done.returncode != 0
         assert "name" in done.stderr and "control or text-direction" in done.stderr
+    assert lab.hctl(ALICE, "queue", "--json", "--all").stdout == before
+
+
+def test_a_reused_idempotency_key_with_another_spec_is_refused_naming_the_first_job(
+    lab: Lab,
+) -> None:
+    """A program that reuses its idempotency key for a different job gets ALREADY_EXISTS
+    naming the job the key made, not that job passed off as the new one; the same key
+    with the same spec (a resend) still returns the first job, and nothing else is stored."""
+    config = replace(lab.cluster.local.client_config(10.0), token=lab.tokens[BOB])
+    client = HadarClient(config=config)
+    try:
+        spec = JobSpec(name="bob-sweep", program=Program.command("true"), iterations=1)
+        first = client.submit_job(spec, idempotency_key="sweep-1")
+        assert client.submit_job(spec, idempotency_key="sweep-1").id == first.id
+        with pytest.raises(Conflict) as refused:
+            client.submit_job(replace(spec, num_gpus=2), idempotency_key="sweep-1")
+        assert f"job {first.id}" in str(refused.value)
+        mine = [j.id for j in client.list_jobs(user=BOB)]
+        assert mine.count(first.id) == 1 and len(mine) == 1
+        lab.cluster.wait_state(first.id, TERMINAL_JOB_STATES, timeout=120)
+    finally:
+        client.close()
+
+
+def test_numbers_out_of_range_are_usage_errors_naming_the_flag(lab: Lab, tmp_path: Path) -> None:
+    """hctl refuses a number past its range as a usage error (exit 2) that names the flag
+    and the range, before anything reaches the master; a job file far over the master's
+    limits is refused at once instead of taking minutes to parse."""
+    before = lab.hctl(ALICE, "queue", "--json", "--all").stdout
+    for flag, value in (("--gpus", "4294967297"), ("--iterations", "18446744073709551616")):
+        done = lab.hctl(ALICE, "submit", flag, value, "--", "true")
+        assert done.returncode == 2, (flag, done.stderr)
+        assert flag in done.stderr and "out of range" in done.stderr
+        assert "Traceback" not in done.stderr
+    job_file = tmp_path / "huge.toml"
+    job_file.write_text(f'name = "huge"\niterations = 1\ncommand = "echo {"x" * 10_000_000}"\n')
+    started = time.monotonic()
+    done = lab.hctl(ALICE, "submit", "--file", str(job_file))
+    assert done.returncode == 2, done.stderr
+    assert time.monotonic() - started < 30
     assert lab.hctl(ALICE, "queue", "--json", "--all").stdout == before
