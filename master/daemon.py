@@ -39,7 +39,7 @@ from master.dispatch import Dispatcher
 from master.events import ChangeSignal
 from master.holds import HoldEnforcer
 from master.jobs import JobManager
-from master.leadership import Leadership
+from master.leadership import Leadership, idle_transaction_limit_s
 from master.metrics import ClusterGauges, MasterMetrics
 from master.registry import Registry
 from master.rounds import RoundResult, RoundRunner
@@ -124,7 +124,12 @@ class Master:
         self._base_model = base_throughput_model(settings)
         self.cluster_token = resolve_cluster_token(settings)
         self._server_credentials = server_credentials(settings)
-        self.database = Database(settings.database)
+        # A transaction of this master left open by a freeze must not hold the lease row
+        # (and so keep a standby out) for longer than a lease: see master.leadership.
+        self.database = Database(
+            settings.database,
+            idle_in_transaction_timeout_s=idle_transaction_limit_s(settings.leader_lease_s),
+        )
         self.metrics = MasterMetrics()
         self.changes = ChangeSignal()
         self._server: grpc.Server | None = None

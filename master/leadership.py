@@ -12,6 +12,14 @@ write and no order to a worker goes out under an expired lease.
 On SQLite every master also takes an exclusive lock on a file beside the database. The lock
 dies with its process, so a standby on the same host takes over the moment the active
 master dies, without waiting for the lease to expire.
+
+On PostgreSQL each write of the active master share-locks the lease row until it commits
+(store.leadership.check_term), so that no takeover commits in between; a takeover waits for
+those locks. A master that freezes (SIGSTOP, a stalled VM) or whose host dies inside a
+write would hold them, and keep every standby out, until it woke. Its sessions therefore
+carry an idle-in-transaction timeout (:func:`idle_transaction_limit_s`) after which the
+server ends the transaction and frees its locks; the lease statements take lock timeouts,
+so that a standby tries again instead of queueing behind such a transaction.
 """
 
 from __future__ import annotations
@@ -34,7 +42,13 @@ from sqlalchemy.orm import Session
 
 from master.errors import UnavailableError
 from store import Database
-from store.leadership import LeaseLostError, MasterLeases, MasterTerm, check_term
+from store.leadership import (
+    LeaseLostError,
+    LeaseRowBusyError,
+    MasterLeases,
+    MasterTerm,
+    check_term,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +72,20 @@ def uptime_clock() -> float:
     if boottime is None:
         return time.monotonic()
     return time.clock_gettime(boottime)
+
+
+def idle_transaction_limit_s(lease_s: float) -> float:
+    """How long a master's PostgreSQL session may sit idle inside a transaction before the
+    server ends it (idle_in_transaction_session_timeout): one lease period.
+
+    A master frozen inside a write then holds the lease row no longer than its lease runs
+    anyway, so a standby replaces it as soon as it would replace a dead master (within
+    `lease_s` + `renew_s`). Nothing a working master does comes near it: the limit counts
+    only the time between two statements of one transaction, never a statement's own run
+    time (a migration, a large round's writes), and a write transaction that stayed open
+    for a whole lease would already have cost the master its term, since its own lease
+    renewal waits for the lock that transaction holds."""
+    return lease_s
 
 
 def new_holder_id() -> str:
@@ -212,8 +240,27 @@ class Leadership:
             # Only a lock holder writes the lease on SQLite: the previous one has exited.
             force = True
         sent = self._clock()
-        with self._write_lock:
-            term = self._leases.acquire(self.holder, self.address, self.lease_s, force=force)
+        try:
+            with self._write_lock:
+                # One try per interval: a row still locked is a transaction of the previous
+                # master that the database has not ended yet; waiting longer in its queue
+                # would only hide why this standby is not active.
+                term = self._leases.acquire(
+                    self.holder,
+                    self.address,
+                    self.lease_s,
+                    force=force,
+                    lock_timeout_s=self.renew_s,
+                )
+        except LeaseRowBusyError:
+            current = self._leases.current()
+            who = f"{current.address} (epoch {current.epoch})" if current else "another master"
+            self._standing_by(
+                f"the lease of {who} has run out, but an unfinished transaction still locks "
+                f"it; the database ends that transaction once it has been idle for "
+                f"{idle_transaction_limit_s(self.lease_s):g} s"
+            )
+            return None
         if term is None:
             current = self._leases.current()
             who = f"{current.address} (epoch {current.epoch})" if current else "another master"
@@ -264,7 +311,8 @@ class Leadership:
                 return
             epoch = self._epoch
             sent = self._clock()
-            late = sent >= self._deadline
+            deadline = self._deadline
+            late = sent >= deadline
         if late:
             # A term past its deadline is over even if nobody has taken the lease yet (this
             # process was frozen, say): a standby may already be acting on it.
@@ -272,7 +320,13 @@ class Leadership:
             return
         try:
             with self._write_lock:
-                expires = self._leases.renew(self.holder, epoch, self.lease_s)
+                # The master's own writes hold the row while they run: waiting for them is
+                # right, but not past the term, which a later success could not save. Ending
+                # by then also keeps a master frozen with its renewal queued from taking the
+                # row once the database has ended that master's other transactions.
+                expires = self._leases.renew(
+                    self.holder, epoch, self.lease_s, lock_timeout_s=deadline - sent
+                )
         except Exception as exc:
             log.warning("lease renewal failed", epoch=epoch, error=str(exc))
             with self._lock:
@@ -303,7 +357,7 @@ class Leadership:
         if active:
             try:
                 with self._write_lock:
-                    self._leases.release(self.holder, epoch)
+                    self._leases.release(self.holder, epoch, lock_timeout_s=self.renew_s)
             except Exception as exc:
                 log.warning("could not release the master lease", error=str(exc))
         if self._lock_file is not None:

@@ -40,6 +40,8 @@ class Registration:
     agent_version: str
     workloads: tuple[str, ...]
     tasks: tuple[ReportedTask, ...]
+    # Tasks that ended on the worker, whose exit reports are still to come.
+    ended: tuple[ReportedTask, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,8 @@ class Registry:
 
     def register(self, reg: Registration) -> Reconciliation:
         """Upsert the node; keep the reported tasks the master still wants there, stop the
-        rest; tasks the master believed were running there but are gone lose their place."""
+        rest; tasks the master believed were running there but are gone lose their place,
+        unless the worker says they ended: their exit reports, which follow, decide."""
         now = datetime.now(UTC)
 
         def change(uow: UnitOfWork) -> tuple[Reconciliation, list[StopOrder]]:
@@ -97,8 +100,14 @@ class Registry:
             keep, stop = self._reconcile(uow, reg.node, reg.tasks, now)
             orders: list[StopOrder] = []
             reported = {(t.job_id, t.task_index, t.lease) for t in reg.tasks}
+            ended = {(t.job_id, t.task_index, t.lease) for t in reg.ended}
             for task in uow.tasks.active_on_node(reg.node):
-                if (task.job_id, task.task_index, task.lease) in reported:
+                key = (task.job_id, task.task_index, task.lease)
+                if key in reported:
+                    continue
+                if key in ended:
+                    # It ended while its exit could not be reported (the master was down): a
+                    # completion must count as one, not as a lost placement and a preemption.
                     continue
                 if task.state is TaskState.ASSIGNED:
                     continue  # not sent yet, or lost in flight: it is sent again below
@@ -122,6 +131,7 @@ class Registry:
                 previous=previous.value if previous else None,
                 kept=len(keep),
                 stopped=len(stop),
+                ended=len(reg.ended),
             )
             return Reconciliation(tuple(keep), tuple(stop)), orders
 

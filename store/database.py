@@ -28,8 +28,15 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, *, echo: bool = False) -> Engine:
-    """An engine with the pragmas Hadar relies on (WAL, foreign keys, busy timeout on SQLite)."""
+def make_engine(
+    url: str, *, echo: bool = False, idle_in_transaction_timeout_s: float | None = None
+) -> Engine:
+    """An engine with the pragmas Hadar relies on (WAL, foreign keys, busy timeout on SQLite).
+
+    `idle_in_transaction_timeout_s` (PostgreSQL only): the server ends a session of this
+    engine that has sat that long inside a transaction without sending a statement, and
+    with it the transaction and its locks. Only the idle time between statements counts,
+    never a statement's own run time."""
     sa_url = make_url(normalize_url(url))
     kwargs: dict[str, Any] = {"echo": echo, "future": True}
     if sa_url.get_backend_name() == "sqlite":
@@ -43,7 +50,32 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
     kwargs["pool_pre_ping"] = True
     kwargs["pool_size"] = 10
     kwargs["max_overflow"] = 20
-    return create_engine(sa_url, **kwargs)
+    engine = create_engine(sa_url, **kwargs)
+    if idle_in_transaction_timeout_s is not None and sa_url.get_backend_name() == "postgresql":
+        milliseconds = max(1, round(idle_in_transaction_timeout_s * 1000))
+        # On connect rather than in the URL's `options`: those may already carry a
+        # search_path, which connect arguments would replace.
+        event.listen(
+            engine,
+            "connect",
+            lambda dbapi_connection, _record: _postgres_session_setting(
+                dbapi_connection, "idle_in_transaction_session_timeout", milliseconds
+            ),
+            # Before the dialect's own first queries, which would open a transaction.
+            insert=True,
+        )
+    return engine
+
+
+def _postgres_session_setting(dbapi_connection: Any, name: str, value: int) -> None:
+    autocommit = dbapi_connection.autocommit
+    # Outside a transaction: a SET inside one would be undone by the pool's first rollback.
+    dbapi_connection.autocommit = True
+    try:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET {name} = {int(value)}")
+    finally:
+        dbapi_connection.autocommit = autocommit
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
@@ -62,9 +94,17 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None
 class Database:
     """Owns an engine and hands out one session per unit of work."""
 
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        idle_in_transaction_timeout_s: float | None = None,
+    ) -> None:
         self.url = normalize_url(url)
-        self.engine = make_engine(self.url, echo=echo)
+        self.engine = make_engine(
+            self.url, echo=echo, idle_in_transaction_timeout_s=idle_in_transaction_timeout_s
+        )
         self._sessions = sessionmaker(self.engine, expire_on_commit=False, autoflush=True)
 
     @property

@@ -8,15 +8,24 @@ an epoch the database does not already hold.
 
 Times are the database's own clock on PostgreSQL (masters on different machines compare
 against one clock); on SQLite every master runs on the database's host, whose clock it is.
+
+On PostgreSQL every write of the active master share-locks the lease row (see
+:func:`check_term`), and a takeover's update must wait for those locks. The lease
+statements therefore take a lock timeout: a master frozen inside a transaction holds its
+locks until the server ends that transaction, and a standby must not sit in a queue behind
+it meanwhile, but try again (and say why it waits) on its next attempt.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import CursorResult
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from store.database import Database
@@ -24,11 +33,19 @@ from store.errors import ConflictError, StoreError
 from store.models import MasterLeaseRow
 
 LEASE_ROW = 1
+# PostgreSQL's SQLSTATE for "lock_not_available": a lock timeout or NOWAIT.
+_LOCK_NOT_AVAILABLE = "55P03"
 
 
 class LeaseLostError(StoreError):
     """This master no longer holds the lease it acts under: another master took it, or it
     expired. Whatever the caller was about to commit must not be."""
+
+
+class LeaseRowBusyError(StoreError):
+    """Another transaction held the lease row locked for longer than the lock timeout: a
+    master's write still in progress (or left open by a master that froze inside it), or
+    another standby's takeover. Nothing was changed; try again later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +67,29 @@ def _term(row: MasterLeaseRow) -> MasterTerm:
         acquired_at=row.acquired_at,
         expires_at=row.expires_at,
     )
+
+
+def _limit_lock_wait(session: Session, seconds: float | None) -> None:
+    """Bound how long the rest of this transaction waits for any one lock (PostgreSQL; a
+    SQLite writer already waits at most its busy timeout)."""
+    if seconds is None or session.get_bind().dialect.name != "postgresql":
+        return
+    # 0 would mean "wait for ever".
+    milliseconds = max(1, round(seconds * 1000))
+    session.execute(text(f"SET LOCAL lock_timeout = {milliseconds}"))
+
+
+@contextmanager
+def _busy_as_error(lock_timeout_s: float | None) -> Iterator[None]:
+    """A lock timeout inside becomes LeaseRowBusyError."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+            raise LeaseRowBusyError(
+                f"the lease row stayed locked by another transaction for {lock_timeout_s:g} s"
+            ) from exc
+        raise
 
 
 def database_now(session: Session) -> datetime:
@@ -80,13 +120,21 @@ class MasterLeases:
             return term.expires_at <= database_now(session)
 
     def acquire(
-        self, holder: str, address: str, lease_s: float, *, force: bool = False
+        self,
+        holder: str,
+        address: str,
+        lease_s: float,
+        *,
+        force: bool = False,
+        lock_timeout_s: float | None = None,
     ) -> MasterTerm | None:
         """Take the lease if it has expired (or unconditionally with `force`, for a caller
         that knows the previous holder is gone); returns the new term, whose epoch is
-        committed, or None when another master holds the lease or won the race for it."""
+        committed, or None when another master holds the lease or won the race for it.
+        Raises LeaseRowBusyError when the row stayed locked for `lock_timeout_s`."""
         try:
-            with self._database.session() as session:
+            with _busy_as_error(lock_timeout_s), self._database.session() as session:
+                _limit_lock_wait(session, lock_timeout_s)
                 row = session.get(MasterLeaseRow, LEASE_ROW)
                 if row is None:
                     raise StoreError("the master_lease row is missing; run hadar-master db upgrade")
@@ -122,10 +170,14 @@ class MasterLeases:
             return None
         return term
 
-    def renew(self, holder: str, epoch: int, lease_s: float) -> datetime | None:
+    def renew(
+        self, holder: str, epoch: int, lease_s: float, *, lock_timeout_s: float | None = None
+    ) -> datetime | None:
         """Extend the lease of `holder`'s term `epoch`; returns the new expiry, or None when
-        that term is over (another master holds a later one)."""
-        with self._database.session() as session:
+        that term is over (another master holds a later one). Raises LeaseRowBusyError
+        when the row stayed locked for `lock_timeout_s`."""
+        with _busy_as_error(lock_timeout_s), self._database.session() as session:
+            _limit_lock_wait(session, lock_timeout_s)
             expires = database_now(session) + timedelta(seconds=lease_s)
             result = session.execute(
                 update(MasterLeaseRow)
@@ -140,10 +192,12 @@ class MasterLeases:
             assert isinstance(result, CursorResult)
             return expires if result.rowcount == 1 else None
 
-    def release(self, holder: str, epoch: int) -> bool:
+    def release(self, holder: str, epoch: int, *, lock_timeout_s: float | None = None) -> bool:
         """End the term now (a graceful stop), so a standby need not wait for it to expire.
-        The epoch stays: the next holder's is still one more."""
-        with self._database.session() as session:
+        The epoch stays: the next holder's is still one more. Raises LeaseRowBusyError when
+        the row stayed locked for `lock_timeout_s`."""
+        with _busy_as_error(lock_timeout_s), self._database.session() as session:
+            _limit_lock_wait(session, lock_timeout_s)
             result = session.execute(
                 update(MasterLeaseRow)
                 .where(

@@ -3,6 +3,8 @@
 # ruff: noqa: N802  (method names are the RPC names from the .proto)
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 
 from master import fields
@@ -36,12 +38,14 @@ WORKLOADS_MAX = 1024
 EXIT_MESSAGE_MAX = 16 * 1024
 
 
-def _reported(tasks: list[common_pb2.WorkerTask]) -> tuple[ReportedTask, ...]:
+def _reported(
+    tasks: Sequence[common_pb2.WorkerTask | coordinator_pb2.TaskRef], name: str = "tasks"
+) -> tuple[ReportedTask, ...]:
     return tuple(
         ReportedTask(
-            fields.int64(t.job_id, f"tasks[{i}].job_id"),
-            fields.int32(t.task_index, f"tasks[{i}].task_index"),
-            fields.int64(t.lease, f"tasks[{i}].lease"),
+            fields.int64(t.job_id, f"{name}[{i}].job_id"),
+            fields.int32(t.task_index, f"{name}[{i}].task_index"),
+            fields.int64(t.lease, f"{name}[{i}].lease"),
         )
         for i, t in enumerate(tasks)
     )
@@ -98,6 +102,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 ),
                 workloads=workloads,
                 tasks=_reported(list(request.tasks)),
+                ended=_reported(list(request.ended), "ended"),
             )
         )
         return coordinator_pb2.RegisterWorkerResponse(

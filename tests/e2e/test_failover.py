@@ -1,7 +1,8 @@
 """Failover between masters on one database, with real processes: the active master is
-killed with SIGKILL while a standby runs; the standby takes over, every job completes once,
-and the old master, back again, is fenced (on SQLite with its lock file, and on PostgreSQL
-when HADAR_TEST_POSTGRES_URL is set)."""
+killed with SIGKILL, or frozen with SIGSTOP (between writes, or inside one), while a standby
+runs; the standby takes over, every job completes once, and the old master, back again, is
+fenced (on SQLite with its lock file, and on PostgreSQL when HADAR_TEST_POSTGRES_URL is
+set)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.message import Message
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
 
 from clients.types import JobState
 from protos.hadar.v1 import worker_pb2, worker_pb2_grpc
 from store import Database
+from store.database import normalize_url
 from store.leadership import MasterLeases, MasterTerm
-from store.testing import backends, temporary_database_url
+from store.testing import POSTGRES_ENV, backends, temporary_database_url
 from tests.e2e.conftest import Cluster, TwiceWatcher, wait_for
 
 DONE = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
@@ -226,3 +230,97 @@ def test_a_frozen_master_that_wakes_after_its_lease_stops_acting_and_exits(
     assert lease(cluster).epoch == 2
     assert {seen_epoch(cluster, node) for node in ("local-1", "local-2")} <= {0, 1, 2}
     assert "exiting so that a restart stands by" in first_log.read_text()
+
+
+@pytest.fixture
+def postgres(tmp_path: Path) -> Iterator[str]:
+    """A fresh PostgreSQL schema for the masters (set up before the cluster, so dropped
+    after it is down)."""
+    if "postgresql" not in backends():
+        pytest.skip(f"needs {POSTGRES_ENV}: row locks of the lease are PostgreSQL's")
+    with temporary_database_url("postgresql", tmp_path) as url:
+        yield url
+
+
+def test_a_master_frozen_inside_a_write_is_replaced_within_two_lease_periods(
+    postgres: str, start_cluster: Callable[..., Cluster]
+) -> None:
+    """SIGSTOP the active master while one of its write transactions holds the lease row
+    share-locked. To freeze it there for certain, the test holds the nodes table in
+    EXCLUSIVE mode until a heartbeat write of the master (which share-locks the lease row
+    first, as every write does) waits on it, stops the master, checks that the lease row is
+    locked, and lets the write finish: the master's own session then sits idle inside its
+    transaction, as a master frozen between two statements does. The server ends that
+    transaction after one lease period, the standby leads within two lease periods, and
+    the frozen write never commits. Woken, the old master finds its term over, stores no
+    round, and exits; the standby keeps epoch 2."""
+    cluster = start_cluster(
+        "v100:1;k80:1", settings=LEADER_SETTINGS, database=postgres, standby=True
+    )
+    first, standby = cluster.local.process("master"), cluster.local.process("master-2")
+    first_log = Path(first.log)
+    assert lease(cluster).epoch == 1
+    engine = create_engine(normalize_url(postgres))
+    try:
+        with engine.connect() as holder, engine.connect() as probe:
+            holder.execute(text("LOCK TABLE nodes IN EXCLUSIVE MODE"))
+
+            def blocked_writer() -> int | None:
+                found = probe.execute(
+                    text(
+                        "SELECT pid FROM pg_locks "
+                        "WHERE relation = 'nodes'::regclass AND NOT granted"
+                    )
+                ).first()
+                probe.rollback()
+                return None if found is None else int(found.pid)
+
+            wait_for(lambda: blocked_writer() is not None, 30, "a write of the master to wait")
+            writer = blocked_writer()
+            cluster.local.kill("master", signal.SIGSTOP)
+            frozen_at = time.monotonic()
+            try:
+                with pytest.raises(OperationalError, match="could not obtain lock"):
+                    probe.execute(text("SELECT 1 FROM master_lease WHERE id = 1 FOR UPDATE NOWAIT"))
+                probe.rollback()
+                # The write goes on and its transaction stays open: the master is stopped.
+                holder.rollback()
+                wait_for(lambda: lease(cluster).epoch == 2, 2 * LEASE_S + 10, "the takeover")
+                took = time.monotonic() - frozen_at
+                print(f"takeover {took:.2f} s after SIGSTOP inside a write (lease {LEASE_S:g} s)")
+                assert took <= 2 * LEASE_S, f"takeover took {took:.1f} s"
+                assert lease(cluster).address == standby.address
+
+                def writer_gone() -> bool:
+                    alive = probe.execute(
+                        text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"),
+                        {"pid": writer},
+                    ).scalar_one()
+                    probe.rollback()
+                    return int(alive) == 0
+
+                # Ended by the server, not by the master: the write was rolled back.
+                wait_for(writer_gone, 10, "the server to end the frozen transaction")
+            finally:
+                woken_at = first_log.stat().st_size
+                cluster.local.kill("master", signal.SIGCONT)
+    finally:
+        engine.dispose()
+    wait_for(
+        lambda: not any(alive for p, alive in cluster.local.processes() if p.name == "master"),
+        30,
+        "the woken master to exit",
+    )
+    after_wake = first_log.read_text()[woken_at:]
+    assert "lost the master lease" in after_wake
+    assert "exiting so that a restart stands by" in after_wake
+    assert "round finished" not in after_wake
+    final = lease(cluster)
+    assert (final.epoch, final.address) == (2, standby.address)
+    cluster.reconnect()
+    wait_for(
+        lambda: {n.state.value for n in cluster.client.list_nodes()} == {"ready"},
+        30,
+        "the nodes to follow the new master",
+    )
+    assert {seen_epoch(cluster, node) for node in ("local-1", "local-2")} <= {0, 1, 2}

@@ -393,13 +393,22 @@ class WorkerAgent:
             log.warning("master_lost", during=during, error=str(error))
 
     def _register(self) -> bool:
+        tasks = self.supervisor.snapshot()
+        # Read after the snapshot: the supervisor forgets a task and records its exit in one
+        # step under its lock, so a task missing from the snapshot whose exit the master has
+        # not answered is among these, and the master does not take it for lost.
+        ended = [
+            coordinator_pb2.TaskRef(job_id=r.job_id, task_index=r.task_index, lease=r.lease)
+            for r in self._state.pending_exits()
+        ]
         request = coordinator_pb2.RegisterWorkerRequest(
             node=self.node,
             address=self.address,
             gpus=[gpu_to_proto(g) for g in self._refresh_gpus()],
             agent_version=agent_version(),
             workloads=sorted(self._workloads or ()),
-            tasks=self.supervisor.snapshot(),
+            tasks=tasks,
+            ended=ended,
         )
         try:
             response = self._master.register(request)
@@ -422,6 +431,7 @@ class WorkerAgent:
             "registered",
             master=self.settings.master,
             tasks=len(request.tasks),
+            ended=len(request.ended),
             keep=len(response.keep),
             stop=len(response.stop),
         )

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from protos.hadar.v1 import common_pb2 as protos_dot_hadar_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!protos/hadar/v1/coordinator.proto\x12\x08hadar.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cprotos/hadar/v1/common.proto\"\xa2\x01\n\x15RegisterWorkerRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x1b\n\x04gpus\x18\x03 \x03(\x0b\x32\r.hadar.v1.Gpu\x12\x15\n\ragent_version\x18\x04 \x01(\t\x12\x11\n\tworkloads\x18\x05 \x03(\t\x12#\n\x05tasks\x18\x06 \x03(\x0b\x32\x14.hadar.v1.WorkerTask\"<\n\x07TaskRef\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x12\n\ntask_index\x18\x02 \x01(\r\x12\r\n\x05lease\x18\x03 \x01(\x04\"x\n\x16RegisterWorkerResponse\x12\x1c\n\x14heartbeat_interval_s\x18\x01 \x01(\x01\x12\x1f\n\x04keep\x18\x02 \x03(\x0b\x32\x11.hadar.v1.TaskRef\x12\x1f\n\x04stop\x18\x03 \x03(\x0b\x32\x11.hadar.v1.TaskRef\"b\n\x10HeartbeatRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12#\n\x05tasks\x18\x02 \x03(\x0b\x32\x14.hadar.v1.WorkerTask\x12\x1b\n\x04gpus\x18\x03 \x03(\x0b\x32\r.hadar.v1.Gpu\"f\n\x11HeartbeatResponse\x12\x12\n\nreregister\x18\x01 \x01(\x08\x12\x1f\n\x04stop\x18\x02 \x03(\x0b\x32\x11.hadar.v1.TaskRef\x12\x1c\n\x14heartbeat_interval_s\x18\x03 \x01(\x01\"\xf4\x01\n\x0eProgressReport\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x12\n\ntask_index\x18\x02 \x01(\r\x12\r\n\x05lease\x18\x03 \x01(\x04\x12\x17\n\x0fiterations_done\x18\x04 \x01(\x04\x12\x18\n\x10iterations_per_s\x18\x05 \x01(\x01\x12\x15\n\rsamples_per_s\x18\x06 \x01(\x01\x12\x0c\n\x04loss\x18\x07 \x01(\x01\x12&\n\x02\x61t\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1d\n\x15\x63heckpoint_iterations\x18\t \x01(\x04\x12\x10\n\x08gpu_type\x18\n \x01(\t\"P\n\x15ReportProgressRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12)\n\x07reports\x18\x02 \x03(\x0b\x32\x18.hadar.v1.ProgressReport\"O\n\x0bProgressAck\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x12\n\ntask_index\x18\x02 \x01(\r\x12\r\n\x05lease\x18\x03 \x01(\x04\x12\r\n\x05stale\x18\x04 \x01(\x08\"=\n\x16ReportProgressResponse\x12#\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x15.hadar.v1.ProgressAck\"\xd6\x01\n\x11TaskExitedRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\x04\x12\x12\n\ntask_index\x18\x03 \x01(\r\x12\r\n\x05lease\x18\x04 \x01(\x04\x12 \n\x04kind\x18\x05 \x01(\x0e\x32\x12.hadar.v1.ExitKind\x12\x16\n\texit_code\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06signal\x18\x07 \x01(\x05\x12\x17\n\x0fiterations_done\x18\x08 \x01(\x04\x12\x0f\n\x07message\x18\t \x01(\tB\x0c\n\n_exit_code\"&\n\x12TaskExitedResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"p\n\x0cProfileEntry\x12\x10\n\x08workload\x18\x01 \x01(\t\x12\x10\n\x08job_type\x18\x02 \x01(\t\x12\x10\n\x08gpu_type\x18\x03 \x01(\t\x12\x10\n\x08num_gpus\x18\x04 \x01(\r\x12\x18\n\x10iterations_per_s\x18\x05 \x01(\x01\"M\n\x14ReportProfileRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.hadar.v1.ProfileEntry\"\'\n\x15ReportProfileResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r2\x98\x03\n\x0b\x43oordinator\x12S\n\x0eRegisterWorker\x12\x1f.hadar.v1.RegisterWorkerRequest\x1a .hadar.v1.RegisterWorkerResponse\x12\x44\n\tHeartbeat\x12\x1a.hadar.v1.HeartbeatRequest\x1a\x1b.hadar.v1.HeartbeatResponse\x12S\n\x0eReportProgress\x12\x1f.hadar.v1.ReportProgressRequest\x1a .hadar.v1.ReportProgressResponse\x12G\n\nTaskExited\x12\x1b.hadar.v1.TaskExitedRequest\x1a\x1c.hadar.v1.TaskExitedResponse\x12P\n\rReportProfile\x12\x1e.hadar.v1.ReportProfileRequest\x1a\x1f.hadar.v1.ReportProfileResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!protos/hadar/v1/coordinator.proto\x12\x08hadar.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cprotos/hadar/v1/common.proto\"\xc4\x01\n\x15RegisterWorkerRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x1b\n\x04gpus\x18\x03 \x03(\x0b\x32\r.hadar.v1.Gpu\x12\x15\n\ragent_version\x18\x04 \x01(\t\x12\x11\n\tworkloads\x18\x05 \x03(\t\x12#\n\x05tasks\x18\x06 \x03(\x0b\x32\x14.hadar.v1.WorkerTask\x12 \n\x05\x65nded\x18\x07 \x03(\x0b\x32\x11.hadar.v1.TaskRef\"<\n\x07TaskRef\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x12\n\ntask_index\x18\x02 \x01(\r\x12\r\n\x05lease\x18\x03 \x01(\x04\"x\n\x16RegisterWorkerResponse\x12\x1c\n\x14heartbeat_interval_s\x18\x01 \x01(\x01\x12\x1f\n\x04keep\x18\x02 \x03(\x0b\x32\x11.hadar.v1.TaskRef\x12\x1f\n\x04stop\x18\x03 \x03(\x0b\x32\x11.hadar.v1.TaskRef\"b\n\x10HeartbeatRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12#\n\x05tasks\x18\x02 \x03(\x0b\x32\x14.hadar.v1.WorkerTask\x12\x1b\n\x04gpus\x18\x03 \x03(\x0b\x32\r.hadar.v1.Gpu\"f\n\x11HeartbeatResponse\x12\x12\n\nreregister\x18\x01 \x01(\x08\x12\x1f\n\x04stop\x18\x02 \x03(\x0b\x32\x11.hadar.v1.TaskRef\x12\x1c\n\x14heartbeat_interval_s\x18\x03 \x01(\x01\"\xf4\x01\n\x0eProgressReport\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x12\n\ntask_index\x18\x02 \x01(\r\x12\r\n\x05lease\x18\x03 \x01(\x04\x12\x17\n\x0fiterations_done\x18\x04 \x01(\x04\x12\x18\n\x10iterations_per_s\x18\x05 \x01(\x01\x12\x15\n\rsamples_per_s\x18\x06 \x01(\x01\x12\x0c\n\x04loss\x18\x07 \x01(\x01\x12&\n\x02\x61t\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1d\n\x15\x63heckpoint_iterations\x18\t \x01(\x04\x12\x10\n\x08gpu_type\x18\n \x01(\t\"P\n\x15ReportProgressRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12)\n\x07reports\x18\x02 \x03(\x0b\x32\x18.hadar.v1.ProgressReport\"O\n\x0bProgressAck\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x12\n\ntask_index\x18\x02 \x01(\r\x12\r\n\x05lease\x18\x03 \x01(\x04\x12\r\n\x05stale\x18\x04 \x01(\x08\"=\n\x16ReportProgressResponse\x12#\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x15.hadar.v1.ProgressAck\"\xd6\x01\n\x11TaskExitedRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\x04\x12\x12\n\ntask_index\x18\x03 \x01(\r\x12\r\n\x05lease\x18\x04 \x01(\x04\x12 \n\x04kind\x18\x05 \x01(\x0e\x32\x12.hadar.v1.ExitKind\x12\x16\n\texit_code\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06signal\x18\x07 \x01(\x05\x12\x17\n\x0fiterations_done\x18\x08 \x01(\x04\x12\x0f\n\x07message\x18\t \x01(\tB\x0c\n\n_exit_code\"&\n\x12TaskExitedResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"p\n\x0cProfileEntry\x12\x10\n\x08workload\x18\x01 \x01(\t\x12\x10\n\x08job_type\x18\x02 \x01(\t\x12\x10\n\x08gpu_type\x18\x03 \x01(\t\x12\x10\n\x08num_gpus\x18\x04 \x01(\r\x12\x18\n\x10iterations_per_s\x18\x05 \x01(\x01\"M\n\x14ReportProfileRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.hadar.v1.ProfileEntry\"\'\n\x15ReportProfileResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r2\x98\x03\n\x0b\x43oordinator\x12S\n\x0eRegisterWorker\x12\x1f.hadar.v1.RegisterWorkerRequest\x1a .hadar.v1.RegisterWorkerResponse\x12\x44\n\tHeartbeat\x12\x1a.hadar.v1.HeartbeatRequest\x1a\x1b.hadar.v1.HeartbeatResponse\x12S\n\x0eReportProgress\x12\x1f.hadar.v1.ReportProgressRequest\x1a .hadar.v1.ReportProgressResponse\x12G\n\nTaskExited\x12\x1b.hadar.v1.TaskExitedRequest\x1a\x1c.hadar.v1.TaskExitedResponse\x12P\n\rReportProfile\x12\x1e.hadar.v1.ReportProfileRequest\x1a\x1f.hadar.v1.ReportProfileResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,33 +34,33 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.hadar.v1.coordinator
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_REGISTERWORKERREQUEST']._serialized_start=111
-  _globals['_REGISTERWORKERREQUEST']._serialized_end=273
-  _globals['_TASKREF']._serialized_start=275
-  _globals['_TASKREF']._serialized_end=335
-  _globals['_REGISTERWORKERRESPONSE']._serialized_start=337
-  _globals['_REGISTERWORKERRESPONSE']._serialized_end=457
-  _globals['_HEARTBEATREQUEST']._serialized_start=459
-  _globals['_HEARTBEATREQUEST']._serialized_end=557
-  _globals['_HEARTBEATRESPONSE']._serialized_start=559
-  _globals['_HEARTBEATRESPONSE']._serialized_end=661
-  _globals['_PROGRESSREPORT']._serialized_start=664
-  _globals['_PROGRESSREPORT']._serialized_end=908
-  _globals['_REPORTPROGRESSREQUEST']._serialized_start=910
-  _globals['_REPORTPROGRESSREQUEST']._serialized_end=990
-  _globals['_PROGRESSACK']._serialized_start=992
-  _globals['_PROGRESSACK']._serialized_end=1071
-  _globals['_REPORTPROGRESSRESPONSE']._serialized_start=1073
-  _globals['_REPORTPROGRESSRESPONSE']._serialized_end=1134
-  _globals['_TASKEXITEDREQUEST']._serialized_start=1137
-  _globals['_TASKEXITEDREQUEST']._serialized_end=1351
-  _globals['_TASKEXITEDRESPONSE']._serialized_start=1353
-  _globals['_TASKEXITEDRESPONSE']._serialized_end=1391
-  _globals['_PROFILEENTRY']._serialized_start=1393
-  _globals['_PROFILEENTRY']._serialized_end=1505
-  _globals['_REPORTPROFILEREQUEST']._serialized_start=1507
-  _globals['_REPORTPROFILEREQUEST']._serialized_end=1584
-  _globals['_REPORTPROFILERESPONSE']._serialized_start=1586
-  _globals['_REPORTPROFILERESPONSE']._serialized_end=1625
-  _globals['_COORDINATOR']._serialized_start=1628
-  _globals['_COORDINATOR']._serialized_end=2036
+  _globals['_REGISTERWORKERREQUEST']._serialized_end=307
+  _globals['_TASKREF']._serialized_start=309
+  _globals['_TASKREF']._serialized_end=369
+  _globals['_REGISTERWORKERRESPONSE']._serialized_start=371
+  _globals['_REGISTERWORKERRESPONSE']._serialized_end=491
+  _globals['_HEARTBEATREQUEST']._serialized_start=493
+  _globals['_HEARTBEATREQUEST']._serialized_end=591
+  _globals['_HEARTBEATRESPONSE']._serialized_start=593
+  _globals['_HEARTBEATRESPONSE']._serialized_end=695
+  _globals['_PROGRESSREPORT']._serialized_start=698
+  _globals['_PROGRESSREPORT']._serialized_end=942
+  _globals['_REPORTPROGRESSREQUEST']._serialized_start=944
+  _globals['_REPORTPROGRESSREQUEST']._serialized_end=1024
+  _globals['_PROGRESSACK']._serialized_start=1026
+  _globals['_PROGRESSACK']._serialized_end=1105
+  _globals['_REPORTPROGRESSRESPONSE']._serialized_start=1107
+  _globals['_REPORTPROGRESSRESPONSE']._serialized_end=1168
+  _globals['_TASKEXITEDREQUEST']._serialized_start=1171
+  _globals['_TASKEXITEDREQUEST']._serialized_end=1385
+  _globals['_TASKEXITEDRESPONSE']._serialized_start=1387
+  _globals['_TASKEXITEDRESPONSE']._serialized_end=1425
+  _globals['_PROFILEENTRY']._serialized_start=1427
+  _globals['_PROFILEENTRY']._serialized_end=1539
+  _globals['_REPORTPROFILEREQUEST']._serialized_start=1541
+  _globals['_REPORTPROFILEREQUEST']._serialized_end=1618
+  _globals['_REPORTPROFILERESPONSE']._serialized_start=1620
+  _globals['_REPORTPROFILERESPONSE']._serialized_end=1659
+  _globals['_COORDINATOR']._serialized_start=1662
+  _globals['_COORDINATOR']._serialized_end=2070
 # @@protoc_insertion_point(module_scope)

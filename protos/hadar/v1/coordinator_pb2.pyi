@@ -11,20 +11,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterWorkerRequest(_message.Message):
-    __slots__ = ("node", "address", "gpus", "agent_version", "workloads", "tasks")
+    __slots__ = ("node", "address", "gpus", "agent_version", "workloads", "tasks", "ended")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     WORKLOADS_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
     node: str
     address: str
     gpus: _containers.RepeatedCompositeFieldContainer[_common_pb2.Gpu]
     agent_version: str
     workloads: _containers.RepeatedScalarFieldContainer[str]
     tasks: _containers.RepeatedCompositeFieldContainer[_common_pb2.WorkerTask]
-    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.Gpu, _Mapping]]] = ..., agent_version: _Optional[str] = ..., workloads: _Optional[_Iterable[str]] = ..., tasks: _Optional[_Iterable[_Union[_common_pb2.WorkerTask, _Mapping]]] = ...) -> None: ...
+    ended: _containers.RepeatedCompositeFieldContainer[TaskRef]
+    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.Gpu, _Mapping]]] = ..., agent_version: _Optional[str] = ..., workloads: _Optional[_Iterable[str]] = ..., tasks: _Optional[_Iterable[_Union[_common_pb2.WorkerTask, _Mapping]]] = ..., ended: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ...) -> None: ...
 
 class TaskRef(_message.Message):
     __slots__ = ("job_id", "task_index", "lease")

@@ -68,7 +68,7 @@ class CoordinatorServicer:
         """Joins (or rejoins) the cluster. Upserts the node and its GPUs; the answer says which of
         the tasks the worker still runs the master wants kept. An UNREACHABLE node becomes READY
         again; a draining or drained one stays so. Tasks the master placed there that the worker
-        no longer reports lose their placement. Safe to repeat.
+        reports neither running nor ended lose their placement. Safe to repeat.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,7 +125,8 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         self._channel = grpc.insecure_channel(master_address)
         self.coordinator = coordinator_pb2_grpc.CoordinatorStub(self._channel)  # type: ignore[no-untyped-call]
 
-    def register(self) -> coordinator_pb2.RegisterWorkerResponse:
+    def register(self, ended: Iterable[FakeTask] = ()) -> coordinator_pb2.RegisterWorkerResponse:
+        """Register with the tasks it runs; `ended`: tasks whose exits are still to be sent."""
         response: coordinator_pb2.RegisterWorkerResponse = self.coordinator.RegisterWorker(
             coordinator_pb2.RegisterWorkerRequest(
                 node=self.name,
@@ -134,6 +135,10 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
                 agent_version="fake-1",
                 workloads=list(self.workloads),
                 tasks=self.worker_tasks(),
+                ended=[
+                    coordinator_pb2.TaskRef(job_id=t.job_id, task_index=t.task_index, lease=t.lease)
+                    for t in ended
+                ],
             ),
             metadata=self.metadata,
             timeout=10,

@@ -576,3 +576,43 @@ def test_a_job_completed_by_its_progress_gets_exit_code_0_when_its_process_exits
     assert done.state == common_pb2.JOB_STATE_COMPLETED
     assert done.HasField("exit_code") and done.exit_code == 0
     assert done.reports_progress
+
+
+def test_a_task_that_ended_while_the_master_was_down_completes_without_a_preemption(
+    cluster: Cluster,
+) -> None:
+    """A command that finished while the master was down: its worker registers again
+    naming the task among those that ended (its exit report still to be sent), so the job
+    keeps its placement instead of losing it; the exit report then completes it, with no
+    preemption and no "lost" event in its history."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(
+        hadar_pb2.SubmitJobRequest(
+            spec=common_pb2.JobSpec(
+                name="batch",
+                num_gpus=1,
+                iterations=1,
+                command=common_pb2.CommandProgram(argv=["./run.sh"]),
+            )
+        )
+    ).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    master.stop(grace=0.5)
+    finished = dict(worker.tasks)
+    worker.tasks.clear()  # the command ended while the master was away
+
+    restarted = cluster.master()
+    worker.connect(restarted.address)
+    worker.register(ended=finished.values())
+    api2 = cluster.api(restarted)
+    assert job_state(api2, job.id) == common_pb2.JOB_STATE_RUNNING
+    worker.tasks.update(finished)
+    assert worker.exit(job.id, common_pb2.EXIT_KIND_COMPLETED, 0).accepted
+    done = api2.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True))
+    assert done.job.state == common_pb2.JOB_STATE_COMPLETED
+    assert done.job.preemptions == 0
+    assert [e.kind for e in done.events] == ["submitted", "scheduled", "completed"]
+    assert restarted.run_round().started == ()

@@ -9,18 +9,20 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import grpc
 import pytest
+from sqlalchemy import text
 
 from master.daemon import Master
-from master.leadership import Leadership, NotLeaderError, Role
+from master.leadership import Leadership, NotLeaderError, Role, idle_transaction_limit_s
 from protos.hadar.v1 import common_pb2, hadar_pb2
-from store import Database
+from store import Database, UnitOfWork
 from store.leadership import MasterLeases
 from store.migrate import upgrade
-from store.testing import backends, temporary_database_url
+from store.testing import POSTGRES_ENV, backends, temporary_database_url
 from tests.integration.master.conftest import Cluster, make_settings
 from tests.integration.master.fakes import wait_for
 
@@ -286,3 +288,116 @@ def test_under_systemd_a_standby_is_ready_says_so_and_reports_its_takeover(
             process.kill()
             process.wait()
         sock.close()
+
+
+POSTGRES_ONLY = pytest.mark.skipif(
+    "postgresql" not in backends(), reason=f"needs {POSTGRES_ENV} (PostgreSQL row locks)"
+)
+
+
+@POSTGRES_ONLY
+def test_a_standby_takes_over_from_a_master_frozen_inside_a_write(tmp_path: Path) -> None:
+    """A master whose write stops halfway (as if the process were frozen) keeps the lease
+    row share-locked. The server ends that transaction once it has been idle for a lease
+    period, so the standby leads within two lease periods instead of waiting for the
+    writer; the write, resumed, commits nothing, and the old master has stopped acting."""
+    lease_s, renew_s = 2.0, 0.5
+    with temporary_database_url("postgresql", tmp_path) as url:
+        cluster = Cluster(url, tmp_path)
+        standby_db = Database(url)
+        try:
+            master = cluster.master(leader_lease_s=lease_s, leader_renew_s=renew_s)
+            with master.database.session() as session:
+                limit = session.execute(
+                    text("SELECT setting FROM pg_settings WHERE name = :name"),
+                    {"name": "idle_in_transaction_session_timeout"},
+                ).scalar_one()
+            assert int(limit) == int(idle_transaction_limit_s(lease_s) * 1000)
+
+            inside, resume = threading.Event(), threading.Event()
+            outcome: list[BaseException | None] = []
+
+            def frozen_write(uow: UnitOfWork) -> None:
+                uow.tokens.create("late-writer", admin=False, description="")
+                uow.session.flush()
+                inside.set()
+                resume.wait(60)
+
+            def write() -> None:
+                try:
+                    master.tx.write(frozen_write, jobs=False)
+                except BaseException as exc:  # what the resumed write ran into
+                    outcome.append(exc)
+                else:
+                    outcome.append(None)
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            standby = Leadership(
+                standby_db, address="b:1", lease_s=lease_s, renew_s=renew_s, on_lost=print
+            )
+            stop = threading.Event()
+            led: list[float] = []
+
+            def elect() -> None:
+                if standby.wait_to_lead(stop):
+                    led.append(time.monotonic())
+
+            try:
+                assert inside.wait(30)
+                frozen_at = time.monotonic()
+                electing = threading.Thread(target=elect)
+                electing.start()
+                electing.join(timeout=2 * lease_s + 5)
+                took = (led[0] - frozen_at) if led else None
+                print(f"takeover {took} s after the write froze (lease {lease_s:g} s)")
+                assert took is not None and took <= 2 * lease_s, took
+                assert standby.epoch == 2
+                assert master.leadership.role is Role.DEPOSED
+            finally:
+                stop.set()
+                resume.set()
+                writer.join(timeout=30)
+            assert outcome and outcome[0] is not None, "the frozen write committed"
+            with standby_db.transaction() as uow:
+                assert uow.tokens.find_user("late-writer") is None
+            with pytest.raises(NotLeaderError):
+                master.tx.write(lambda uow: uow.tokens.create("later", admin=False), jobs=False)
+            standby.release()
+        finally:
+            cluster.close()
+            standby_db.dispose()
+
+
+@POSTGRES_ONLY
+def test_a_standby_does_not_queue_behind_a_lock_on_an_expired_lease(tmp_path: Path) -> None:
+    """An attempt to take an expired lease whose row another transaction still locks ends
+    after one renew interval, changes nothing, and says why the standby waits; once the
+    lock is gone the next attempt leads."""
+    with temporary_database_url("postgresql", tmp_path) as url:
+        database = Database(url)
+        upgrade(database.url, engine=database.engine)
+        old = MasterLeases(database).acquire("old", "a:1", lease_s=0.1)
+        assert old is not None
+        wait_for(lambda: MasterLeases(database).expired(old), what="the lease to expire")
+        standby = Leadership(database, address="b:1", lease_s=2, renew_s=0.3, on_lost=print)
+        holder = database.engine.connect()
+        try:
+            holder.execute(text("SELECT epoch FROM master_lease WHERE id = 1 FOR SHARE"))
+            tried: list[object] = []
+            attempt = threading.Thread(target=lambda: tried.append(standby.try_lead()))
+            attempt.start()
+            attempt.join(timeout=0.3 + 2)
+            assert tried == [None], "the attempt waited for the lock"
+            assert "has run out, but an unfinished transaction still locks it" in (
+                standby.waiting_for
+            )
+            assert "a:1 (epoch 1)" in standby.waiting_for
+            holder.rollback()
+            attempt.join(timeout=30)
+            term = standby.try_lead()
+            assert term is not None and term.epoch == 2
+        finally:
+            holder.close()
+            standby.release()
+            database.dispose()

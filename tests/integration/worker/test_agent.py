@@ -434,6 +434,40 @@ def test_master_restart_reregisters_and_stops_fenced_tasks(
         agent.stop(grace_s=2.0)
 
 
+def test_a_task_that_ended_while_the_master_was_away_is_registered_as_ended(
+    master: FakeMaster, tmp_path: Path
+) -> None:
+    """A task that completes while no master answers is not among the running tasks of the
+    next registration but among its ended ones (so the master does not take it for lost),
+    and its exit report follows, once."""
+    agent = make_agent(master.address, tmp_path / "state")
+    agent.start()
+    try:
+        eventually(lambda: master.registration_count() >= 1)
+        master.stop()
+        eventually(lambda: not agent.connected)
+        stub = stub_for(agent)
+        apply(stub, assignment(28, 3, iterations=6))
+        apply(stub, assignment(29, 1, iterations=100_000, gpus=(1,)))
+        eventually(agent.pending_exits)
+        assert agent.supervisor.is_running(29, 1)
+
+        restarted = FakeMaster(port=master.port).start()
+        try:
+            eventually(lambda: restarted.exits_for(28))
+            registration = restarted.registrations[0]
+            assert [(t.job_id, t.lease) for t in registration.tasks] == [(29, 1)]
+            assert [(r.job_id, r.task_index, r.lease) for r in registration.ended] == [(28, 0, 3)]
+            (report,) = restarted.exits_for(28)
+            assert report.kind == common_pb2.EXIT_KIND_COMPLETED
+            eventually(lambda: not agent.pending_exits())
+        finally:
+            agent.stop(grace_s=2.0)
+            restarted.stop()
+    finally:
+        agent.stop(grace_s=2.0)
+
+
 def test_exit_reports_are_retried_until_acknowledged(
     master: FakeMaster, worker: WorkerAgent
 ) -> None:
