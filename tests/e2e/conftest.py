@@ -90,10 +90,13 @@ class Cluster:
             ) from None
         return seen[-1]
 
-    def hctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def hctl(self, *args: str, token: str = "") -> subprocess.CompletedProcess[str]:
+        """hctl run with the cluster's config: its address and the admin token, or `token`
+        (another user's)."""
         env = {
             **{k: v for k, v in os.environ.items() if k not in ("HADAR_MASTER", "HADAR_TOKEN")},
             "HADAR_CONFIG": str(self.local.config_path),
+            **({"HADAR_TOKEN": token} if token else {}),
         }
         return subprocess.run(
             [sys.executable, "-m", "clients.cli.main", *args],

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -44,19 +43,7 @@ class Lab:
 
     def hctl(self, user: str, *args: str) -> subprocess.CompletedProcess[str]:
         """hctl as `user` runs it: the cluster's address, their own token."""
-        env = {
-            **{k: v for k, v in os.environ.items() if k != "HADAR_MASTER"},
-            "HADAR_CONFIG": str(self.cluster.local.config_path),
-            "HADAR_TOKEN": self.tokens[user],
-        }
-        return subprocess.run(
-            [sys.executable, "-m", "clients.cli.main", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            check=False,
-        )
+        return self.cluster.hctl(*args, token=self.tokens[user])
 
     def submit(self, user: str, *args: str) -> int:
         done = self.hctl(user, "submit", "--parsable", *args)

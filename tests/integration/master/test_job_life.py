@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 import pytest
@@ -403,10 +404,12 @@ def test_failed_task_is_retried_then_fails(cluster: Cluster) -> None:
     assert failed.exit_code == 4 and "exit code 4" in failed.reason
 
 
-def test_completion_reported_after_a_master_restart_is_kept(cluster: Cluster) -> None:
-    """An opaque command that finished while the master was down: its worker re-registers
-    without the task (the job looks lost), then delivers the pending exit report; the job
-    is COMPLETED, not run a second time."""
+def _a_command_ends_while_the_master_is_down(
+    cluster: Cluster,
+) -> tuple[Master, FakeWorker, common_pb2.Job, dict[Any, Any]]:
+    """A command job started on n1, its master stopped, the command ended meanwhile; the
+    master restarted and the worker pointed at it (not yet registered again). Returns the
+    new master, the worker, the job and the tasks that ended."""
     master = cluster.master()
     worker = cluster.worker(master, "n1")
     api = cluster.api(master)
@@ -425,9 +428,16 @@ def test_completion_reported_after_a_master_restart_is_kept(cluster: Cluster) ->
     master.stop(grace=0.5)
     finished = dict(worker.tasks)
     worker.tasks.clear()  # the command ended while the master was away
-
     restarted = cluster.master()
     worker.connect(restarted.address)
+    return restarted, worker, job, finished
+
+
+def test_completion_reported_after_a_master_restart_is_kept(cluster: Cluster) -> None:
+    """An opaque command that finished while the master was down: its worker re-registers
+    without the task (the job looks lost), then delivers the pending exit report; the job
+    is COMPLETED, not run a second time."""
+    restarted, worker, job, finished = _a_command_ends_while_the_master_is_down(cluster)
     worker.register()
     api2 = cluster.api(restarted)
     assert job_state(api2, job.id) == common_pb2.JOB_STATE_PREEMPTED
@@ -585,27 +595,7 @@ def test_a_task_that_ended_while_the_master_was_down_completes_without_a_preempt
     naming the task among those that ended (its exit report still to be sent), so the job
     keeps its placement instead of losing it; the exit report then completes it, with no
     preemption and no "lost" event in its history."""
-    master = cluster.master()
-    worker = cluster.worker(master, "n1")
-    api = cluster.api(master)
-    job = api.SubmitJob(
-        hadar_pb2.SubmitJobRequest(
-            spec=common_pb2.JobSpec(
-                name="batch",
-                num_gpus=1,
-                iterations=1,
-                command=common_pb2.CommandProgram(argv=["./run.sh"]),
-            )
-        )
-    ).job
-    master.run_round()
-    wait_for(lambda: job.id in worker.running_jobs(), what="START")
-    master.stop(grace=0.5)
-    finished = dict(worker.tasks)
-    worker.tasks.clear()  # the command ended while the master was away
-
-    restarted = cluster.master()
-    worker.connect(restarted.address)
+    restarted, worker, job, finished = _a_command_ends_while_the_master_is_down(cluster)
     worker.register(ended=finished.values())
     api2 = cluster.api(restarted)
     assert job_state(api2, job.id) == common_pb2.JOB_STATE_RUNNING

@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from protos.hadar.v1 import common_pb2, hadar_pb2
-from tests.integration.master.conftest import Cluster
-from tests.integration.master.fakes import wait_for
+from tests.integration.master.conftest import Api, Cluster
+from tests.integration.master.fakes import FakeWorker, wait_for
 from tests.integration.master.test_api import error_of, spec
 
 SECRET = "sk-live-4242"
@@ -36,18 +36,28 @@ def _leaks(message: object) -> list[str]:
     return [s for s in (SECRET, "train.py", "/home/alice", "out-%j", "secret-model") if s in text]
 
 
+def _alices_running_job(
+    cluster: Cluster,
+) -> tuple[FakeWorker, tuple[Api, Api, Api], common_pb2.Job]:
+    """A master with one worker running alice's job; the APIs of alice, bob and an admin."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    users = (
+        cluster.api(master, "alice", admin=False),
+        cluster.api(master, "bob", admin=False),
+        cluster.api(master, "root", admin=True),
+    )
+    job = users[0].SubmitJob(hadar_pb2.SubmitJobRequest(spec=_alices_job())).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="the job to start")
+    return worker, users, job
+
+
 def test_other_users_see_the_queue_but_none_of_a_jobs_private_parts(cluster: Cluster) -> None:
     """bob reads alice's job as a queue shows it (id, user, name, state, GPUs, placement,
     reason): no command line, environment value, path, job type or failure output, in
     GetJob, ListJobs, WatchJobs and ListJobHistory alike; alice and an admin read it all."""
-    master = cluster.master()
-    worker = cluster.worker(master, "n1")
-    alice = cluster.api(master, "alice", admin=False)
-    bob = cluster.api(master, "bob", admin=False)
-    root = cluster.api(master, "root", admin=True)
-    job = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=_alices_job())).job
-    master.run_round()
-    wait_for(lambda: job.id in worker.running_jobs(), what="the job to start")
+    worker, (alice, bob, root), job = _alices_running_job(cluster)
 
     seen = bob.GetJob(hadar_pb2.GetJobRequest(job_id=job.id, include_events=True))
     assert seen.job.private_hidden
@@ -89,14 +99,7 @@ def test_other_users_see_the_queue_but_none_of_a_jobs_private_parts(cluster: Clu
 
 
 def test_another_users_logs_are_permission_denied(cluster: Cluster) -> None:
-    master = cluster.master()
-    worker = cluster.worker(master, "n1")
-    alice = cluster.api(master, "alice", admin=False)
-    bob = cluster.api(master, "bob", admin=False)
-    root = cluster.api(master, "root", admin=True)
-    job = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=_alices_job())).job
-    master.run_round()
-    wait_for(lambda: job.id in worker.running_jobs(), what="the job to start")
+    worker, (alice, bob, root), job = _alices_running_job(cluster)
     worker.log_lines[job.id] = f"token {SECRET}\n".encode()
     request = hadar_pb2.StreamLogsRequest(job_id=job.id)
     failure = error_of(lambda: list(bob.StreamLogs(request)))

@@ -66,36 +66,21 @@ def test_json_output_stays_valid_and_carries_the_text_escaped() -> None:
 
 def test_log_headers_escape_what_others_wrote_but_not_the_jobs_own_bytes(capfdbinary) -> None:
     printer = _LogPrinter(7, label=True, headers=True)
-    printer.chunk(
-        LogChunk(
-            job_id=7,
-            task_index=0,
-            offset=0,
-            node="n1\x1b[2J",
-            rank=0,
-            stream=LogStream.STDOUT,
-            data=b"",
-            attempt=2,
-            attempts=2,
-            lease=3,
-            start_failure="",
+    for data in (b"", b"own \x1b[32mcolour\x1b[0m\n"):
+        printer.chunk(
+            LogChunk(
+                job_id=7,
+                task_index=0,
+                offset=0,
+                node="n1\x1b[2J",
+                rank=0,
+                stream=LogStream.STDOUT,
+                data=data,
+                attempt=2,
+                attempts=2,
+                lease=3,
+            )
         )
-    )
-    printer.chunk(
-        LogChunk(
-            job_id=7,
-            task_index=0,
-            offset=0,
-            node="n1\x1b[2J",
-            rank=0,
-            stream=LogStream.STDOUT,
-            data=b"own \x1b[32mcolour\x1b[0m\n",
-            attempt=2,
-            attempts=2,
-            lease=3,
-            start_failure="",
-        )
-    )
     printer.flush()
     out = capfdbinary.readouterr().out
     assert out.endswith(b"[n1\\u001b[2J rank 0] own \x1b[32mcolour\x1b[0m\n")
