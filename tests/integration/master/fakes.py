@@ -86,6 +86,9 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         self.coordinator: Any = coordinator_pb2_grpc.CoordinatorStub(self._channel)  # type: ignore[no-untyped-call]
         self._beating = threading.Event()
         self._beat_thread: threading.Thread | None = None
+        # Cleared while the worker is frozen: its service answers nothing until thawed.
+        self._thawed = threading.Event()
+        self._thawed.set()
         self.metadata: tuple[tuple[str, str], ...] = (
             ("authorization", f"Bearer {self.cluster_token}"),
         )
@@ -248,6 +251,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     def ApplyAssignments(
         self, request: worker_pb2.ApplyAssignmentsRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ApplyAssignmentsResponse:
+        self._thawed.wait()
         self._check(context)
         results = []
         to_exit: list[FakeTask] = []
@@ -307,6 +311,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     def StopTask(
         self, request: worker_pb2.StopTaskRequest, context: grpc.ServicerContext
     ) -> worker_pb2.StopTaskResponse:
+        self._thawed.wait()
         self._check(context)
         with self._lock:
             self.epochs.append(request.master_epoch)
@@ -371,11 +376,26 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
 
     # -- test helpers ----------------------------------------------------------------------
 
+    def freeze(self) -> None:
+        """Answer no call of the master's (they hang, as on a stopped agent) until thaw()."""
+        self._thawed.clear()
+
+    def thaw(self) -> None:
+        self._thawed.set()
+
+    def extended_in(self) -> set[int]:
+        """Rounds whose EXTEND reached this worker."""
+        with self._lock:
+            return {
+                a.round for a in self.applied if a.action == worker_pb2.ASSIGNMENT_ACTION_EXTEND
+            }
+
     def running_jobs(self) -> set[int]:
         with self._lock:
             return {t.job_id for t in self.tasks.values()}
 
     def close(self) -> None:
+        self.thaw()
         self.stop_heartbeats()
         self._server.stop(0).wait()
         self._channel.close()
