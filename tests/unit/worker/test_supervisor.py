@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,9 @@ class Rig:
         self.exits_signalled = 0
         self.supervisor = self.make()
 
-    def make(self, allow_root_jobs: bool = False) -> Supervisor:
+    def make(
+        self, allow_root_jobs: bool = False, master_state: Callable[[], str] = lambda: ""
+    ) -> Supervisor:
         def on_exit() -> None:
             self.exits_signalled += 1
 
@@ -66,6 +69,7 @@ class Rig:
             self.state,
             self.users,
             on_exit=on_exit,
+            master_state=master_state,
         )
 
     def exits(self) -> dict[tuple[int, int], common_pb2.ExitKind]:
@@ -585,7 +589,7 @@ def test_an_expired_lease_says_why_in_the_report_and_the_log(tmp_path: Path) -> 
     out of reach (as the agent knows it), or the agent itself not running."""
     rig = Rig(tmp_path)
     unreachable = "the master was unreachable (UNAVAILABLE: connection refused)"
-    rig.supervisor = Supervisor(*_parts(rig), master_state=lambda: unreachable)
+    rig.supervisor = rig.make(master_state=lambda: unreachable)
     now = rig.clock.time()
     rig.supervisor.apply(_expiring(1, 3, now + 10, gpus=(0,)))
     rig.supervisor.apply(_expiring(2, 4, now + 30, gpus=(1,)))
@@ -613,16 +617,4 @@ def test_an_expired_lease_says_why_in_the_report_and_the_log(tmp_path: Path) -> 
     assert late.message == (
         "stopped: lease 4 expired at 22:13:50 UTC without renewal: this worker agent did "
         "not run for 40 s (stopped or suspended), so it could not take a renewal"
-    )
-
-
-def _parts(rig: Rig) -> tuple[object, ...]:
-    made = rig.make()
-    return (
-        made._config,
-        list(made._gpus.values()),
-        rig.launcher,
-        rig.clock,
-        rig.state,
-        rig.users,
     )
