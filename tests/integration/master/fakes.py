@@ -61,6 +61,8 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     tasks: dict[tuple[int, int], FakeTask] = field(default_factory=dict)
     applied: list[worker_pb2.TaskAssignment] = field(default_factory=list)
     stops: list[StopRecord] = field(default_factory=list)
+    # (time.monotonic(), round) of every EXTEND received, in order.
+    extensions: list[tuple[float, int]] = field(default_factory=list)
     # The master_epoch of every ApplyAssignments and StopTask received, in order.
     epochs: list[int] = field(default_factory=list)
     # Refuse orders of an older master epoch, as a real worker that has seen this one does.
@@ -260,6 +262,8 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
             self.epochs.append(request.master_epoch)
             for a in request.assignments:
                 self.applied.append(a)
+                if a.action == worker_pb2.ASSIGNMENT_ACTION_EXTEND:
+                    self.extensions.append((time.monotonic(), a.round))
                 key = (a.job_id, a.task_index)
                 current = self.tasks.get(key)
                 outcome = worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
@@ -386,9 +390,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     def extended_in(self) -> set[int]:
         """Rounds whose EXTEND reached this worker."""
         with self._lock:
-            return {
-                a.round for a in self.applied if a.action == worker_pb2.ASSIGNMENT_ACTION_EXTEND
-            }
+            return {round_number for _, round_number in self.extensions}
 
     def running_jobs(self) -> set[int]:
         with self._lock:

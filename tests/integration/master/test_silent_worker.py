@@ -41,9 +41,11 @@ def test_scheduled_rounds_keep_their_period_and_renew_other_workers_while_one_ha
 ) -> None:
     """Three workers run a job each; n3 stops answering pushes (it still heartbeats, so
     the master keeps sending it renewals that hang until their deadline). Every round
-    still ends well within its 0.5 s period, starts on time, and n1 and n2 get the EXTEND
-    of every round; no job is stopped. Once n3 answers again it gets one extension
-    carrying the newest lease end, and the rounds it missed count as dispatch failures."""
+    still ends well within its 0.5 s period and starts on time, and n1 and n2 get a
+    renewal every round (one that arrives while the previous is still being recorded
+    goes out right after it, replacing the older); no job is stopped. Once n3 answers
+    again it gets an extension carrying a newest lease end, and the rounds that did not
+    reach it count as dispatch failures."""
     master = cluster.master(
         round_seconds=ROUND_S,
         lease_rounds=30,
@@ -65,7 +67,7 @@ def test_scheduled_rounds_keep_their_period_and_renew_other_workers_while_one_ha
     # The pushes to n3 hang for 2.1 s each (1 s x 2 attempts): waiting for them, eight
     # rounds would take 17 s.
     wait_for(
-        lambda: all(watched[-1] in w.extended_in() for w in healthy),
+        lambda: all(max(w.extended_in(), default=0) >= watched[-1] for w in healthy),
         timeout=8 * ROUND_S + 4.0,
         what="n1 and n2 to get the EXTEND of eight rounds",
     )
@@ -76,7 +78,10 @@ def test_scheduled_rounds_keep_their_period_and_renew_other_workers_while_one_ha
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
     assert max(gaps) < 2 * ROUND_S, gaps
     for worker in healthy:
-        assert set(watched) <= worker.extended_in(), worker.name
+        arrived = [at for at, number in worker.extensions if number in watched]
+        assert len(arrived) >= len(watched) // 2, (worker.name, worker.extensions)
+        waits = [b - a for a, b in itertools.pairwise(arrived)]
+        assert max(waits) < 2 * ROUND_S, (worker.name, waits)
     assert not silent.extended_in() & set(watched)
 
     silent.thaw()
