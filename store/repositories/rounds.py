@@ -68,6 +68,11 @@ class RoundRepository:
             raise NotFoundError("round", number)
         return convert.round_(row)
 
+    def started_since(self, at: datetime) -> list[Round]:
+        """The rounds started at `at` or later, oldest first."""
+        query = select(RoundRow).where(RoundRow.started_at >= at).order_by(RoundRow.number)
+        return [convert.round_(row) for row in self._session.scalars(query)]
+
     def last(self) -> Round | None:
         row = self._session.scalars(
             select(RoundRow).order_by(RoundRow.number.desc()).limit(1)
