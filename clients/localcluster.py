@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import json
+import math
 import os
 import re
 import secrets
@@ -44,6 +45,12 @@ CLUSTER_TOKEN_FILE = "cluster-token"
 CLIENT_CONFIG_FILE = "hctl.toml"
 DATABASE_FILE = "hadar.db"
 DEFAULT_WORKERS = "v100:2;p100:2;k80:4"
+# The timers of a local cluster's master: quick to notice a dead worker, and calls to
+# workers on this machine that give up soon.
+HEARTBEAT_INTERVAL_S = 1.0
+HEARTBEAT_TIMEOUT_S = 6.0
+DISPATCH_TIMEOUT_S = 2.0
+DISPATCH_ATTEMPTS = 2
 _GROUP = re.compile(r"[a-z0-9][a-z0-9._-]*:[1-9][0-9]*")
 
 
@@ -136,6 +143,16 @@ class ClusterRecord:
             started_at=float(raw.get("started_at", 0.0)),
             master_settings=dict(raw.get("master_settings", {})),
         )
+
+
+def lease_rounds(round_seconds: float) -> int:
+    """Rounds a local cluster's lease lasts: five, or more where rounds are so short that
+    the master would refuse the lease as shorter than its renewal can take (a push's
+    retries after a round) or than a silence the master does not count as a loss (the
+    heartbeat timeout and the rounds around it)."""
+    push = DISPATCH_TIMEOUT_S * DISPATCH_ATTEMPTS + 0.1 * ((1 << (DISPATCH_ATTEMPTS - 1)) - 1)
+    needed = max(HEARTBEAT_TIMEOUT_S + 2 * round_seconds, round_seconds + push + 0.01)
+    return max(5, math.ceil(needed / round_seconds))
 
 
 def free_port() -> int:
@@ -405,8 +422,11 @@ class LocalCluster:
                 "HADAR_CLUSTER_TOKEN_FILE": str(self.cluster_token_path),
                 "HADAR_METRICS_PORT": "-1",
                 "HADAR_CHECKPOINT_DIR": str(self.state_dir / "checkpoints"),
-                "HADAR_HEARTBEAT_INTERVAL_S": "1",
-                "HADAR_HEARTBEAT_TIMEOUT_S": "6",
+                "HADAR_HEARTBEAT_INTERVAL_S": f"{HEARTBEAT_INTERVAL_S:g}",
+                "HADAR_HEARTBEAT_TIMEOUT_S": f"{HEARTBEAT_TIMEOUT_S:g}",
+                "HADAR_DISPATCH_TIMEOUT_S": f"{DISPATCH_TIMEOUT_S:g}",
+                "HADAR_DISPATCH_ATTEMPTS": str(DISPATCH_ATTEMPTS),
+                "HADAR_LEASE_ROUNDS": str(lease_rounds(round_seconds)),
                 "HADAR_GRACE_S": "10",
                 **(settings or {}),
             }

@@ -483,16 +483,20 @@ class Master:
 
     # -- rounds --------------------------------------------------------------------------------
 
-    def run_round(self) -> RoundResult:
-        """One scheduling round now; returns when it is stored and pushed. NotLeaderError
-        on a master that is not the active one."""
+    def run_round(self, *, settle: bool = True) -> RoundResult:
+        """One scheduling round now; returns when it is stored and, with `settle`, once
+        its pushes were answered or given up. NotLeaderError on a master that is not the
+        active one. Scheduled rounds do not wait for the workers."""
         self.leadership.fence()
         try:
             self.holds.check()
         except Exception:
             # The round still runs: held jobs stay out of it, the next check retries.
             log.exception("dependency check failed")
-        result = self.rounds.run()
+        result = self.rounds.run(settle=settle)
+        if settle:
+            # A worker may have refused the round's orders as coming from a deposed master.
+            self.leadership.fence()
         with self._early_lock:
             # Jobs wait and the round could place none of them: more submissions will not
             # change that, only freed GPUs will (see request_round).
@@ -555,7 +559,7 @@ class Master:
             self._round_running = True
             self._rerun = self._rerun_freed = False
         try:
-            self.run_round()
+            self.run_round(settle=False)
         except Exception:
             log.exception("scheduling round failed")
         finally:

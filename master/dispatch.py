@@ -1,16 +1,19 @@
 """Pushing decisions to workers: assignments (start, extend, stop) and out-of-round stops.
 
-Everything sent here was committed first. Sends to different nodes run concurrently; each
-is retried a bounded number of times; acknowledgements are recorded afterwards. A start
+Everything sent here was committed first. Each node has its own lane: one push to it at a
+time, retried a bounded number of times, its acknowledgements recorded as they come. Nobody
+waits for a lane (a round hands its assignments over and is done), so a node that does not
+answer delays no other node's starts, stops or lease renewals. A start
 whose GPUs are still held by a stopping task (a preempted job checkpointing, the same job's
 previous placement) waits until that task has exited, then goes out.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -56,6 +59,133 @@ def _host(address: str) -> str:
     return address.rsplit(":", 1)[0] if ":" in address else address
 
 
+class Push:
+    """Assignments handed to their nodes' lanes: one future per node, True once the node
+    answered (and its answers are recorded), False once it could not be reached."""
+
+    def __init__(self, futures: Mapping[str, Future[bool]] | None = None) -> None:
+        self._futures: dict[str, Future[bool]] = dict(futures or {})
+
+    def __or__(self, other: Push) -> Push:
+        # A node in both has two futures: it counts as reached once both were.
+        merged = dict(self._futures)
+        for node, future in other._futures.items():
+            if node in merged:
+                merged[node] = _both(merged[node], future)
+            else:
+                merged[node] = future
+        return Push(merged)
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(self._futures)
+
+    def failures(self) -> set[str]:
+        """Nodes not reached, so far (a push still under way counts)."""
+        return {
+            node
+            for node, future in self._futures.items()
+            if not future.done() or not future.result()
+        }
+
+    def then(self, fn: Callable[[set[str]], None]) -> Future[None]:
+        """Call `fn` with the unreached nodes once every node's push is over (at once when
+        there is none); the returned future is done once `fn` has run."""
+        done: Future[None] = Future()
+        pending = list(self._futures.values())
+        remaining = [len(pending)]
+        lock = threading.Lock()
+
+        def finish() -> None:
+            try:
+                fn(self.failures())
+            except Exception:
+                log.exception("handling the end of a push failed")
+            finally:
+                done.set_result(None)
+
+        def one(_: Future[bool]) -> None:
+            with lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                finish()
+
+        if not pending:
+            finish()
+        for future in pending:
+            future.add_done_callback(one)
+        return done
+
+
+def _both(first: Future[bool], second: Future[bool]) -> Future[bool]:
+    out: Future[bool] = Future()
+    lock = threading.Lock()
+
+    def one(_: Future[bool]) -> None:
+        with lock:
+            if out.done() or not (first.done() and second.done()):
+                return
+            out.set_result(first.result() and second.result())
+
+    first.add_done_callback(one)
+    second.add_done_callback(one)
+    return out
+
+
+class _Lane:
+    """What waits to be pushed to one node; at most one push to it runs at a time."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self._lock = threading.Lock()
+        self._busy = False
+        # Keyed by (job, task, lease, action), in the order first handed: a later
+        # extension of the same task replaces the earlier one (it carries a later lease
+        # end), and a start handed again while one waits goes out once.
+        self._waiting: dict[tuple[int, int, int, int], Outgoing] = {}
+        self._futures: list[Future[bool]] = []
+        self._round = 0
+
+    def hand(
+        self,
+        round_number: int,
+        items: Sequence[Outgoing],
+        executor: Executor,
+        drain: Callable[[_Lane], None],
+    ) -> Future[bool]:
+        future: Future[bool] = Future()
+        with self._lock:
+            for item in items:
+                a = item.assignment
+                self._waiting[(a.job_id, a.task_index, a.lease, a.action)] = item
+            self._futures.append(future)
+            self._round = max(self._round, round_number)
+            start = not self._busy
+            self._busy = True
+        if start:
+            try:
+                executor.submit(drain, self)
+            except RuntimeError:
+                # The pool is shut down (the master is stopping): nothing will be sent.
+                with self._lock:
+                    self._busy = False
+                    futures, self._futures, self._waiting = self._futures, [], {}
+                for waiting in futures:
+                    waiting.set_result(False)
+        return future
+
+    def take(self) -> tuple[int, list[Outgoing], list[Future[bool]]] | None:
+        """What waits, to send now; None (and the lane idle) when nothing does."""
+        with self._lock:
+            if not self._futures:
+                self._busy = False
+                return None
+            batch = (self._round, list(self._waiting.values()), self._futures)
+            self._waiting, self._futures, self._round = {}, [], 0
+            return batch
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -76,6 +206,8 @@ class Dispatcher:
         self._executor = executor
         self._background = background
         self._on_change = on_change
+        self._lanes: dict[str, _Lane] = {}
+        self._lanes_lock = threading.Lock()
 
     # -- building assignments ------------------------------------------------------------
 
@@ -211,10 +343,10 @@ class Dispatcher:
                 return True
         return False
 
-    def dispatch_ready(self, round_number: int = 0) -> set[str]:
-        """Send every start that can go now; returns the nodes that could not be reached."""
+    def dispatch_ready(self, round_number: int = 0) -> Push:
+        """Send every start that can go now (without waiting for the answers)."""
         outgoing = self._tx.read(lambda uow: self.ready_starts(uow, round_number))
-        return self.send(round_number, outgoing) if outgoing else set()
+        return self.send(round_number, outgoing)
 
     def dispatch_ready_soon(self) -> None:
         self._background.submit(self._safe_dispatch_ready)
@@ -227,47 +359,72 @@ class Dispatcher:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def send(self, round_number: int, outgoing: Sequence[Outgoing]) -> set[str]:
-        """Push assignments, one ApplyAssignments per node, concurrently; record the answers.
+    def send(self, round_number: int, outgoing: Sequence[Outgoing]) -> Push:
+        """Hand assignments to their nodes' lanes and return at once; see :class:`Push`.
 
-        Returns the nodes that could not be reached.
+        Each node has one lane: one ApplyAssignments in flight at a time, retried up to
+        the dispatch attempts, its answers recorded as they come. What is handed to a busy
+        lane (a node slow to answer) waits there and goes out with the next call, an
+        extension replacing the older one of the same task; other nodes' lanes never wait
+        for it.
         """
         by_node: dict[str, list[Outgoing]] = defaultdict(list)
         for item in outgoing:
             by_node[item.node].append(item)
-        addresses = {
-            name: address
-            for name, (address, _) in self._tx.read(lambda uow: uow.nodes.addresses()).items()
-        }
-        futures = {
-            node: self._executor.submit(
-                self._clients.apply,
-                addresses.get(node, node),
+        futures: dict[str, Future[bool]] = {}
+        for node, items in by_node.items():
+            futures[node] = self._lane(node).hand(round_number, items, self._executor, self._drain)
+        return Push(futures)
+
+    def _lane(self, node: str) -> _Lane:
+        with self._lanes_lock:
+            lane = self._lanes.get(node)
+            if lane is None:
+                lane = self._lanes[node] = _Lane(node)
+            return lane
+
+    def _drain(self, lane: _Lane) -> None:
+        """Send what waits in `lane` until nothing does (runs on the push pool)."""
+        while True:
+            batch = lane.take()
+            if batch is None:
+                return
+            round_number, items, futures = batch
+            reached = False
+            try:
+                reached = self._push(lane.node, round_number, items)
+            except Exception:
+                log.exception("pushing to a worker failed", node=lane.node)
+            finally:
+                for future in futures:
+                    future.set_result(reached)
+
+    def _push(self, node: str, round_number: int, items: Sequence[Outgoing]) -> bool:
+        """One ApplyAssignments to `node` and its answers recorded; False when it could not
+        be reached."""
+        nodes = self._tx.read(lambda uow: uow.nodes.addresses())
+        address = nodes[node][0] if node in nodes else node
+        try:
+            response = self._clients.apply(
+                address,
                 worker_pb2.ApplyAssignmentsRequest(
                     round=round_number, assignments=[i.assignment for i in items]
                 ),
             )
-            for node, items in by_node.items()
-        }
-        failures: set[str] = set()
+        except WorkerUnreachableError as exc:
+            self._metrics.dispatch_failures.inc()
+            log.warning("worker did not acknowledge", node=node, error=str(exc))
+            return False
+        results = {(r.job_id, r.task_index, r.lease): r for r in response.results}
         answers: list[Answer] = []
-        for node, future in futures.items():
-            try:
-                response = future.result()
-            except WorkerUnreachableError as exc:
-                failures.add(node)
-                self._metrics.dispatch_failures.inc()
-                log.warning("worker did not acknowledge", node=node, error=str(exc))
-                continue
-            results = {(r.job_id, r.task_index, r.lease): r for r in response.results}
-            for item in by_node[node]:
-                a = item.assignment
-                answers.append((item, results.get((a.job_id, a.task_index, a.lease))))
+        for item in items:
+            a = item.assignment
+            answers.append((item, results.get((a.job_id, a.task_index, a.lease))))
         if answers:
             orders = self._record_answers(answers)
             self.send_stops(orders)
             self._on_change()
-        return failures
+        return True
 
     def _record_answers(self, answers: Sequence[Answer]) -> list[StopOrder]:
         """Store what the workers answered, job by job.

@@ -472,6 +472,17 @@ class JobManager:
             if not task.active:
                 if self._late_completion(uow, task, report, now):
                     return True, []
+                if task.state is TaskState.LOST and not is_terminal(
+                    uow.jobs.get(task.job_id).state
+                ):
+                    # Written off when its node was lost, it ran on until its lease ended and
+                    # checkpointed then: that checkpoint is where the job resumes, so it is
+                    # the count to show (counts never go down).
+                    uow.jobs.record_progress(
+                        task.job_id,
+                        iterations_done=report.iterations_done,
+                        checkpoint_iterations=report.iterations_done,
+                    )
                 if (
                     task.state is TaskState.LOST
                     and report.message
@@ -552,11 +563,15 @@ class JobManager:
             if not was_stopping and job.state is JobState.RUNNING:
                 # Stopped without being asked (lease ran out, the worker's own decision):
                 # the job resumes from its checkpoint wherever the next round puts it.
+                # Why, in the worker's words (an expired lease: when, and why it was not
+                # renewed).
+                why = _first_line(report.message).removeprefix("stopped: ")
                 _, orders = lose_job_placement(
                     uow,
                     job,
                     f"task on {report.node} ended"
-                    f" ({report.kind.value.lower()}) in lease {task.lease}",
+                    f" ({report.kind.value.lower()}) in lease {task.lease}"
+                    + (f": {why}" if why else ""),
                     kind="exited",
                     now=now,
                 )
@@ -578,3 +593,8 @@ class JobManager:
         else:
             log.info("ignored an exit from a stale lease", job_id=report.job_id, lease=report.lease)
         return accepted
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else ""

@@ -68,6 +68,10 @@ class Registry:
         self._on_capacity = on_capacity
         self._write_every = settings.heartbeat_timeout_s / 4
         self._last_written: dict[str, float] = {}
+        # When each node was last heard from (a heartbeat or a registration), as received:
+        # the store's heartbeat time may be up to a quarter of the timeout older, and a
+        # node is lost only a full timeout after it actually fell silent.
+        self._heard: dict[str, datetime] = {}
         # Node state and GPU health as last read, so that a heartbeat with nothing to write
         # and no tasks to check needs no database access. Every state change made here
         # drops the entry (_nodes_changed).
@@ -137,6 +141,7 @@ class Registry:
 
         result, orders = self._tx.write(change)
         self._nodes_changed(reg.node)
+        self._note_heard(reg.node, now)
         self._dispatcher.send_stops(orders)
         self._dispatcher.dispatch_ready_soon()
         self._on_change()
@@ -197,11 +202,13 @@ class Registry:
 
         The heartbeat time is written at most every quarter of the timeout (or when a GPU's
         health changes): hundreds of workers would otherwise turn into hundreds of writes a
-        second. A node is therefore declared lost between 1 and 1.25 timeouts after its
-        last heartbeat.
+        second. The time each heartbeat arrived is kept in memory too, and the loss check
+        goes by it: a node is declared lost a timeout after its last heartbeat (plus at
+        most one check interval), never earlier.
         """
         now = datetime.now(UTC)
         wall = time.monotonic()
+        self._note_heard(node, now)
         with self._beats_lock:
             due = wall - self._last_written.get(node, -1e9) >= self._write_every
             cached = self._liveness.get(node)
@@ -243,12 +250,31 @@ class Registry:
 
         return self._tx.write(change, jobs=False)
 
+    def _note_heard(self, node: str, at: datetime) -> None:
+        with self._beats_lock:
+            previous = self._heard.get(node)
+            if previous is None or at > previous:
+                self._heard[node] = at
+
+    def _last_heard(self, node: Node) -> datetime:
+        """The newest of the stored heartbeat time and the last one this master received
+        (the stored one alone after a start, or on a node another master heard from)."""
+        with self._beats_lock:
+            heard = self._heard.get(node.name)
+        return max(node.last_heartbeat, heard) if heard is not None else node.last_heartbeat
+
     def check_lost(self, now: datetime | None = None) -> list[str]:
         """Declare nodes silent for longer than the timeout UNREACHABLE; their jobs are
-        preempted (to be placed again from their checkpoints). Returns the lost nodes."""
+        preempted (to be placed again from their checkpoints). Returns the lost nodes.
+
+        Silent means no heartbeat received for the timeout: the stored heartbeat time is
+        written only every quarter of the timeout, so on its own it would cut a node off
+        up to a quarter of the timeout early. Nothing else (a push the node did not
+        answer) counts against a node."""
         at = now or datetime.now(UTC)
         cutoff = at - timedelta(seconds=self._settings.heartbeat_timeout_s)
-        silent = self._tx.read(lambda uow: uow.nodes.silent_since(cutoff))
+        stored = self._tx.read(lambda uow: uow.nodes.silent_since(cutoff))
+        silent = [node for node in stored if self._last_heard(node) < cutoff]
         if not silent:
             return []
 
@@ -257,11 +283,11 @@ class Registry:
             orders: list[StopOrder] = []
             for node in silent:
                 current = uow.nodes.find(node.name)
-                if current is None or current.last_heartbeat >= cutoff:
+                if current is None or self._last_heard(current) >= cutoff:
                     continue  # it came back meanwhile
                 if current.state is NodeState.UNREACHABLE:
                     continue
-                silent_s = (at - current.last_heartbeat).total_seconds()
+                silent_s = (at - self._last_heard(current)).total_seconds()
                 uow.nodes.set_state(
                     node.name, NodeState.UNREACHABLE, f"no heartbeat for {silent_s:.0f} s"
                 )

@@ -9,18 +9,22 @@
    GPUs; the diff against what runs applies hysteresis.
 3. Store the round, its actions, the new tasks (each placement with a fresh fencing token),
    the jobs' transitions and what the policy learned in ONE transaction.
-4. Push to the workers concurrently (stops and extensions now, starts as soon as their GPUs
-   are free), record acknowledgements and the round's duration.
+4. Hand what to send to each worker's lane (stops and extensions now, starts as soon as
+   their GPUs are free) and record the round's duration. The round does not wait for the
+   workers: a worker that is slow or silent delays no other worker's renewals, and no
+   later round. The round's dispatch failures are recorded once every push is over.
 
 Rounds never overlap: one lock serializes them, whoever triggers them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -62,6 +66,8 @@ class RoundResult:
     waiting: int = 0
     # Jobs whose part of the round failed; they wait for the next round as they were.
     set_aside: tuple[int, ...] = ()
+    # Done once every push of the round is over and its dispatch failures are stored.
+    settled: Future[None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +116,9 @@ class RoundRunner:
         self._on_change = on_change
         self._lock = threading.Lock()
         self.last_result: RoundResult | None = None
+        # Round number -> workers its pushes did not reach, once they are over.
+        self._failures: dict[int, int] = {}
+        self._failures_lock = threading.Lock()
 
     @property
     def policy_name(self) -> str:
@@ -120,11 +129,28 @@ class RoundRunner:
         """The policy the rounds run (and whose memory they keep)."""
         return self._policy
 
-    def run(self, now: datetime | None = None) -> RoundResult:
+    def run(self, now: datetime | None = None, *, settle: bool = True) -> RoundResult:
         """Run one round now (waits for a round in progress to finish first). `now`, the
-        round's time (for tests), is the clock's by default."""
+        round's time (for tests), is the clock's by default.
+
+        With `settle`, the call then waits (outside the round, which is over) until every
+        push of the round was answered or given up, and the result counts the workers
+        that could not be reached; scheduled rounds do not wait."""
         with self._lock:
-            return self._run(now or datetime.now(UTC))
+            result = self._run(now or datetime.now(UTC))
+        if not settle or result.settled is None:
+            return result
+        # Every lane finishes a push within the push budget; one busy with an earlier push
+        # first finishes that one.
+        try:
+            result.settled.result(timeout=2 * self._settings.push_budget_s + 10.0)
+        except TimeoutError:
+            # Recording the answers is that slow: the round's row gets them when it ends.
+            log.warning("the round's pushes are still under way", round=result.number)
+            return result
+        with self._failures_lock:
+            failures = self._failures.get(result.number, 0)
+        return dataclasses.replace(result, dispatch_failures=failures)
 
     def _run(self, now: datetime) -> RoundResult:
         started = time.monotonic()
@@ -149,14 +175,14 @@ class RoundRunner:
         persist_s = time.monotonic() - started - read_s - plan_s
         self._on_change()
         self._dispatcher.send_stops(stored.orders)
-        unreachable = self._dispatcher.send(number, stored.outgoing) if stored.outgoing else set()
-        unreachable |= self._dispatcher.dispatch_ready(number)
-        failures = len(unreachable)
+        pushes = self._dispatcher.send(number, stored.outgoing)
+        pushes |= self._dispatcher.dispatch_ready(number)
         duration = time.monotonic() - started
         self._tx.write(
-            lambda uow: uow.rounds.finish(number, duration_s=duration, dispatch_failures=failures),
+            lambda uow: uow.rounds.finish(number, duration_s=duration, dispatch_failures=0),
             jobs=False,
         )
+        settled = pushes.then(lambda unreachable: self._settled(number, unreachable))
         self._metrics.round_duration.observe(duration)
         self._metrics.round_actions.inc(changed)
         if duration > self._settings.round_seconds:
@@ -164,7 +190,7 @@ class RoundRunner:
         result = RoundResult(
             number=number,
             actions=changed,
-            dispatch_failures=failures,
+            dispatch_failures=0,
             duration_s=duration,
             started=tuple(
                 a.job_id
@@ -178,6 +204,7 @@ class RoundRunner:
             ),
             waiting=sum(1 for job_id in inp.jobs if job_id not in decision.placements),
             set_aside=stored.set_aside,
+            settled=settled,
         )
         self.last_result = result
         log.info(
@@ -186,7 +213,7 @@ class RoundRunner:
             policy=self._policy.name,
             actions=changed,
             jobs=len(inp.jobs),
-            dispatch_failures=failures,
+            pushing_to=len(pushes.nodes),
             duration_s=round(duration, 4),
             read_s=round(read_s, 4),
             plan_s=round(plan_s, 4),
@@ -194,6 +221,23 @@ class RoundRunner:
             push_s=round(duration - read_s - plan_s - persist_s, 4),
         )
         return result
+
+    def _settled(self, number: int, unreachable: set[str]) -> None:
+        """Every push of round `number` is over: store how many workers it did not reach
+        (they get their assignments again later)."""
+        with self._failures_lock:
+            self._failures[number] = len(unreachable)
+            # Only the latest are asked for (by run(settle=True), right after the round).
+            for old in [n for n in self._failures if n < number - 16]:
+                del self._failures[old]
+        if not unreachable:
+            return
+        log.warning(
+            "round's pushes left workers unreached", round=number, nodes=sorted(unreachable)
+        )
+        self._tx.write(
+            lambda uow: uow.rounds.set_dispatch_failures(number, len(unreachable)), jobs=False
+        )
 
     def _report(self, decision: RoundDecision) -> None:
         name = self._policy.name

@@ -26,6 +26,15 @@ LogFormat = Literal["auto", "json", "console"]
 JobDataReaders = Literal["owner", "group"]
 # Below this, ordinary calls (a job with a few environment variables) would not fit.
 MIN_MESSAGE_BYTES = 64 * 1024
+# The pause after a call to a worker failed, doubled after each further failure
+# (master.workers).
+DISPATCH_BACKOFF_S = 0.1
+
+
+def push_budget_s(timeout_s: float, attempts: int) -> float:
+    """The longest one call to a worker can take: every attempt's deadline and the pauses
+    between attempts."""
+    return timeout_s * attempts + DISPATCH_BACKOFF_S * ((1 << max(0, attempts - 1)) - 1)
 
 
 class SettingsError(ValueError):
@@ -186,6 +195,11 @@ class Settings:
         return self.round_seconds * self.lease_rounds
 
     @property
+    def push_budget_s(self) -> float:
+        """The longest one push to a worker can take, retries included."""
+        return push_budget_s(self.dispatch_timeout_s, self.dispatch_attempts)
+
+    @property
     def lost_lease_hold_s(self) -> float:
         """How long after a node is lost its preemptible tasks may still run: the lease
         (sent at the latest as the node was lost), the worker's grace to stop them, and one
@@ -260,8 +274,41 @@ class Settings:
         for ok, message in checks:
             if not ok:
                 raise SettingsError(message)
+        self._check_leases()
         self._check_time_limits()
         self._check_webhooks()
+
+    def _check_leases(self) -> None:
+        """Refuse leases that end before their renewal can arrive. Workers stop their
+        preemptible tasks at lease end, so such a lease would stop healthy jobs."""
+        lease = self.lease_s
+        # The renewal of a lease comes with the next round's push, which may need all its
+        # attempts on a slow worker.
+        renewal = self.round_seconds + self.push_budget_s
+        pauses = self.push_budget_s - self.dispatch_timeout_s * self.dispatch_attempts
+        if lease <= renewal:
+            raise SettingsError(
+                f"the lease, lease_rounds x round_seconds ({self.lease_rounds} x "
+                f"{self.round_seconds:g} s = {lease:g} s), must be longer than round_seconds + "
+                "dispatch_timeout_s x dispatch_attempts + the pauses between attempts "
+                f"({self.round_seconds:g} + {self.dispatch_timeout_s:g} x "
+                f"{self.dispatch_attempts} + {pauses:g} = {renewal:g} s): it would end before "
+                "a renewal retried on a slow worker arrives; raise lease_rounds, or lower "
+                "dispatch_timeout_s or dispatch_attempts"
+            )
+        # A node silent for less than the heartbeat timeout is not lost: its leases must
+        # outlast such a silence, the round before it that renewed them last and the round
+        # after it that renews them again.
+        silence = self.heartbeat_timeout_s + 2 * self.round_seconds
+        if lease < silence:
+            raise SettingsError(
+                f"the lease, lease_rounds x round_seconds ({self.lease_rounds} x "
+                f"{self.round_seconds:g} s = {lease:g} s), must last at least "
+                f"heartbeat_timeout_s + 2 x round_seconds ({self.heartbeat_timeout_s:g} + 2 x "
+                f"{self.round_seconds:g} = {silence:g} s): a worker silent for less than the "
+                "heartbeat timeout is not lost, and must not stop its jobs either; raise "
+                "lease_rounds or lower heartbeat_timeout_s"
+            )
 
     @property
     def webhook_hosts(self) -> tuple[str, ...]:

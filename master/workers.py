@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
+from master.settings import DISPATCH_BACKOFF_S
 from protos.hadar.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 
 T = TypeVar("T")
@@ -65,7 +66,7 @@ class WorkerClients:
             return entry[1]
 
     def _call(self, address: str, fn: Callable[[Any], T]) -> T:
-        delay = 0.1
+        delay = DISPATCH_BACKOFF_S
         last = ""
         for attempt in range(1, self._attempts + 1):
             try:

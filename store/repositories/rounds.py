@@ -53,11 +53,25 @@ class RoundRepository:
         self._session.flush()
         return convert.round_(row)
 
+    def set_dispatch_failures(self, number: int, count: int) -> None:
+        """How many workers the round's pushes did not reach (known once they are over,
+        after the round itself finished)."""
+        row = self._session.get(RoundRow, number)
+        if row is None:
+            raise NotFoundError("round", number)
+        row.dispatch_failures = count
+        self._session.flush()
+
     def get(self, number: int) -> Round:
         row = self._session.get(RoundRow, number)
         if row is None:
             raise NotFoundError("round", number)
         return convert.round_(row)
+
+    def started_since(self, at: datetime) -> list[Round]:
+        """The rounds started at `at` or later, oldest first."""
+        query = select(RoundRow).where(RoundRow.started_at >= at).order_by(RoundRow.number)
+        return [convert.round_(row) for row in self._session.scalars(query)]
 
     def last(self) -> Round | None:
         row = self._session.scalars(

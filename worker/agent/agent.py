@@ -177,6 +177,7 @@ class WorkerAgent:
             self._state,
             users or SystemUsers(),
             on_exit=self._wake.set,
+            master_state=self._master_state,
         )
         self._conn = _Connection(heartbeat_interval_s=settings.heartbeat_interval_s)
         self._conn_lock = threading.Lock()
@@ -285,6 +286,16 @@ class WorkerAgent:
         )
 
     # -- connection state, for callers and tests
+
+    def _master_state(self) -> str:
+        """Why the master may not have renewed a lease, for the reason a task stops with;
+        empty while the master answers."""
+        with self._conn_lock:
+            if self._conn.connected:
+                return ""
+            error = self._conn.last_error
+        detail = error.strip().splitlines()[0][:200] if error.strip() else ""
+        return "the master was unreachable" + (f" ({detail})" if detail else "")
 
     @property
     def connected(self) -> bool:

@@ -59,6 +59,8 @@ FAILED = worker_pb2.ASSIGNMENT_OUTCOME_FAILED
 
 # In the task directory: when the lease ends (Unix time), read by the job's runtime.
 LEASE_FILE_NAME = "lease-end"
+# Polls come every 0.1 s; a gap this long means the agent itself was not running.
+STALL_S = 5.0
 
 # Torchrun's variables: the job cannot override them through its env.
 TORCHRUN_VARS = (
@@ -198,6 +200,7 @@ class Supervisor:
         state: StateStore,
         users: UserDirectory,
         on_exit: Callable[[], None] = lambda: None,
+        master_state: Callable[[], str] = lambda: "",
     ) -> None:
         self._config = config
         self._gpus = {gpu.index: gpu for gpu in gpus}
@@ -208,6 +211,12 @@ class Supervisor:
         self._on_exit = on_exit
         self._lock = threading.RLock()
         self._tasks: dict[tuple[int, int], Task] = {}
+        # Why the master may not have renewed a lease ("" when it was reachable), for the
+        # words an expired lease is reported in.
+        self._master_state = master_state
+        # When poll() last ran (monotonic): a long gap means this agent itself was not
+        # running (stopped, suspended) while a lease ran out.
+        self._polled_at = clock.monotonic()
 
     # -- GPUs
 
@@ -655,6 +664,7 @@ class Supervisor:
         with self._lock:
             self._expire_leases()
             now = self._clock.monotonic()
+            self._polled_at = now
             for task in list(self._tasks.values()):
                 if task.phase == Phase.WAITING:
                     continue
@@ -701,14 +711,23 @@ class Supervisor:
             ends = task.lease_ends_at()
             if ends is None or wall < ends:
                 continue
-            at = datetime.fromtimestamp(ends, UTC).isoformat(timespec="seconds")
             task.lease_expired = True
-            self._request_stop(
-                task,
-                graceful=True,
-                grace_s=task.assignment.grace_s,
-                reason=f"lease {task.lease} expired at {at} without renewal from the master",
+            reason = self._expiry_reason(task, ends, wall)
+            log.warning("lease_expired", job=task.job_id, lease=task.lease, reason=reason)
+            self._request_stop(task, graceful=True, grace_s=task.assignment.grace_s, reason=reason)
+
+    def _expiry_reason(self, task: Task, ends: float, wall: float) -> str:
+        """Why a lease ran out, in words: when it ended, and what kept its renewal away."""
+        at = datetime.fromtimestamp(ends, UTC).strftime("%H:%M:%S UTC")
+        stalled = self._clock.monotonic() - self._polled_at
+        if stalled > STALL_S and ends > wall - stalled:
+            why = (
+                f"this worker agent did not run for {stalled:.0f} s (stopped or suspended), "
+                "so it could not take a renewal"
             )
+        else:
+            why = self._master_state() or "the master did not renew it"
+        return f"lease {task.lease} expired at {at} without renewal: {why}"
 
     def _start_waiting(self, task: Task) -> None:
         try:
@@ -828,6 +847,16 @@ class Supervisor:
         report.task_index = task.task_index
         report.lease = task.lease
         task.phase = Phase.EXITED
+        lines = report.message.strip().splitlines()
+        log.info(
+            "task_ended",
+            job=task.job_id,
+            lease=task.lease,
+            kind=_kind_name(report.kind),
+            iterations=report.iterations_done,
+            # The first line: a failure's output tail stays in the task's logs.
+            why=lines[0] if lines else (task.stop_reason or _kind_name(report.kind).lower()),
+        )
         # Durable before the task is forgotten: a crash now still reports the exit.
         self._state.add_exit(report)
         self._state.remove_running(task.job_id, task.lease)

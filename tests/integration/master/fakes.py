@@ -61,6 +61,8 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     tasks: dict[tuple[int, int], FakeTask] = field(default_factory=dict)
     applied: list[worker_pb2.TaskAssignment] = field(default_factory=list)
     stops: list[StopRecord] = field(default_factory=list)
+    # (time.monotonic(), round) of every EXTEND received, in order.
+    extensions: list[tuple[float, int]] = field(default_factory=list)
     # The master_epoch of every ApplyAssignments and StopTask received, in order.
     epochs: list[int] = field(default_factory=list)
     # Refuse orders of an older master epoch, as a real worker that has seen this one does.
@@ -86,6 +88,9 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         self.coordinator: Any = coordinator_pb2_grpc.CoordinatorStub(self._channel)  # type: ignore[no-untyped-call]
         self._beating = threading.Event()
         self._beat_thread: threading.Thread | None = None
+        # Cleared while the worker is frozen: its service answers nothing until thawed.
+        self._thawed = threading.Event()
+        self._thawed.set()
         self.metadata: tuple[tuple[str, str], ...] = (
             ("authorization", f"Bearer {self.cluster_token}"),
         )
@@ -253,6 +258,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     def ApplyAssignments(
         self, request: worker_pb2.ApplyAssignmentsRequest, context: grpc.ServicerContext
     ) -> worker_pb2.ApplyAssignmentsResponse:
+        self._thawed.wait()
         self._check(context)
         results = []
         to_exit: list[FakeTask] = []
@@ -261,6 +267,8 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
             self.epochs.append(request.master_epoch)
             for a in request.assignments:
                 self.applied.append(a)
+                if a.action == worker_pb2.ASSIGNMENT_ACTION_EXTEND:
+                    self.extensions.append((time.monotonic(), a.round))
                 key = (a.job_id, a.task_index)
                 current = self.tasks.get(key)
                 outcome = worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
@@ -312,6 +320,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     def StopTask(
         self, request: worker_pb2.StopTaskRequest, context: grpc.ServicerContext
     ) -> worker_pb2.StopTaskResponse:
+        self._thawed.wait()
         self._check(context)
         with self._lock:
             self.epochs.append(request.master_epoch)
@@ -376,11 +385,24 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
 
     # -- test helpers ----------------------------------------------------------------------
 
+    def freeze(self) -> None:
+        """Answer no call of the master's (they hang, as on a stopped agent) until thaw()."""
+        self._thawed.clear()
+
+    def thaw(self) -> None:
+        self._thawed.set()
+
+    def extended_in(self) -> set[int]:
+        """Rounds whose EXTEND reached this worker."""
+        with self._lock:
+            return {round_number for _, round_number in self.extensions}
+
     def running_jobs(self) -> set[int]:
         with self._lock:
             return {t.job_id for t in self.tasks.values()}
 
     def close(self) -> None:
+        self.thaw()
         self.stop_heartbeats()
         self._server.stop(0).wait()
         self._channel.close()

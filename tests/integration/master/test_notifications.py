@@ -260,7 +260,10 @@ def test_scheduled_rounds_keep_their_period_while_a_webhook_hangs(cluster: Clust
     """With rounds every 0.2 s and a webhook call hanging for up to 5 s, the scheduler
     still completes five rounds, each within its period, before the hung call times out."""
     with black_hole() as hung_port:
-        master = cluster.master(**{**FAST, "round_seconds": 0.2, "webhook_timeout_s": 5.0})
+        # The lease must outlast the heartbeat timeout and the rounds around it.
+        master = cluster.master(
+            **{**FAST, "round_seconds": 0.2, "lease_rounds": 1000, "webhook_timeout_s": 5.0}
+        )
         worker = cluster.worker(master, "n1")
         api = cluster.api(master)
         job = submit(api, workload(f"http://127.0.0.1:{hung_port}/hook"))

@@ -8,9 +8,11 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import structlog
 
 from protos.hadar.v1 import common_pb2, worker_pb2
 from worker.agent.clock import FakeClock
@@ -44,7 +46,9 @@ class Rig:
         self.exits_signalled = 0
         self.supervisor = self.make()
 
-    def make(self, allow_root_jobs: bool = False) -> Supervisor:
+    def make(
+        self, allow_root_jobs: bool = False, master_state: Callable[[], str] = lambda: ""
+    ) -> Supervisor:
         def on_exit() -> None:
             self.exits_signalled += 1
 
@@ -65,6 +69,7 @@ class Rig:
             self.state,
             self.users,
             on_exit=on_exit,
+            master_state=master_state,
         )
 
     def exits(self) -> dict[tuple[int, int], common_pb2.ExitKind]:
@@ -525,7 +530,9 @@ def test_task_whose_lease_ends_without_renewal_is_stopped_with_the_reason(
     assert lapsing.signals == [signal.SIGTERM, signal.SIGKILL]
     (report,) = rig.state.pending_exits()
     assert (report.job_id, report.lease, report.kind) == (1, 4, common_pb2.EXIT_KIND_KILLED)
-    assert "lease 4 expired at 2023-11-14T22:13:30+00:00 without renewal" in report.message
+    assert report.message.endswith(
+        "lease 4 expired at 22:13:30 UTC without renewal: the master did not renew it)"
+    ), report.message
     assert rig.supervisor.running_keys() == [(2, 7)]
     assert renewed.signals == []
 
@@ -561,7 +568,7 @@ def test_expired_lease_of_a_checkpointing_task_is_reported_stopped(tmp_path: Pat
     (report,) = rig.state.pending_exits()
     assert report.kind == common_pb2.EXIT_KIND_STOPPED
     assert report.message.startswith("stopped: lease 2 expired at ")
-    assert report.message.endswith("without renewal from the master")
+    assert report.message.endswith("without renewal: the master did not renew it")
 
 
 def test_opaque_command_runs_on_past_its_lease(tmp_path: Path) -> None:
@@ -575,3 +582,39 @@ def test_opaque_command_runs_on_past_its_lease(tmp_path: Path) -> None:
     rig.supervisor.poll()
     assert [p.signals for p in rig.launcher.processes] == [[], []]
     assert rig.supervisor.running_keys() == [(1, 1), (2, 1)]
+
+
+def test_an_expired_lease_says_why_in_the_report_and_the_log(tmp_path: Path) -> None:
+    """The words name the lease, when it ended and what kept the renewal away: the master
+    out of reach (as the agent knows it), or the agent itself not running."""
+    rig = Rig(tmp_path)
+    unreachable = "the master was unreachable (UNAVAILABLE: connection refused)"
+    rig.supervisor = rig.make(master_state=lambda: unreachable)
+    now = rig.clock.time()
+    rig.supervisor.apply(_expiring(1, 3, now + 10, gpus=(0,)))
+    rig.supervisor.apply(_expiring(2, 4, now + 30, gpus=(1,)))
+    rig.clock.advance(9)
+    rig.supervisor.poll()
+    rig.clock.advance(1)
+    with structlog.testing.capture_logs() as logs:
+        rig.supervisor.poll()
+        rig.supervisor.poll()
+    (report,) = rig.state.pending_exits()
+    expected = f"lease 3 expired at 22:13:30 UTC without renewal: {unreachable}"
+    assert report.message == f"stopped: {expected}"
+    assert {"event": "lease_expired", "job": 1, "lease": 3, "reason": expected} in [
+        {k: v for k, v in entry.items() if k in ("event", "job", "lease", "reason")}
+        for entry in logs
+    ]
+    assert any(e["event"] == "task_ended" and e["why"] == report.message for e in logs), logs
+
+    # The agent stopped for 40 s (SIGSTOP) while lease 4 ended: that is why.
+    rig.clock.advance(40)
+    assert rig.state.pending_exits() == [report]
+    rig.supervisor.poll()
+    rig.supervisor.poll()
+    late = next(r for r in rig.state.pending_exits() if r.job_id == 2)
+    assert late.message == (
+        "stopped: lease 4 expired at 22:13:50 UTC without renewal: this worker agent did "
+        "not run for 40 s (stopped or suspended), so it could not take a renewal"
+    )

@@ -1,0 +1,65 @@
+"""Leases that could end before their renewal arrives are refused at start, naming the
+settings that clash and the figures that do not add up; a local cluster's timers always
+pass, whatever its round length."""
+
+from __future__ import annotations
+
+import pytest
+
+from clients import localcluster
+from master.settings import Settings, SettingsError, load
+
+
+def test_a_lease_shorter_than_a_round_and_a_retried_push_is_refused() -> None:
+    # 2 s rounds and 10 s leases with the default pushes (5 s x 3 attempts): a renewal
+    # retried on a slow worker arrives 17.3 s after the round before it.
+    with pytest.raises(SettingsError) as refused:
+        Settings(round_seconds=2, heartbeat_timeout_s=6)
+    message = str(refused.value)
+    for words in (
+        "lease_rounds x round_seconds (5 x 2 s = 10 s)",
+        "round_seconds + dispatch_timeout_s x dispatch_attempts",
+        "(2 + 5 x 3 + 0.3 = 17.3 s)",
+    ):
+        assert words in message, message
+    assert Settings(round_seconds=2, heartbeat_timeout_s=6, dispatch_timeout_s=2.0)
+
+
+def test_a_lease_shorter_than_a_silence_the_master_tolerates_is_refused() -> None:
+    with pytest.raises(SettingsError) as refused:
+        load(
+            environ={
+                "HADAR_ROUND_SECONDS": "2",
+                "HADAR_HEARTBEAT_TIMEOUT_S": "8",
+                "HADAR_DISPATCH_TIMEOUT_S": "1",
+            }
+        )
+    message = str(refused.value)
+    assert "heartbeat_timeout_s + 2 x round_seconds (8 + 2 x 2 = 12 s)" in message, message
+    assert "(5 x 2 s = 10 s)" in message, message
+    assert load(
+        environ={
+            "HADAR_ROUND_SECONDS": "2",
+            "HADAR_HEARTBEAT_TIMEOUT_S": "8",
+            "HADAR_DISPATCH_TIMEOUT_S": "1",
+            "HADAR_LEASE_ROUNDS": "6",
+        }
+    )
+
+
+def test_the_defaults_pass() -> None:
+    settings = Settings()
+    assert settings.lease_s > settings.round_seconds + settings.push_budget_s
+    assert settings.lease_s >= settings.heartbeat_timeout_s + 2 * settings.round_seconds
+
+
+@pytest.mark.parametrize("round_seconds", [0.5, 1.0, 2.0, 3.0, 10.0, 60.0])
+def test_a_local_clusters_timers_pass_for_any_round_length(round_seconds: float) -> None:
+    Settings(
+        round_seconds=round_seconds,
+        lease_rounds=localcluster.lease_rounds(round_seconds),
+        heartbeat_interval_s=localcluster.HEARTBEAT_INTERVAL_S,
+        heartbeat_timeout_s=localcluster.HEARTBEAT_TIMEOUT_S,
+        dispatch_timeout_s=localcluster.DISPATCH_TIMEOUT_S,
+        dispatch_attempts=localcluster.DISPATCH_ATTEMPTS,
+    )
