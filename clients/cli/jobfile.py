@@ -6,7 +6,7 @@ The file's keys (all optional except the amount of work and what to run)::
     gpus = 2                         # GPUs (data-parallel workers), default 1
     iterations = 5000                # training iterations (global batches); required
     batch_size = 128                 # global batch; 0 or absent: the workload's default
-    priority = 1.0                   # weight in fairness policies
+    priority = 1.0                   # weight in fairness policies, 0.001 to 1000
     gpu_types = ["v100", "a100-40gb"]  # allowed GPU types; absent: any
     preemptible = true               # absent: true for managed jobs, false for commands
     shareable = false                # may share GPUs by gradient accumulation
@@ -58,6 +58,7 @@ from typing import Any
 from clients.cli.format import parse_size
 from clients.types import Dependency, JobSpec, JobState, Program, ProgramKind
 from protos.arrays import parse_array, parse_dependency, parse_job_ids
+from protos.bounds import PRIORITY_RANGE, valid_priority
 from protos.durations import parse_duration
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -284,8 +285,8 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
     if batch_size < 0:
         raise SpecError("batch_size", f"must not be negative, got {batch_size}")
     priority = values.get("priority", 1.0)
-    if priority <= 0:
-        raise SpecError("priority", f"must be positive, got {priority:g}")
+    if not valid_priority(priority):
+        raise SpecError("priority", f"must be from {PRIORITY_RANGE}, got {priority!r}")
     retries = values.get("retries")
     if retries is not None and retries < 0:
         raise SpecError("retries", f"must not be negative, got {retries}")

@@ -40,6 +40,7 @@ from clients.types import (
     LogStream,
 )
 from protos.arrays import JobRef, dependency_text
+from protos.bounds import PRIORITY_RANGE, valid_priority
 
 STATE_STYLES: dict[JobState, str] = {
     JobState.PENDING: "yellow",
@@ -86,6 +87,17 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def priority_weight(text: str) -> float:
+    """argparse type for --priority: a weight in the range the master accepts."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not valid_priority(value):
+        raise argparse.ArgumentTypeError(f"must be from {PRIORITY_RANGE}, got {text}")
     return value
 
 
@@ -158,7 +170,12 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     )
     spec.add_argument("--iterations", type=int, metavar="N", help="training iterations (required)")
     spec.add_argument("--batch-size", type=int, metavar="N", help="global batch size")
-    spec.add_argument("--priority", type=float, metavar="W", help="weight in fair policies")
+    spec.add_argument(
+        "--priority",
+        type=priority_weight,
+        metavar="W",
+        help=f"weight in fair policies, {PRIORITY_RANGE} (default 1)",
+    )
     spec.add_argument(
         "--no-preempt",
         dest="preemptible",
