@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from sqlalchemy import text
 
@@ -195,3 +197,25 @@ def test_a_job_the_policy_fails_on_waits_saying_so_while_the_others_are_placed(
     api.CancelJob(hadar_pb2.CancelJobRequest(job_id=poison.id))
     again = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("again", 1))).job
     assert master.run_round().started == (again.id,)
+
+
+@pytest.mark.parametrize("rate", [math.inf, math.nan, 1e300, 1e-300, -5.0])
+def test_a_rate_no_training_step_has_is_ignored_and_rounds_go_on(
+    cluster: Cluster, rate: float
+) -> None:
+    """A job's own process reports its rate, so any number can arrive from a worker: one
+    that is not finite or beyond any training step's (a million a second, one per 11 days)
+    is not stored, and the next rounds read the model and place jobs as before."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1", num_gpus=2)
+    api = cluster.api(master)
+    first = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("first", 1))).job
+    assert master.run_round().started == (first.id,)
+    wait_for(lambda: first.id in worker.running_jobs(), what="the first job started")
+    assert worker.progress(first.id, 10, rate=rate).acks
+    assert get(api, first.id).iterations_done == 10
+
+    second = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("second", 1))).job
+    assert master.run_round().started == (second.id,)
+    stored = master.tx.read(lambda uow: uow.throughput.all())
+    assert [m.iterations_per_s for m in stored if m.job_type == first.spec.job_type] == []
