@@ -23,7 +23,7 @@ from master.lifecycle import (
 from master.limits import SubmitRateLimiter, pending_limit_error
 from master.notifications import check_url
 from master.scheduling.memory import memory_by_type
-from master.scheduling.throughput import ThroughputModel
+from master.scheduling.throughput import ThroughputModel, plausible_rate
 from master.settings import Settings
 from master.timelimits import apply_time_limit
 from master.transactions import Transactor
@@ -419,7 +419,12 @@ class JobManager:
     def _measure(uow: UnitOfWork, job: Job, task: Task, update: ProgressUpdate) -> None:
         # The reported rate is the whole job's (all its processes step together); it is a
         # clean figure for (job type, GPU type, GPUs) only when one task runs the job.
-        if update.iterations_per_s <= 0 or task.num_copies > 1:
+        if update.iterations_per_s == 0 or task.num_copies > 1:
+            return
+        if not plausible_rate(update.iterations_per_s):
+            log.warning(
+                "ignored a throughput out of range", job_id=job.id, value=update.iterations_per_s
+            )
             return
         if len(task.gpu_indices) != job.spec.num_gpus:
             return

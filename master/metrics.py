@@ -95,8 +95,9 @@ class MasterMetrics:
             "Calls to workers that failed after their retries",
             registry=self.registry,
         )
-        # stage: "round" (planning a job's placement) or "dispatch" (recording the workers'
-        # answers about it).
+        # stage: "round" (storing a job's part of a round), "dispatch" (recording the
+        # workers' answers about it) or "policy" (the policy fails on the job; counted when
+        # it is first left out of the plan).
         self.isolated_job_failures = Counter(
             "hadar_job_failures_isolated",
             "Jobs whose handling raised and was set aside so the rest went on",

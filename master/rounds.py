@@ -4,9 +4,10 @@
    hold, the leases that may still run on lost nodes, the jobs completed since the last
    round.
 2. Decide with :func:`master.scheduling.round.decide_round`, the pure function the
-   simulator runs too: the policy learns from the completions and plans; a plan that
-   breaks the cluster's rules is not applied; jobs that may not be preempted keep their
-   GPUs; the diff against what runs applies hysteresis.
+   simulator runs too: the policy learns from the completions and plans; jobs it fails
+   on are left out of its plan (logged once each, when first left out) and the others
+   planned; a plan that breaks the cluster's rules is not applied; jobs that may not be
+   preempted keep their GPUs; the diff against what runs applies hysteresis.
 3. Store the round, its actions, the new tasks (each placement with a fresh fencing token),
    the jobs' transitions and what the policy learned in ONE transaction.
 4. Hand what to send to each worker's lane (stops and extensions now, starts as soon as
@@ -119,6 +120,8 @@ class RoundRunner:
         # Round number -> workers its pushes did not reach, once they are over.
         self._failures: dict[int, int] = {}
         self._failures_lock = threading.Lock()
+        # Jobs the policy failed on in the last round that planned, already logged.
+        self._isolated: set[int] = set()
 
     @property
     def policy_name(self) -> str:
@@ -214,6 +217,7 @@ class RoundRunner:
             actions=changed,
             jobs=len(inp.jobs),
             pushing_to=len(pushes.nodes),
+            isolated=len(decision.isolated),
             duration_s=round(duration, 4),
             read_s=round(read_s, 4),
             plan_s=round(plan_s, 4),
@@ -251,12 +255,34 @@ class RoundRunner:
             log.error(
                 "policy failed; keeping the current placements",
                 policy=name,
+                reason=decision.fallback,
                 exc_info=decision.plan_error,
             )
+        if not decision.fallback:
+            self._report_isolated(decision)
         for error in decision.learn_errors:
             log.error("policy failed to learn from a completed job", policy=name, exc_info=error)
         if decision.learned:
             log.info("policy learned from completed jobs", policy=name, jobs=decision.learned)
+
+    def _report_isolated(self, decision: RoundDecision) -> None:
+        """Log each job the policy fails on when it is first left out, not every round it
+        stays out (its waiting reason says so meanwhile)."""
+        for job_id, error in sorted(decision.isolated.items()):
+            if job_id in self._isolated:
+                continue
+            self._metrics.isolated_job_failures.labels(stage="policy").inc()
+            log.error(
+                "policy fails on a job; it is left out of the plan, the others are planned",
+                policy=self._policy.name,
+                job_id=job_id,
+                keeps_placement=job_id in decision.placements,
+                probes=decision.probes,
+                exc_info=error,
+            )
+        for job_id in sorted(self._isolated - decision.isolated.keys()):
+            log.info("a job the policy failed on is no longer left out", job_id=job_id)
+        self._isolated = set(decision.isolated)
 
     def _store(self, inp: RoundInput, decision: RoundDecision, now: datetime) -> Persisted:
         """Store the round in one transaction. Should one job's part raise, the round is

@@ -12,9 +12,10 @@ from master.scheduling.churn import DEFAULT_RESTART_S
 from master.scheduling.fairshare import FairShareConfig, UserShare, decayed_usage, report
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.round import CompletedJob, LostLease
-from master.scheduling.throughput import ThroughputModel
+from master.scheduling.throughput import ThroughputModel, plausible_rate
 from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
 from master.usage import run_seconds
+from protos.bounds import PRIORITY_MAX, PRIORITY_MIN
 from store import UnitOfWork
 from store.domain import Job, Node, Task, ThroughputMeasurement, UsageRecord
 from store.repositories.counters import ROUND
@@ -179,7 +180,8 @@ def job_view(
         total_iterations=float(spec.iterations),
         iterations_done=float(job.iterations_done),
         batch_size=max(1, spec.batch_size),
-        priority=spec.priority,
+        # A job stored before priorities were bounded is planned at the nearest bound.
+        priority=min(max(spec.priority, PRIORITY_MIN), PRIORITY_MAX),
         allowed_gpu_types=frozenset(spec.allowed_gpu_types),
         preemptible=preemptible(job),
         migratable=preemptible(job),
@@ -201,7 +203,9 @@ def with_measurements(
 ) -> ThroughputModel:
     model = base
     for m in measurements:
-        model = model.observe(m.job_type, m.gpu_type, m.num_gpus, m.iterations_per_s)
+        # A figure stored before measured rates were bounded counts as never measured.
+        if plausible_rate(m.iterations_per_s):
+            model = model.observe(m.job_type, m.gpu_type, m.num_gpus, m.iterations_per_s)
     return model
 
 

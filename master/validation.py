@@ -6,7 +6,6 @@ import dataclasses
 import enum
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from master.errors import InvalidArgumentError
 from master.notifications import check_states
 from master.scheduling.memory import fits, format_memory
 from master.workloads import workload_info
+from protos import bounds
 from protos.hadar.v1 import common_pb2
 from protos.numbers import MAX_RETRIES, TIME_LIMIT_MAX_S
 from store.domain import JobSpec
@@ -86,19 +86,30 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
     if not 1 <= len(name) <= NAME_MAX:
         raise InvalidArgumentError("spec.name", f"must be 1 to {NAME_MAX} characters")
     fields.printable(name, "spec.name")
-    if spec.num_gpus < 1:
-        raise InvalidArgumentError("spec.num_gpus", "must be >= 1")
-    fields.int32(spec.num_gpus, "spec.num_gpus")
-    if spec.iterations < 1:
-        raise InvalidArgumentError("spec.iterations", "must be > 0")
-    fields.int64(spec.iterations, "spec.iterations")
-    fields.int32(spec.batch_size, "spec.batch_size")
-    fields.int64(spec.gpu_memory_bytes, "spec.gpu_memory_bytes")
-    if spec.gpu_memory_bytes < 0:
-        raise InvalidArgumentError("spec.gpu_memory_bytes", "must be >= 0 (0: any GPU)")
+    if not 1 <= spec.num_gpus <= bounds.NUM_GPUS_MAX:
+        raise InvalidArgumentError("spec.num_gpus", f"must be 1 to {bounds.NUM_GPUS_MAX}")
+    if not 1 <= spec.iterations <= bounds.ITERATIONS_MAX:
+        raise InvalidArgumentError(
+            "spec.iterations", f"must be 1 to {bounds.ITERATIONS_MAX} (10^12)"
+        )
+    if spec.batch_size > bounds.BATCH_SIZE_MAX:
+        raise InvalidArgumentError(
+            "spec.batch_size",
+            f"must be at most {bounds.BATCH_SIZE_MAX} (0: the workload's default)",
+        )
+    if not 0 <= spec.gpu_memory_bytes <= bounds.GPU_MEMORY_MAX_BYTES:
+        raise InvalidArgumentError(
+            "spec.gpu_memory_bytes",
+            f"must be 0 (any GPU) to {bounds.GPU_MEMORY_MAX_BYTES} bytes "
+            f"({format_memory(bounds.GPU_MEMORY_MAX_BYTES)})",
+        )
+    # Unset (0) means the default weight; NaN fails the range check as well.
     priority = spec.priority or 1.0
-    if not math.isfinite(priority) or priority <= 0:
-        raise InvalidArgumentError("spec.priority", "must be a positive number (0 means 1)")
+    if not bounds.valid_priority(priority):
+        raise InvalidArgumentError(
+            "spec.priority",
+            f"must be from {bounds.PRIORITY_RANGE} (0 means 1), got {spec.priority!r}",
+        )
 
     program = spec.WhichOneof("program")
     workload = ""

@@ -6,7 +6,7 @@ The file's keys (all optional except the amount of work and what to run)::
     gpus = 2                         # GPUs (data-parallel workers), default 1
     iterations = 5000                # training iterations (global batches); required
     batch_size = 128                 # global batch; 0 or absent: the workload's default
-    priority = 1.0                   # weight in fairness policies
+    priority = 1.0                   # weight in fairness policies, 0.001 to 1000
     gpu_types = ["v100", "a100-40gb"]  # allowed GPU types; absent: any
     preemptible = true               # absent: true for managed jobs, false for commands
     shareable = false                # may share GPUs by gradient accumulation
@@ -57,9 +57,16 @@ from typing import Any
 from clients.cli.format import parse_size
 from clients.types import Dependency, JobSpec, JobState, Program, ProgramKind
 from protos.arrays import parse_array, parse_dependency, parse_job_ids
+from protos.bounds import (
+    BATCH_SIZE_MAX,
+    GPU_MEMORY_MAX_BYTES,
+    ITERATIONS_MAX,
+    NUM_GPUS_MAX,
+    PRIORITY_RANGE,
+    valid_priority,
+)
 from protos.durations import format_duration, parse_duration
 from protos.numbers import (
-    INT32_MAX,
     INT64_MAX,
     MAX_RETRIES,
     TIME_LIMIT_MAX_S,
@@ -72,11 +79,11 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # of environment. A larger file is refused before it is parsed.
 MAX_JOB_FILE_BYTES = 1024 * 1024
 # Ranges of the integer keys, as the master accepts them (see master/validation.py).
-GPUS = NumberRange(1, INT32_MAX)
-ITERATIONS = NumberRange(1, INT64_MAX)
-BATCH_SIZE = NumberRange(0, INT32_MAX)
+GPUS = NumberRange(1, NUM_GPUS_MAX)
+ITERATIONS = NumberRange(1, ITERATIONS_MAX)
+BATCH_SIZE = NumberRange(0, BATCH_SIZE_MAX)
 RETRIES = NumberRange(0, MAX_RETRIES)
-GPU_MEMORY = NumberRange(0, INT64_MAX)
+GPU_MEMORY = NumberRange(0, GPU_MEMORY_MAX_BYTES)
 _RANGES = {"gpus": GPUS, "iterations": ITERATIONS, "batch_size": BATCH_SIZE, "retries": RETRIES}
 # One piece of a shell word at a time: a run of ordinary characters, a single- or
 # double-quoted string, a backslash and the character it escapes, or the blanks between
@@ -397,8 +404,8 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
     if batch_size < 0:
         raise SpecError("batch_size", f"must not be negative, got {batch_size}")
     priority = values.get("priority", 1.0)
-    if priority <= 0:
-        raise SpecError("priority", f"must be positive, got {priority:g}")
+    if not valid_priority(priority):
+        raise SpecError("priority", f"must be from {PRIORITY_RANGE}, got {priority!r}")
     retries = values.get("retries")
     if retries is not None and retries < 0:
         raise SpecError("retries", f"must not be negative, got {retries}")

@@ -43,11 +43,18 @@ from clients.types import (
     LogStream,
 )
 from protos.arrays import JobRef, dependency_text, parse_array, parse_dependency, parse_job_ids
+from protos.bounds import (
+    BATCH_SIZE_MAX,
+    ITERATIONS_MAX,
+    NUM_GPUS_MAX,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    PRIORITY_RANGE,
+)
 from protos.numbers import (
-    INT32_MAX,
-    INT64_MAX,
     MAX_RETRIES,
     UINT32_MAX,
+    float_type,
     int_type,
     seconds_type,
 )
@@ -152,7 +159,7 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     spec = parser.add_argument_group("resources and work")
     spec.add_argument("--name", help="job name (default: the workload or script name)")
     spec.add_argument(
-        "--gpus", type=int_type(1, INT32_MAX), metavar="N", help="number of GPUs (default 1)"
+        "--gpus", type=int_type(1, NUM_GPUS_MAX), metavar="N", help="number of GPUs (default 1)"
     )
     spec.add_argument(
         "--gpu-type",
@@ -162,17 +169,22 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     )
     spec.add_argument(
         "--iterations",
-        type=int_type(1, INT64_MAX),
+        type=int_type(1, ITERATIONS_MAX),
         metavar="N",
         help="training iterations (required)",
     )
     spec.add_argument(
         "--batch-size",
-        type=int_type(0, INT32_MAX),
+        type=int_type(0, BATCH_SIZE_MAX),
         metavar="N",
         help="global batch size (0: the workload's default)",
     )
-    spec.add_argument("--priority", type=float, metavar="W", help="weight in fair policies")
+    spec.add_argument(
+        "--priority",
+        type=float_type(PRIORITY_MIN, PRIORITY_MAX),
+        metavar="W",
+        help=f"weight in fair policies, {PRIORITY_RANGE} (default 1)",
+    )
     spec.add_argument(
         "--no-preempt",
         dest="preemptible",

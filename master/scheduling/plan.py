@@ -218,6 +218,9 @@ class Plan:
         object.__setattr__(self, "allocations", _frozen_map(self.allocations))
         object.__setattr__(self, "reasons", _frozen_map(self.reasons))
 
+    def __deepcopy__(self, memo: dict[int, object]) -> Plan:
+        return self  # immutable; its read-only mappings cannot be copied
+
     def __contains__(self, job_id: object) -> bool:
         return job_id in self.allocations
 

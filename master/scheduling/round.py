@@ -22,8 +22,15 @@ The steps, in order:
    factor and waiting jobs past their user's quota, or past their user's entitlement while
    another user is under theirs, are hidden from it; its plan then starts no more of one
    user's jobs than those limits allow.
-4. Should the policy raise, or its plan (pinning applied) break the cluster's rules
-   (:meth:`Plan.violations`), every job keeps what it holds.
+4. Should the policy raise, the round looks for the jobs it fails on
+   (:func:`plan_around`): it tries copies of the policy on halves of the jobs, then on
+   halves of each half that fails, down to single jobs, and plans the others with the
+   policy itself. Each job so isolated keeps what it holds if it runs (it is not preempted
+   for the policy's failure; the policy plans nothing onto its GPUs) and otherwise waits
+   with :func:`isolated_reason`. Only when that fails too (the policy fails without any
+   job, only on a combination of jobs, on the others as well, or past
+   :data:`ISOLATION_MAX_CALLS` tries), or when its plan (pinning applied) breaks the
+   cluster's rules (:meth:`Plan.violations`), does every job keep what it holds.
 5. The diff against what runs, with hysteresis (:class:`Hysteresis`): a move that gains
    less than ``min_migration_gain`` is not carried out, unless holding it back would
    break the cluster's rules (a job the plan moved in to share its new GPUs).
@@ -31,19 +38,26 @@ The steps, in order:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence, Set
+from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from master.scheduling.diff import Action, ActionKind, Hysteresis, diff
 from master.scheduling.fairshare import FairShareConfig, limit_plan, prepare
-from master.scheduling.plan import Allocation, Plan
+from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policy import Policy, export_memory, learns, notify_completion
-from master.scheduling.views import JobView, Snapshot
+from master.scheduling.views import ClusterView, JobView, NodeView, Snapshot
 
 #: Why a job waits when the policy gave no reason.
 NOT_CHOSEN = "waiting: not chosen by the policy this round"
+#: Most tries of a policy's copies one round spends finding the jobs the policy fails on:
+#: about 2 log2(n) find one job among n (14 among a thousand), so this finds a few even
+#: in a large queue while a policy that fails on nearly every job costs a bounded delay.
+ISOLATION_MAX_CALLS = 64
+#: Longest error text a waiting reason quotes.
+REASON_ERROR_MAX = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +160,10 @@ class RoundDecision:
     is told once all the same). ``memory``: the policy's memory to keep, when it learned
     from completions this round (else None).
     ``learned``: how many completions were told to a policy that learns from them.
+    ``isolated``: the jobs left out of the plan because the policy fails on them (see
+    :func:`plan_around`), each with what the policy raised on it alone; those running keep
+    their placements, the others wait with :func:`isolated_reason`. ``probes``: how many
+    times a copy of the policy was tried to find them.
     """
 
     plan: Plan
@@ -159,6 +177,8 @@ class RoundDecision:
     learn_errors: tuple[Exception, ...] = ()
     memory: Mapping[str, Any] | None = None
     learned: int = 0
+    isolated: Mapping[int, Exception] = field(default_factory=dict)
+    probes: int = 0
 
     def started(self) -> tuple[int, ...]:
         return tuple(a.job_id for a in self.actions if a.kind is ActionKind.START)
@@ -199,12 +219,20 @@ def decide_round(
         visible, limited, fair = prepare(visible, state.fair_share, state.usage)
     fallback = ""
     problems: tuple[str, ...] = ()
+    isolated: Mapping[int, Exception] = {}
+    probes = 0
+    planned: Plan | None
     try:
         planned = policy.plan(visible, state.now)
     except Exception as exc:
-        plan_error = exc
-        fallback = f"policy {policy.name!r} failed: {exc!r}"
-    else:
+        around = plan_around(policy, visible, state.now, exc)
+        planned, isolated, probes = around.plan, around.isolated, around.probes
+        if planned is None:
+            plan_error = around.error
+            fallback = f"policy {policy.name!r} failed: {around.error!r}"
+            if around.why:
+                fallback += f" ({around.why})"
+    if planned is not None:
         # Pinned jobs first: a plan that moves one is corrected rather than set aside.
         planned = keep_non_preemptible(visible, current, planned)
         if fair is not None:
@@ -214,10 +242,11 @@ def decide_round(
             fallback = f"policy {policy.name!r} produced an invalid plan: " + "; ".join(
                 problems[:5]
             )
-    if fallback:
+    if fallback or planned is None:
         # Every job keeps what it holds; the others wait, saying why.
         why = f"waiting: {fallback}"
         plan = hold(held, Plan(dict(current), {j.id: why for j in visible.jobs}))
+        isolated = {}
     else:
         plan = hold(held, planned)
     if limited:
@@ -251,7 +280,133 @@ def decide_round(
         learn_errors=tuple(learn_errors),
         memory=export_memory(policy) if learned else None,
         learned=learned,
+        isolated=isolated,
+        probes=probes,
     )
+
+
+@dataclass(frozen=True)
+class PlannedAround:
+    """What :func:`plan_around` found. ``plan``: the policy's plan for the other jobs with
+    the isolated ones added (running: where they are; waiting: with their reason), or None
+    when the round must fall back, for ``error`` (``why``: what kept the jobs from being
+    isolated). ``isolated``: job id -> what the policy raised on that job alone."""
+
+    plan: Plan | None
+    error: Exception
+    isolated: Mapping[int, Exception] = field(default_factory=dict)
+    probes: int = 0
+    why: str = ""
+
+
+class _OutOfTriesError(Exception):
+    pass
+
+
+def plan_around(
+    policy: Policy,
+    snapshot: Snapshot,
+    now: float,
+    error: Exception,
+    max_calls: int = ISOLATION_MAX_CALLS,
+) -> PlannedAround:
+    """Plan the jobs ``policy`` does not fail on, after it raised ``error`` planning all of
+    ``snapshot``.
+
+    Copies of the policy as it is now are tried on parts of the jobs, so the policy's own
+    state changes only as a round's plan changes it: a half that fails is halved again
+    down to single jobs, a half that plans is cleared. With k jobs that fail alone among n,
+    that is about 2k log2(n) tries, at most ``max_calls``. The policy itself then plans
+    the others on the cluster less the GPUs of the isolated jobs that run, which keep them.
+    """
+    calls = 0
+
+    def attempt(jobs: Sequence[JobView]) -> Exception | None:
+        nonlocal calls
+        if calls >= max_calls:
+            raise _OutOfTriesError
+        calls += 1
+        trial = deepcopy(policy)
+        try:
+            trial.plan(replace(snapshot, jobs=tuple(jobs)), now)
+        except Exception as exc:
+            return exc
+        return None
+
+    def culprits(jobs: Sequence[JobView], failed: Exception) -> dict[int, Exception]:
+        """The single jobs the policy fails on among ``jobs``, on which it failed."""
+        if len(jobs) <= 1:
+            return {job.id: failed for job in jobs}
+        found: dict[int, Exception] = {}
+        half = len(jobs) // 2
+        for part in (jobs[:half], jobs[half:]):
+            part_error = attempt(part)
+            if part_error is not None:
+                found.update(culprits(part, part_error))
+        return found
+
+    try:
+        if attempt(()) is not None:
+            return PlannedAround(None, error, probes=calls, why="it fails without any job")
+        isolated = culprits(snapshot.jobs, error)
+    except _OutOfTriesError:
+        why = f"the jobs it fails on were not found in {max_calls} tries"
+        return PlannedAround(None, error, probes=calls, why=why)
+    except Exception as exc:  # the policy cannot be copied
+        return PlannedAround(None, error, probes=calls, why=f"cannot try it on parts: {exc!r}")
+    if not isolated:
+        why = "it fails only on a combination of jobs"
+        return PlannedAround(None, error, probes=calls, why=why)
+    # An isolated job that runs on GPUs still usable keeps them; one on a drained node or
+    # a failed GPU has to move, and no plan can move it.
+    usable = snapshot.cluster.usable_by_slot()
+    kept = {
+        job.id: job.current
+        for job in snapshot.jobs
+        if job.id in isolated
+        and job.current is not None
+        and all(slot in usable for slot in job.current.slots)
+    }
+    hidden = {slot for alloc in kept.values() for slot in alloc.slots}
+    try:
+        planned = policy.plan(without(snapshot, isolated.keys(), hidden), now)
+    except Exception as exc:
+        why = f"and then on the jobs it does not fail on alone: {exc!r}"
+        return PlannedAround(None, error, isolated, calls, why)
+    reasons = dict(planned.reasons)
+    for job_id, job_error in isolated.items():
+        if job_id not in kept:
+            reasons[job_id] = isolated_reason(policy.name, job_error)
+    return PlannedAround(Plan({**planned.allocations, **kept}, reasons), error, isolated, calls)
+
+
+def without(snapshot: Snapshot, job_ids: Iterable[int], hidden: Set[GpuSlot]) -> Snapshot:
+    """``snapshot`` without the jobs ``job_ids`` and with the GPUs ``hidden`` marked
+    unusable, so that a policy plans nothing onto them."""
+    drop = set(job_ids)
+    cluster = snapshot.cluster
+    if hidden:
+        cluster = ClusterView(
+            tuple(
+                NodeView(
+                    node.name,
+                    tuple(replace(g, healthy=False) if g.slot in hidden else g for g in node.gpus),
+                    node.schedulable,
+                )
+                for node in cluster.nodes
+            )
+        )
+    jobs = tuple(job for job in snapshot.jobs if job.id not in drop)
+    return replace(snapshot, cluster=cluster, jobs=jobs)
+
+
+def isolated_reason(policy_name: str, error: Exception) -> str:
+    """Why a job the policy fails on waits: the policy and its error, on one line."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(error))
+    text = " ".join(text.split()) or type(error).__name__
+    if len(text) > REASON_ERROR_MAX:
+        text = text[: REASON_ERROR_MAX - 3] + "..."
+    return f"not scheduled: policy {policy_name} fails on this job: {text}"
 
 
 def held_leases(state: RoundState) -> dict[int, LostLease]:

@@ -47,6 +47,21 @@ DEFAULT_GPU_SPEEDS: Mapping[str, float] = MappingProxyType(
 
 UNCONSOLIDATED_SUFFIX = "_unconsolidated"
 
+#: The iterations per second a measurement may claim. A job's own process reports its
+#: rate, so any positive number can arrive; beyond these (a step per 11 days, a million
+#: steps a second) it is no training step's rate, and the model ignores it rather than
+#: hand every policy figures 300 orders of magnitude apart
+#: (tests/unit/policies/test_extremes.py plans with rates at both ends).
+MEASURED_RATE_MIN = 1e-6
+MEASURED_RATE_MAX = 1e6
+
+
+def plausible_rate(iterations_per_s: float) -> bool:
+    """Whether a measured rate is within :data:`MEASURED_RATE_MIN` and
+    :data:`MEASURED_RATE_MAX` (NaN is not)."""
+    return MEASURED_RATE_MIN <= iterations_per_s <= MEASURED_RATE_MAX
+
+
 Source = Literal["measured", "profile", "prior"]
 
 _Key = tuple[str, str, int, bool]

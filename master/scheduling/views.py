@@ -90,6 +90,9 @@ class ClusterView:
                 nodes.append(NodeView(name, gpus))
         return cls(tuple(nodes))
 
+    def __deepcopy__(self, memo: dict[int, object]) -> ClusterView:
+        return self  # immutable; see JobView.__deepcopy__
+
     @cached_property
     def _usable(self) -> tuple[GpuView, ...]:
         return tuple(gpu for node in self.nodes for gpu in node.usable_gpus)
@@ -259,6 +262,11 @@ class JobView:
             if not isinstance(value, MappingProxyType):
                 object.__setattr__(self, name, MappingProxyType(dict(value)))
 
+    def __deepcopy__(self, memo: dict[int, object]) -> JobView:
+        # Immutable: a policy's copy (the round tries copies to find the jobs a failing
+        # policy fails on) may share it, and its read-only mappings cannot be copied.
+        return self
+
     @property
     def remaining_iterations(self) -> float:
         return max(0.0, self.total_iterations - self.iterations_done)
@@ -304,6 +312,9 @@ class Snapshot:
             restricted = job.memory_bytes_per_gpu > 0 and usable != job.memory_gpu_types
             jobs.append(replace(job, memory_gpu_types=usable) if restricted else job)
         object.__setattr__(self, "jobs", tuple(jobs))
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Snapshot:
+        return self  # immutable; see JobView.__deepcopy__
 
     @cached_property
     def _job_by_id(self) -> Mapping[int, JobView]:

@@ -296,6 +296,19 @@ def run(args: argparse.Namespace) -> int:
             progress.stop()
 
     for result in results:
+        if result.isolated_rounds:
+            ids = ", ".join(str(i) for i in result.isolated_jobs[:10])
+            more = (
+                f" and {len(result.isolated_jobs) - 10} more"
+                if len(result.isolated_jobs) > 10
+                else ""
+            )
+            print(
+                f"hctl simulate: {result.policy}: in {result.isolated_rounds} rounds the policy "
+                f"failed on jobs {ids}{more}; they were left out of its plan then (running "
+                "ones kept their GPUs) and the others planned",
+                file=sys.stderr,
+            )
         if result.fallback_rounds:
             print(
                 f"hctl simulate: {result.policy}: in {result.fallback_rounds} rounds the policy "

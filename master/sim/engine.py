@@ -59,10 +59,13 @@ class SimConfig:
     placement: first start, resume after preemption, migration or resize. 0 by default;
     about 30-60 s is realistic for a checkpoint-restore of a mid-size model (see
     docs/simulator.md). Every round is decided as the daemon decides it
-    (:func:`master.scheduling.round.decide_round`): a policy that raises or plans something
-    the cluster cannot run (GPUs double-booked, wrong counts, disallowed types) leaves every
-    job where it is for that round, counted in ``SimResult.fallback_rounds``;
-    ``validate_plans`` raises :class:`SimulationError` instead, naming the policy and round.
+    (:func:`master.scheduling.round.decide_round`): the jobs a policy raises on are left
+    out of its plan (running ones keep their GPUs), counted in ``SimResult.isolated_rounds``
+    and named in ``SimResult.isolated_jobs``; a policy that raises when no single job
+    explains it, or plans something the cluster cannot run (GPUs double-booked, wrong
+    counts, disallowed types), leaves every job where it is for that round, counted in
+    ``SimResult.fallback_rounds``. ``validate_plans`` raises :class:`SimulationError`
+    instead of either, naming the policy and round.
     ``record_segments`` keeps every (job, interval, GPUs, iterations) piece of work.
     ``stall_rounds``: raise when this many consecutive rounds pass with jobs waiting, no
     job running and no arrival to come. ``early_rounds``: end a round
@@ -183,6 +186,10 @@ class SimResult:
     segments: tuple[Segment, ...] = field(default=())
     # Rounds in which the policy failed or its plan was invalid: every job kept its GPUs.
     fallback_rounds: int = 0
+    # Rounds in which the policy failed on some jobs, left out of its plan while it planned
+    # the others; and those jobs, by id.
+    isolated_rounds: int = 0
+    isolated_jobs: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -454,6 +461,8 @@ class Simulator:
         now = jobs[0].spec.arrival_s
         finished = 0
         fallbacks = 0
+        isolated_rounds = 0
+        isolated_jobs: set[int] = set()
         completed: tuple[CompletedJob, ...] = ()
         rules = RoundRules(min_migration_gain=cfg.min_migration_gain, pay_restart=cfg.pay_restart)
         idle_rounds = 0
@@ -495,6 +504,15 @@ class Simulator:
                 fallbacks += 1
                 if cfg.validate_plans:
                     self._refuse(decision, round_index, now)
+            if decision.isolated:
+                isolated_rounds += 1
+                isolated_jobs.update(decision.isolated)
+                if cfg.validate_plans:
+                    job_id, exc = min(decision.isolated.items())
+                    raise SimulationError(
+                        f"policy {self.policy.name!r} failed on job {job_id} in round "
+                        f"{round_index} at t={now:.0f}s: {exc!r}"
+                    ) from exc
             if decision.learn_errors and cfg.validate_plans:
                 exc = decision.learn_errors[0]
                 raise SimulationError(
@@ -673,6 +691,8 @@ class Simulator:
             config=cfg,
             segments=tuple(segments),
             fallback_rounds=fallbacks,
+            isolated_rounds=isolated_rounds,
+            isolated_jobs=tuple(sorted(isolated_jobs)),
         )
 
     def _refuse(self, decision: RoundDecision, round_index: int, now: float) -> None:

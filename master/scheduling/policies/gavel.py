@@ -17,6 +17,12 @@ GPU-time. A small ``efficiency_weight`` term also rewards total normalized throu
 which picks, among the max-min optimal vertices, one that does not leave GPUs idle.
 It is solved with SciPy's HiGHS.
 
+Weights are divided by the largest one, which scales the whole objective and so changes
+no optimal ``x``, and kept at least :data:`MIN_WEIGHT_RATIO` of it: a job with a
+millionth of another's weight is owed next to nothing by the max-min term either way,
+while coefficients spread wider make the solver fail (a weight of 5e-324 made them
+infinite).
+
 Rounds: as in Gavel, each round every (job, type) gets priority = ``x[j,t]`` divided by
 the fraction of time the job actually received on t since the allocation was computed;
 types are visited fastest first, within a type by descending priority, and each job
@@ -45,6 +51,10 @@ from master.scheduling.views import JobView, Snapshot
 NAME = "gavel"
 
 _UNSEEN_PRIORITY = 1e9
+#: Smallest weight relative to the largest one the LP uses (see the module docstring): the
+#: priorities a job may ask for span 0.001 to 1000, fair share scales them by as little
+#: as a millionth more.
+MIN_WEIGHT_RATIO = 1e-6
 
 
 def solve_max_min(
@@ -65,14 +75,16 @@ def solve_max_min(
     if not jobs or total == 0:
         return result
     columns: list[tuple[int, int, str, float]] = []  # (job index, column, type, coefficient)
+    heaviest = max(job.priority for job in jobs)
     for i, job in enumerate(jobs):
         equal_share = sum(throughput.get((job.id, t), 0.0) * capacity[t] / total for t in types)
         if equal_share <= 0:
             continue
+        weight = max(job.priority / heaviest, MIN_WEIGHT_RATIO)
         for t in types:
             thr = throughput.get((job.id, t), 0.0)
             if thr > 0 and job.num_gpus <= capacity[t]:
-                coef = thr * job.num_gpus / (job.priority * equal_share)
+                coef = thr * job.num_gpus / (weight * equal_share)
                 columns.append((i, len(columns), t, coef))
     if not columns:
         return result

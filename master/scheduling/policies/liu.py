@@ -19,6 +19,9 @@ would both prefer each other to what they got.
 
 Sampling: each job ranks only its single-type categories plus ``sample`` categories drawn
 at random from the mixed ones (seeded), which keeps the market small with little loss.
+Categories are listed only while there are at most :data:`ENUMERATE_MAX` of them (a job of
+8 GPUs over 4 types has 165); a large job over many types, whose categories run into the
+millions, has its mixed ones drawn directly instead.
 Placement consolidates each type's GPUs on as few servers as possible, largest jobs
 first, and keeps a running job on its GPUs when its category is unchanged.
 """
@@ -27,8 +30,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from collections import deque
+from collections.abc import Mapping
 
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import GpuSlot, Plan
@@ -48,6 +53,9 @@ NAME = "liu"
 
 Category = tuple[tuple[str, int], ...]
 
+#: Most categories of one job listed in full.
+ENUMERATE_MAX = 20_000
+
 
 def categories(types: list[str], n: int) -> list[Category]:
     """All multisets of ``n`` GPUs over ``types``, as sorted (type, count) tuples."""
@@ -58,6 +66,38 @@ def categories(types: list[str], n: int) -> list[Category]:
             counts[t] = counts.get(t, 0) + 1
         out.append(tuple(sorted(counts.items())))
     return out
+
+
+def category_count(types: int, n: int) -> int:
+    """How many multisets of ``n`` GPUs ``types`` types make (:func:`categories`)."""
+    return math.comb(n + types - 1, types - 1) if types else 0
+
+
+def sample_mixed(
+    capacity: Mapping[str, int], n: int, count: int, rng: random.Random
+) -> list[Category]:
+    """Up to ``count`` distinct mixed categories of ``n`` GPUs within ``capacity`` (type ->
+    GPUs), drawn without listing them all: each draw splits ``n`` over the types in a
+    random order, each type taking a random share of what the types after it cannot
+    hold."""
+    types = sorted(t for t, c in capacity.items() if c > 0)
+    found: dict[Category, None] = {}
+    for _ in range(count * 8):
+        if len(found) >= count:
+            break
+        order = rng.sample(types, len(types))
+        left = n
+        room_after = sum(capacity[t] for t in order)
+        counts: dict[str, int] = {}
+        for t in order:
+            room_after -= capacity[t]
+            k = rng.randint(max(0, left - room_after), min(capacity[t], left))
+            if k:
+                counts[t] = k
+            left -= k
+        if left == 0 and len(counts) > 1:
+            found[tuple(sorted(counts.items()))] = None
+    return list(found)
 
 
 def category_rate(snapshot: Snapshot, job: JobView, category: Category) -> float:
@@ -81,16 +121,23 @@ class LiuPolicy:
     def _candidates(self, snapshot: Snapshot, job: JobView) -> list[Category]:
         capacity = snapshot.cluster.capacity_by_type()
         types = [t for t in allowed_types(snapshot, job) if capacity.get(t, 0) > 0]
-        key = (tuple(types), job.num_gpus)
+        n = job.num_gpus
+        if n > sum(capacity[t] for t in types):
+            return []
+        rng = random.Random(f"{self._seed}:{snapshot.round_number}:{job.id}")
+        if category_count(len(types), n) > ENUMERATE_MAX:
+            pure = [((t, n),) for t in types if capacity[t] >= n]
+            room = {t: capacity[t] for t in types}
+            return pure + sample_mixed(room, n, self._sample, rng)
+        key = (tuple(types), n)
         every = self._categories.get(key)
         if every is None:
-            every = categories(types, job.num_gpus)
+            every = categories(types, n)
             self._categories[key] = every
         feasible = [c for c in every if all(k <= capacity.get(t, 0) for t, k in c)]
         pure = [c for c in feasible if len(c) == 1]
         mixed = [c for c in feasible if len(c) > 1]
         if len(mixed) > self._sample:
-            rng = random.Random(f"{self._seed}:{snapshot.round_number}:{job.id}")
             mixed = rng.sample(mixed, self._sample)
         return pure + mixed
 

@@ -3,6 +3,7 @@ cluster status, workloads and tokens."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,6 +84,64 @@ def test_validation_errors_name_the_field(
     assert error.code == grpc.StatusCode.INVALID_ARGUMENT
     assert error.details.startswith(f"{field}: "), error.details
     assert error.trailing.get("x-hadar-field") == field
+    assert list(api.ListJobs(hadar_pb2.ListJobsRequest()).jobs) == []
+
+
+@pytest.mark.parametrize(
+    "priority", [5e-324, 1e308, math.inf, -math.inf, math.nan, 0.0009, 1000.5, -1.0]
+)
+def test_a_priority_out_of_range_is_refused_naming_spec_priority(
+    cluster: Cluster, priority: float
+) -> None:
+    """A weight that is not finite or outside 0.001 to 1000 is refused before it is stored:
+    under gavel, 5e-324 once made every round's linear program fail for everyone."""
+    master = cluster.master(policy="gavel")
+    cluster.worker(master, "n1", num_gpus=4)
+    api = cluster.api(master)
+    error = error_of(
+        lambda: api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec(priority=priority)))
+    )
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details.startswith("spec.priority: must be from 0.001 to 1000"), error.details
+    assert error.trailing.get("x-hadar-field") == "spec.priority"
+    assert list(api.ListJobs(hadar_pb2.ListJobsRequest()).jobs) == []
+
+
+def test_priorities_at_both_ends_of_the_range_are_planned_under_gavel(cluster: Cluster) -> None:
+    """The smallest and largest weights are accepted, stored as given, and gavel plans a
+    round with both (and an unset one, which means 1)."""
+    master = cluster.master(policy="gavel")
+    cluster.worker(master, "n1", num_gpus=4)
+    api = cluster.api(master)
+    ids = {
+        api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec(priority=priority))).job.id: priority
+        for priority in (0.001, 1000.0, 0.0)
+    }
+    stored = {j.id: j.spec.priority for j in api.ListJobs(hadar_pb2.ListJobsRequest()).jobs}
+    assert stored == {job_id: priority or 1.0 for job_id, priority in ids.items()}
+    assert sorted(master.run_round().started) == sorted(ids)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"num_gpus": 4097}, "spec.num_gpus"),
+        ({"num_gpus": 2**32 - 1}, "spec.num_gpus"),
+        ({"iterations": 10**12 + 1}, "spec.iterations"),
+        ({"batch_size": 2**20 + 1}, "spec.batch_size"),
+        ({"gpu_memory_bytes": 2**50 + 1}, "spec.gpu_memory_bytes"),
+    ],
+)
+def test_numbers_past_their_bound_are_refused_before_any_worker_registered(
+    cluster: Cluster, changes: dict[str, object], field: str
+) -> None:
+    """With no worker registered, the cluster's size bounds nothing yet: each count is
+    still refused past its documented bound, naming the field."""
+    master = cluster.master()
+    api = cluster.api(master)
+    error = error_of(lambda: api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec(**changes))))
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details.startswith(f"{field}: must be"), error.details
     assert list(api.ListJobs(hadar_pb2.ListJobsRequest()).jobs) == []
 
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 from sqlalchemy import text
 
 from master.daemon import Master
+from master.scheduling.plan import Plan
+from master.scheduling.policy import Policy
+from master.scheduling.views import Snapshot
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import wait_for
@@ -144,3 +150,72 @@ def test_answers_about_one_job_that_cannot_be_recorded_leave_the_others_recorded
     assert task.state == common_pb2.TASK_STATE_STARTING
     worker.progress(good.id, 100)
     assert get(api, good.id).state == common_pb2.JOB_STATE_COMPLETED
+
+
+class FailsOnPoison:
+    """The cluster's policy, except that it raises whenever it is shown a job of type
+    "poison", as gavel's LP did on a job with priority 5e-324."""
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        if any(job.job_type == "poison" for job in snapshot.jobs):
+            raise ValueError("c must not contain values inf, nan")
+        return self.inner.plan(snapshot, now)
+
+
+def test_a_job_the_policy_fails_on_waits_saying_so_while_the_others_are_placed(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The policy raises on one job: the round places the others, the job waits with a
+    reason naming the policy and its error (what `hctl show` and `hctl queue` print), and
+    it is counted once however many rounds it stays out; once cancelled the rounds plan as
+    before."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1", num_gpus=4)
+    api = cluster.api(master)
+    monkeypatch.setattr(master.rounds, "_policy", FailsOnPoison(master.rounds.policy))
+    first = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("first", 1))).job
+    poison_spec = spec("poison", 1)
+    poison_spec.job_type = "poison"
+    poison = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=poison_spec)).job
+    last = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("last", 1))).job
+    before = _isolated(master, "policy")
+
+    assert master.run_round().started == (first.id, last.id)
+    waiting = get(api, poison.id)
+    assert waiting.state == common_pb2.JOB_STATE_PENDING
+    assert waiting.reason == (
+        "not scheduled: policy fifo fails on this job: c must not contain values inf, nan"
+    )
+    wait_for(lambda: {first.id, last.id} <= set(worker.running_jobs()), what="both started")
+    master.run_round()
+    assert _isolated(master, "policy") == before + 1
+
+    api.CancelJob(hadar_pb2.CancelJobRequest(job_id=poison.id))
+    again = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("again", 1))).job
+    assert master.run_round().started == (again.id,)
+
+
+@pytest.mark.parametrize("rate", [math.inf, math.nan, 1e300, 1e-300, -5.0])
+def test_a_rate_no_training_step_has_is_ignored_and_rounds_go_on(
+    cluster: Cluster, rate: float
+) -> None:
+    """A job's own process reports its rate, so any number can arrive from a worker: one
+    that is not finite or beyond any training step's (a million a second, one per 11 days)
+    is not stored, and the next rounds read the model and place jobs as before."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1", num_gpus=2)
+    api = cluster.api(master)
+    first = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("first", 1))).job
+    assert master.run_round().started == (first.id,)
+    wait_for(lambda: first.id in worker.running_jobs(), what="the first job started")
+    assert worker.progress(first.id, 10, rate=rate).acks
+    assert get(api, first.id).iterations_done == 10
+
+    second = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("second", 1))).job
+    assert master.run_round().started == (second.id,)
+    stored = master.tx.read(lambda uow: uow.throughput.all())
+    assert [m.iterations_per_s for m in stored if m.job_type == first.spec.job_type] == []

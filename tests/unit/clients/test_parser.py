@@ -119,6 +119,15 @@ def test_unknown_states_are_usage_errors():
         (["queue", "--me", "-u", "bob"], "not allowed with argument"),
         (["completion", "fish"], "invalid choice: 'fish'"),
         (["wait", "1", "--timeout", "-5"], "--timeout: -5 is out of range: more than 0"),
+        (
+            ["submit", "--workload", "r", "--iterations", "1", "--priority", "5e-324"],
+            "argument --priority: 5e-324 is out of range: 0.001..1000",
+        ),
+        (["submit", "--priority", "1e308"], "argument --priority: 1e308 is out of range"),
+        (["submit", "--priority", "inf"], "argument --priority: inf is not a finite number"),
+        (["submit", "--priority", "nan"], "argument --priority: nan is not a finite number"),
+        (["submit", "--priority", "0"], "argument --priority: 0 is out of range: 0.001..1000"),
+        (["submit", "--priority", "high"], "argument --priority: 'high' is not a number"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(capsys, argv, fragment):
@@ -207,3 +216,16 @@ def test_submit_retries_and_no_requeue_set_the_jobs_retry_limit():
     assert limit() is None
     with pytest.raises(SystemExit):
         parse("submit", "--iterations", "5", "--retries", "2", "--no-requeue", "--", "ls")
+
+
+def test_submit_priority_takes_both_ends_of_its_range():
+    """--priority 0.001 and --priority 1000 are weights the master accepts; the default
+    is 1."""
+
+    def priority(*flags: str) -> float:
+        args = parse("submit", "--iterations", "5", *flags, "--workload", "resnet")
+        return build_spec(spec_values_from_flags(args)).priority
+
+    assert priority("--priority", "0.001") == 0.001
+    assert priority("--priority", "1e3") == 1000.0
+    assert priority() == 1.0

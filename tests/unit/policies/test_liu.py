@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
 from master.scheduling.plan import Allocation, GpuSlot
-from master.scheduling.policies.liu import LiuPolicy, categories, category_rate
+from master.scheduling.policies.liu import (
+    ENUMERATE_MAX,
+    LiuPolicy,
+    categories,
+    category_count,
+    category_rate,
+)
 from tests.unit.policies.builders import job, snapshot
 
 
@@ -104,3 +112,28 @@ def test_matching_is_stable() -> None:
                 if room[t] - used_by_others + evictable < k:
                     fits_everywhere = False
             assert not fits_everywhere, f"job {j.id} and category {c} block the matching"
+
+
+def test_a_job_of_thousands_of_gpus_over_many_types_is_ranked_without_listing_them_all() -> None:
+    """Listing every multiset of 4096 GPUs over 3 types (8 million) or of 64 over 8 types
+    (a billion) would stall the round: such jobs rank their single-type categories and a
+    sample of mixed ones drawn directly, each within the capacity of its types, and the
+    round plans at once. (A job larger than every type, 100 GPUs here, waits under liu
+    whatever its size.)"""
+    assert category_count(3, 4096) > ENUMERATE_MAX and category_count(8, 64) > ENUMERATE_MAX
+    assert category_count(4, 8) == len(categories(["a", "b", "c", "d"], 8)) == 165
+    types = ("v100", "p100", "k80", "t4", "a10", "a40", "l40s", "h100")
+    big = snapshot(
+        dict.fromkeys(types, 64),
+        [job(1, num_gpus=64), job(2, num_gpus=4096), job(3, num_gpus=100), job(4)],
+    )
+    policy = LiuPolicy()
+    started = time.perf_counter()
+    plan = policy.plan(big, 0.0)
+    assert time.perf_counter() - started < 2.0
+    assert plan.violations(big) == []
+    assert 1 in plan and 4 in plan and 2 not in plan and 3 not in plan
+    for category in policy._candidates(big, big.job(1)):
+        assert sum(k for _, k in category) == 64 and all(k <= 64 for _, k in category)
+    assert len([c for c in policy._candidates(big, big.job(1)) if len(c) > 1]) == 6
+    assert policy._candidates(big, big.job(2)) == []

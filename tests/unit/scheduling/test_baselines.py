@@ -163,6 +163,29 @@ def test_gavel_time_shares_a_contended_type() -> None:
     assert ran.count(1) == 3 and ran.count(2) == 3
 
 
+def test_gavel_lp_weights_are_relative_and_extreme_ones_still_solve() -> None:
+    """Scaling every priority alike changes no time fraction; a weight a thousand times
+    another's gets its job more of the contended fast type; weights from the fair-share
+    floor (1e-9) to the submission ceiling (1000), and a denormal 5e-324 (which made the
+    LP's coefficients infinite), still solve, every job with some time."""
+    thr = {(1, "v100"): 10.0, (1, "k80"): 1.0, (2, "v100"): 1.2, (2, "k80"): 1.0}
+    capacity = {"v100": 1, "k80": 1}
+    base = solve_max_min([job(1), job(2, job_type="flat")], capacity, thr)
+    scaled = solve_max_min(
+        [job(1, priority=0.001), job(2, job_type="flat", priority=0.001)], capacity, thr
+    )
+    for job_id in (1, 2):
+        for t in capacity:
+            assert scaled[job_id].get(t, 0.0) == pytest.approx(base[job_id].get(t, 0.0), abs=1e-6)
+    heavy = solve_max_min([job(1, priority=1000.0), job(2, job_type="flat")], capacity, thr)
+    assert heavy[1]["v100"] > base[1].get("v100", 0.0)
+    for low in (1e-9, 5e-324):
+        x = solve_max_min(
+            [job(1, priority=low), job(2, job_type="flat", priority=1000.0)], capacity, thr
+        )
+        assert x[1] and x[2]
+
+
 def test_gavel_lp_scales_to_hundreds_of_jobs() -> None:
     """400 jobs on 4 types: the LP solves quickly and respects every capacity."""
     types = {"v100": 64, "p100": 64, "k80": 64, "t4": 64}

@@ -21,6 +21,7 @@ from master.scheduling.round import (
     RoundState,
     TaskPlacement,
     decide_round,
+    isolated_reason,
 )
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
@@ -268,6 +269,130 @@ def test_a_failing_policy_keeps_every_job_where_it_is() -> None:
     assert kinds(decision) == {1: ActionKind.EXTEND}
     assert isinstance(decision.plan_error, ZeroDivisionError)
     assert "oops" in decision.fallback and decision.problems == ()
+
+
+# -- a policy that fails on some jobs ----------------------------------------------------
+
+
+def first_fit(s: Snapshot) -> dict[int, Allocation]:
+    """Each job in id order on the first usable GPUs no earlier job took."""
+    free = [gpu.slot for gpu in s.cluster.usable_gpus()]
+    out: dict[int, Allocation] = {}
+    for j in s.jobs:
+        if len(free) >= j.num_gpus:
+            out[j.id] = Allocation.on(free[: j.num_gpus], 32)
+            del free[: j.num_gpus]
+    return out
+
+
+def failing_on(*bad: int) -> Scripted:
+    """A policy that raises, as gavel's LP did on a priority of 5e-324, whenever it is shown
+    one of the jobs ``bad``, and plans first fit otherwise."""
+
+    def decide(s: Snapshot) -> Mapping[int, Allocation]:
+        shown = sorted(j.id for j in s.jobs if j.id in bad)
+        if shown:
+            raise ValueError(f"c must not contain values inf, nan (job {shown[0]})")
+        return first_fit(s)
+
+    return Scripted(decide)
+
+
+def test_a_policy_failing_on_one_job_still_plans_the_others_and_says_why_it_waits() -> None:
+    """Job 2 makes the policy raise: the round isolates it, the others start as the policy
+    plans them without it, and job 2 waits naming the policy and its error. The round did
+    not fall back, and the policy itself was shown only the whole queue and then the
+    others (the jobs were found by trying copies of it)."""
+    policy = failing_on(2)
+    decision = decide_round(state(job(1), job(2), job(3)), policy)
+    assert kinds(decision) == {1: ActionKind.START, 3: ActionKind.START}
+    assert decision.waiting == {
+        2: "not scheduled: policy scripted fails on this job: "
+        "c must not contain values inf, nan (job 2)"
+    }
+    assert decision.fallback == "" and decision.plan_error is None
+    assert list(decision.isolated) == [2]
+    assert policy.shown == [(1, 2, 3), (1, 3)]
+
+
+def test_a_running_job_the_policy_fails_on_keeps_its_gpus_and_nobody_is_put_on_them() -> None:
+    """Job 1 runs on V0 and makes the policy raise: it is not preempted for the policy's
+    failure (extended where it is), and the policy, not shown V0, places the others on the
+    remaining GPUs."""
+    decision = decide_round(state(job(1, current=on(V0)), job(2), job(3)), failing_on(1))
+    assert kinds(decision) == {1: ActionKind.EXTEND, 2: ActionKind.START, 3: ActionKind.START}
+    assert decision.placements[1] == on(V0)
+    assert {decision.placements[2], decision.placements[3]} == {on(V1), on(K0)}
+    assert decision.waiting == {} and list(decision.isolated) == [1]
+
+
+def test_several_jobs_the_policy_fails_on_among_many_are_found_in_few_tries() -> None:
+    """Two bad jobs among 64: both are isolated in at most 2 x 2 x log2(64) tries of a copy
+    of the policy plus one without any job, and the round places what fits of the rest."""
+    jobs = [job(i) for i in range(1, 65)]
+    decision = decide_round(state(*jobs), failing_on(5, 40))
+    assert sorted(decision.isolated) == [5, 40]
+    assert decision.probes <= 2 * 2 * 6 + 1
+    assert decision.started() == (1, 2, 3, 4)
+    assert decision.waiting[40].startswith("not scheduled: policy scripted fails on this job")
+    assert decision.waiting[6] == "waiting: not chosen by the policy this round"
+
+
+def test_when_no_single_job_explains_the_failure_every_job_keeps_what_it_holds() -> None:
+    """A policy that fails only when shown jobs 1 and 2 together, one that fails on too many
+    jobs to find within the round's tries, and one that fails on the others too: the round
+    falls back as before, saying why, and isolates nobody."""
+
+    def both(s: Snapshot) -> dict[int, Allocation]:
+        if {1, 2} <= {j.id for j in s.jobs}:
+            raise ValueError("1 and 2")
+        return first_fit(s)
+
+    decision = decide_round(state(job(1, current=on(K0)), job(2), job(3)), Scripted(both))
+    assert kinds(decision) == {1: ActionKind.EXTEND}
+    assert decision.fallback.endswith("(it fails only on a combination of jobs)")
+    assert decision.waiting[2] == f"waiting: {decision.fallback}"
+    assert decision.isolated == {}
+
+    many = decide_round(state(*[job(i) for i in range(1, 101)]), failing_on(*range(1, 101)))
+    assert many.placements == {} and many.isolated == {}
+    assert many.fallback.endswith("(the jobs it fails on were not found in 64 tries)")
+    assert many.probes == 64
+
+    calls = []
+
+    def fails_on_the_second_try(s: Snapshot) -> dict[int, Allocation]:
+        calls.append(s)
+        if 2 in {j.id for j in s.jobs} or len(calls) > 4:
+            raise ValueError("again")
+        return first_fit(s)
+
+    again = decide_round(state(job(1), job(2)), Scripted(fails_on_the_second_try))
+    assert again.placements == {} and again.isolated == {}
+    assert "the jobs it does not fail on alone: ValueError('again')" in again.fallback
+
+
+def test_an_isolated_reason_is_one_bounded_line() -> None:
+    """Newlines and control characters in the error become spaces, a long error is cut,
+    and an error without a message is named by its type."""
+    reason = isolated_reason("gavel", ValueError("bad\nvalue\0" + "x" * 1000))
+    assert reason.startswith("not scheduled: policy gavel fails on this job: bad value x")
+    assert "\n" not in reason and "\0" not in reason
+    assert len(reason) < 400 and reason.endswith("...")
+    assert isolated_reason("hadar", KeyError()) == (
+        "not scheduled: policy hadar fails on this job: KeyError"
+    )
+
+
+def test_gavel_with_a_denormal_priority_plans_everyone_else() -> None:
+    """A job stored with priority 5e-324 (accepted before priorities were bounded) made
+    gavel's LP coefficients infinite every round, and no job was placed for anyone. Either
+    gavel plans it, or it alone is isolated; the others are placed."""
+    jobs = (job(1, priority=5e-324), job(2), job(3, num_gpus=2))
+    decision = decide_round(state(*jobs), make_policy("gavel"))
+    assert decision.fallback == ""
+    assert {2, 3} <= set(decision.placements)
+    assert set(decision.isolated) <= {1}
 
 
 # -- hysteresis ---------------------------------------------------------------------------

@@ -226,6 +226,25 @@ def test_sharing_without_both_sides_agreeing_is_rejected() -> None:
         simulate(policy, trace, cluster(), model(), SimConfig(validate_plans=True))
 
 
+def test_jobs_a_policy_fails_on_wait_while_the_others_run_as_in_the_daemon() -> None:
+    """A policy that raises on job 1 in the first round: job 0 still starts then (the round
+    is not a fallback), job 1 in the next round, which the policy plans; the round is
+    counted and job 1 named. With validate_plans the simulation fails instead, naming the
+    job."""
+
+    def decide(r: int, s: Snapshot) -> dict[int, Allocation]:
+        if r == 0 and any(j.id == 1 for j in s.jobs):
+            raise ValueError("priority too small")
+        return {j.id: on([V[j.id]]) for j in s.jobs}
+
+    trace = [job(0, 100.0), job(1, 100.0)]
+    result = simulate(ScriptedPolicy(decide), trace, cluster(), model())
+    assert (result.isolated_rounds, result.isolated_jobs, result.fallback_rounds) == (1, (1,), 0)
+    assert result.jobs[0].start_s == 0.0 and result.jobs[1].start_s > 0.0
+    with pytest.raises(SimulationError, match=r"failed on job 1 in round 0.*priority too small"):
+        simulate(ScriptedPolicy(decide), trace, cluster(), model(), SimConfig(validate_plans=True))
+
+
 def test_hadare_copies_add_progress_times_efficiency() -> None:
     """Two 1-GPU copies on two nodes progress at (10 + 10) x 0.9 it/s."""
     two_nodes = ClusterView.from_counts({"v100": 2}, gpus_per_server=1)
