@@ -67,7 +67,6 @@ from protos.bounds import (
 )
 from protos.durations import format_duration, parse_duration
 from protos.numbers import (
-    INT64_MAX,
     MAX_RETRIES,
     TIME_LIMIT_MAX_S,
     NumberRange,
@@ -252,11 +251,11 @@ def _in_range(key: str, value: int, bounds: NumberRange) -> int:
 
 def parse_gpu_memory(raw: str | int) -> int:
     """Bytes each GPU must have, from a size (`12GiB`) or a byte count, within what the
-    master keeps (a BIGINT)."""
+    master accepts."""
     size = raw if isinstance(raw, int) else parse_size(raw)
     if size not in GPU_MEMORY:
         shown = raw if isinstance(raw, int) else repr(raw)
-        raise ValueError(f"{shown} is out of range: 0..{INT64_MAX} bytes (8 EiB)")
+        raise ValueError(f"{shown} is out of range: 0..{GPU_MEMORY_MAX_BYTES} bytes (1 PiB)")
     return size
 
 

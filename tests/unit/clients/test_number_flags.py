@@ -22,13 +22,14 @@ HUGE = "1" + "0" * 30
 @pytest.mark.parametrize(
     ("argv", "flag", "bounds"),
     [
-        ([*SUBMIT, "--gpus", "4294967297"], "--gpus", "1..2147483647"),
-        ([*SUBMIT, "--gpus", "0"], "--gpus", "1..2147483647"),
-        ([*SUBMIT, "--iterations", "18446744073709551616"], "--iterations", "1..922337203685477"),
-        ([*SUBMIT, "--batch-size", "4294967296"], "--batch-size", "0..2147483647"),
+        ([*SUBMIT, "--gpus", "4294967297"], "--gpus", "1..4096"),
+        ([*SUBMIT, "--gpus", "0"], "--gpus", "1..4096"),
+        ([*SUBMIT, "--iterations", "18446744073709551616"], "--iterations", "1..1000000000000"),
+        ([*SUBMIT, "--batch-size", "4294967296"], "--batch-size", "0..1048576"),
+        ([*SUBMIT, "--priority", "5e-324"], "--priority", "0.001..1000"),
         ([*SUBMIT, "--retries", "99999999999"], "--retries", "0..10"),
         ([*SUBMIT, "--time", "99999999999999999999"], "--time", "1 second to 366 days"),
-        ([*SUBMIT, "--gpu-memory", f"{HUGE}GiB"], "--gpu-memory", f"0..{2**63 - 1} bytes"),
+        ([*SUBMIT, "--gpu-memory", f"{HUGE}GiB"], "--gpu-memory", f"0..{2**50} bytes"),
         ([*SUBMIT, "--array", "0-3%99999999999"], "--array", "1..4000001"),
         ([*SUBMIT, "--after-ok", HUGE], "--after-ok", "1..9223372036854775807"),
         ([*SUBMIT, "--after-any", "1,0"], "--after-any", "1..9223372036854775807"),
@@ -65,10 +66,10 @@ def test_a_job_file_number_out_of_range_is_a_usage_error_naming_the_key(
 ) -> None:
     """The job file's keys have the flags' ranges."""
     for line, key, bounds in (
-        ("gpus = 4294967297", "gpus", "1..2147483647"),
-        ("batch_size = -1", "batch_size", "0..2147483647"),
+        ("gpus = 4294967297", "gpus", "1..4096"),
+        ("batch_size = -1", "batch_size", "0..1048576"),
         ("retries = 11", "retries", "0..10"),
-        ("gpu_memory = 9223372036854775808", "gpu_memory", "0..9223372036854775807 bytes"),
+        ("gpu_memory = 9223372036854775808", "gpu_memory", f"0..{2**50} bytes"),
         ('time = "367d"', "time", "366 days"),
         ("after_ok = [9223372036854775808]", "after_ok", "1..9223372036854775807"),
     ):
@@ -80,10 +81,6 @@ def test_a_job_file_number_out_of_range_is_a_usage_error_naming_the_key(
         assert err.startswith(f"error: {key}: ") and bounds in err, err
 
 
-# Its range is the master's (any positive, finite weight), checked there.
-UNBOUNDED = frozenset({"--priority"})
-
-
 def test_every_numeric_option_has_a_bounded_type() -> None:
     """No option of any command parses a bare int or float (which would take any size); and
     every option with a type, given a huge, a negative or a non-finite number, either
@@ -92,9 +89,7 @@ def test_every_numeric_option_has_a_bounded_type() -> None:
     for sub in all_parsers(parser):
         for action in sub._actions:
             flag = "/".join(action.option_strings) or action.dest
-            if action.type in (int, float):
-                assert set(action.option_strings) & UNBOUNDED, f"{sub.prog} {flag}"
-                continue
+            assert action.type not in (int, float), f"{sub.prog} {flag}"
             if action.type is None or not callable(action.type):
                 continue
             for text in (HUGE, f"-{HUGE}", "nan", "inf", "-1", "1e400"):
