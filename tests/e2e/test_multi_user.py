@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from clients.client import HadarClient
-from clients.errors import Conflict
+from clients.errors import Conflict, InvalidArgument
 from clients.localcluster import LocalCluster, parse_worker_groups
 from clients.types import TERMINAL_JOB_STATES, JobSpec, JobState, Program
 from store.testing import backends, temporary_database_url
@@ -198,3 +198,26 @@ def test_numbers_out_of_range_are_usage_errors_naming_the_flag(lab: Lab, tmp_pat
     assert done.returncode == 2, done.stderr
     assert time.monotonic() - started < 30
     assert lab.hctl(ALICE, "queue", "--json", "--all").stdout == before
+
+
+def test_a_priority_that_would_break_the_policy_is_refused_and_others_run(lab: Lab) -> None:
+    """Under gavel, a job with priority 5e-324 (or 1e308) once made every round's linear
+    program fail for everyone. Now hctl refuses it as a usage error naming --priority and
+    its range, the API refuses it naming spec.priority, nothing is stored, and another
+    user's job submitted beside it runs to completion."""
+    for value in ("5e-324", "1e308"):
+        done = lab.hctl(BOB, "submit", "--priority", value, "--iterations", "1", "--", "true")
+        assert done.returncode == 2, done.stderr
+        assert "--priority" in done.stderr and "0.001..1000" in done.stderr
+    config = replace(lab.cluster.local.client_config(10.0), token=lab.tokens[BOB])
+    client = HadarClient(config=config)
+    try:
+        spec = JobSpec(name="tiny", program=Program.command("true"), iterations=1)
+        with pytest.raises(InvalidArgument) as refused:
+            client.submit_job(replace(spec, priority=5e-324))
+        assert "spec.priority" in str(refused.value)
+    finally:
+        client.close()
+    job = lab.submit(ALICE, "--name", "beside", "--iterations", "1", "--", "true")
+    done_job = lab.cluster.wait_state(job, TERMINAL_JOB_STATES, timeout=120)
+    assert done_job.state is JobState.COMPLETED, done_job.reason

@@ -102,8 +102,10 @@ class _Subprocess:
 # The step runs as root, so it starts with a bare environment (a job's LD_PRELOAD must not
 # load into it) and isolated Python (-I -S); the job's environment arrives on a pipe, not in
 # argv (which every user can read), and the working directory is entered as the user.
+# Everything the step imports is imported before the drop: the agent's interpreter may live
+# where the job's user cannot read (os.execvpe imports warnings to search PATH).
 _RUN_AS = (
-    "import json, os, sys\n"
+    "import json, os, sys, warnings\n"
     "with os.fdopen(int(sys.argv[1]), 'rb') as pipe:\n"
     "    env = json.loads(pipe.read())\n"
     "os.setgroups([int(g) for g in sys.argv[4].split(',') if g])\n"
