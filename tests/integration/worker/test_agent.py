@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -707,15 +706,6 @@ def test_a_malformed_assignment_fails_alone(master: FakeMaster, worker: WorkerAg
     )
     assert all(k[0] == 35 for k in worker.supervisor.running_keys())
     assert master.exits_for(0) == [] and master.exits_for(34) == []
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory other users can traverse (pytest's own tmp directories are private)."""
-    path = Path(tempfile.mkdtemp(prefix="hadar-worker-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as another user needs root")

@@ -9,12 +9,9 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,20 +25,11 @@ needs_root = pytest.mark.skipif(not AS_ROOT, reason="running as other users need
 HINT = "install the worker into a path every user can read, e.g. /opt/hadar"
 
 
-@pytest.fixture
-def base() -> Iterator[Path]:
-    """A directory every user can traverse (pytest's own tmp directories are private)."""
-    path = Path(tempfile.mkdtemp(prefix="hadar-interpreter-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def fake_interpreter(base: Path, *, private: bool, fails_as_others: str = "") -> Path:
+def fake_interpreter(shared_dir: Path, *, private: bool, fails_as_others: str = "") -> Path:
     """A stand-in for a virtualenv's python under BASE/home (mode 0700 when `private`):
     as root it describes its layout as the real one would; run as anyone else it prints
     `fails_as_others` and exits 1, or exits 0 when that is empty."""
-    home = base / "home"
+    home = shared_dir / "home"
     home.mkdir(mode=0o755)
     venv = home / "venv"
     library = venv / "lib" / "python3.11"
@@ -78,20 +66,20 @@ def check(python: Path) -> None:
 
 @needs_root
 def test_an_interpreter_under_a_private_directory_is_refused_naming_the_directory(
-    base: Path,
+    shared_dir: Path,
 ) -> None:
-    python = fake_interpreter(base, private=True)
+    python = fake_interpreter(shared_dir, private=True)
     with pytest.raises(InterpreterError) as caught:
         check(python)
     assert str(caught.value) == (
-        f"{python} is not usable by other users ({base / 'home'} is mode 0700): {HINT} "
+        f"{python} is not usable by other users ({shared_dir / 'home'} is mode 0700): {HINT} "
         "(see docs/install.md)"
     )
 
 
 @needs_root
-def test_a_file_of_the_standard_library_only_root_reads_is_refused(base: Path) -> None:
-    python = fake_interpreter(base, private=False)
+def test_a_file_of_the_standard_library_only_root_reads_is_refused(shared_dir: Path) -> None:
+    python = fake_interpreter(shared_dir, private=False)
     library_file = python.parent.parent / "lib" / "python3.11" / "warnings.py"
     library_file.chmod(0o600)
     with pytest.raises(InterpreterError, match=f"{library_file} is mode 0600"):
@@ -99,23 +87,25 @@ def test_a_file_of_the_standard_library_only_root_reads_is_refused(base: Path) -
 
 
 @needs_root
-def test_a_link_into_a_private_directory_is_refused_naming_where_it_leads(base: Path) -> None:
+def test_a_link_into_a_private_directory_is_refused_naming_where_it_leads(shared_dir: Path) -> None:
     """The path as written may be open to all while its real file is not."""
-    python = fake_interpreter(base, private=True)
-    public = base / "public"
+    python = fake_interpreter(shared_dir, private=True)
+    public = shared_dir / "public"
     public.mkdir(mode=0o755)
     (public / "python").symlink_to(python)
-    with pytest.raises(InterpreterError, match=f"\\({base / 'home'} is mode 0700\\)"):
+    with pytest.raises(InterpreterError, match=f"\\({shared_dir / 'home'} is mode 0700\\)"):
         check(public / "python")
 
 
 @needs_root
-def test_an_interpreter_that_fails_as_nobody_is_refused_with_its_last_line(base: Path) -> None:
+def test_an_interpreter_that_fails_as_nobody_is_refused_with_its_last_line(
+    shared_dir: Path,
+) -> None:
     """The modes may all look right and a job still fail (an ACL, a mount option, a broken
     install): the interpreter is also started as nobody, the way a job starts."""
     pwd.getpwnam("nobody")
     python = fake_interpreter(
-        base, private=False, fails_as_others="ModuleNotFoundError: No module named 'warnings'"
+        shared_dir, private=False, fails_as_others="ModuleNotFoundError: No module named 'warnings'"
     )
     with pytest.raises(InterpreterError) as caught:
         check(python)
@@ -126,26 +116,26 @@ def test_an_interpreter_that_fails_as_nobody_is_refused_with_its_last_line(base:
 
 
 @needs_root
-def test_an_interpreter_every_user_can_run_passes_in_well_under_a_second(base: Path) -> None:
-    python = fake_interpreter(base, private=False)
+def test_an_interpreter_every_user_can_run_passes_in_well_under_a_second(shared_dir: Path) -> None:
+    python = fake_interpreter(shared_dir, private=False)
     started = time.monotonic()
     check(python)
     assert time.monotonic() - started < 5.0
 
 
-def test_an_agent_that_is_not_root_runs_jobs_as_itself_and_checks_nothing(base: Path) -> None:
+def test_an_agent_that_is_not_root_runs_jobs_as_itself_and_checks_nothing(shared_dir: Path) -> None:
     users = FakeUsers(root=False, users={"nobody": RunAs("nobody", 65534, 65534, (), "/")})
     check_job_interpreter(
-        str(base / "no" / "such" / "python"), SubprocessLauncher(), env={}, users=users
+        str(shared_dir / "no" / "such" / "python"), SubprocessLauncher(), env={}, users=users
     )
 
 
 @needs_root
-def test_hadar_worker_run_exits_at_once_with_one_line_naming_the_path(base: Path) -> None:
+def test_hadar_worker_run_exits_at_once_with_one_line_naming_the_path(shared_dir: Path) -> None:
     """The real console script, told to run workloads with an interpreter inside a 0700
     directory, exits 2 before it serves or registers, with one line naming the path and
     the fix."""
-    private = base / "home"
+    private = shared_dir / "home"
     private.mkdir(mode=0o700)
     (private / "venv" / "bin").mkdir(parents=True)
     python = private / "venv" / "bin" / "python"
@@ -166,7 +156,7 @@ def test_hadar_worker_run_exits_at_once_with_one_line_naming_the_path(base: Path
             "--listen",
             "127.0.0.1:0",
             "--state-dir",
-            str(base / "state"),
+            str(shared_dir / "state"),
             "--python",
             str(python),
         ],
@@ -182,4 +172,4 @@ def test_hadar_worker_run_exits_at_once_with_one_line_naming_the_path(base: Path
         f"hadar-worker: python: {python} is not usable by other users ({private} is mode "
         f"0700): {HINT} (see docs/install.md)\n"
     )
-    assert not (base / "state").exists()
+    assert not (shared_dir / "state").exists()

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,15 +25,6 @@ def master() -> Iterator[FakeMaster]:
     fake = FakeMaster().start()
     yield fake
     fake.stop()
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory other users can traverse (pytest's own tmp directories are private)."""
-    path = Path(tempfile.mkdtemp(prefix="hadar-output-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

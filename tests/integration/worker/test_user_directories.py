@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,38 +23,29 @@ def user() -> RunAs:
     return SystemUsers().lookup("nobody" if AS_ROOT else pwd.getpwuid(os.geteuid()).pw_name)
 
 
-@pytest.fixture
-def base() -> Iterator[Path]:
-    """A directory every user can traverse (pytest's own tmp directories are private)."""
-    path = Path(tempfile.mkdtemp(prefix="hadar-userdirs-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def locked_dir(base: Path) -> Path:
+def locked_dir(shared_dir: Path) -> Path:
     """A directory the job's user can enter but not create in: root's with mode 0755 when
     running as root (the user is nobody), else the test user's own with mode 0555."""
-    path = base / "locked"
+    path = shared_dir / "locked"
     path.mkdir(mode=0o755)
     path.chmod(0o755 if AS_ROOT else 0o555)
     return path
 
 
-def users_dir(base: Path, user: RunAs) -> Path:
+def users_dir(shared_dir: Path, user: RunAs) -> Path:
     """A directory the job's user owns."""
-    path = base / "home"
+    path = shared_dir / "home"
     path.mkdir(mode=0o755)
     os.chown(path, user.uid, user.gid)
     return path
 
 
 def test_directory_the_user_could_not_create_is_refused_and_nothing_is_left(
-    base: Path, user: RunAs
+    shared_dir: Path, user: RunAs
 ) -> None:
     """A path under a directory the user cannot write is refused with the reason, and no
     directory is made or changes owner."""
-    locked = locked_dir(base)
+    locked = locked_dir(shared_dir)
     before = locked.stat()
     with pytest.raises(UserDirectoryError, match=r"cannot create .*/locked/a: Permission denied"):
         SubprocessLauncher().make_directory(locked / "a" / "b", user)
@@ -70,10 +58,10 @@ def test_directory_the_user_could_not_create_is_refused_and_nothing_is_left(
     )
 
 
-def test_symbolic_link_on_the_path_is_refused(base: Path, user: RunAs) -> None:
+def test_symbolic_link_on_the_path_is_refused(shared_dir: Path, user: RunAs) -> None:
     """A link anywhere on the path (a parent or the directory itself) is refused with its
     target, and nothing is made through it."""
-    home = users_dir(base, user)
+    home = users_dir(shared_dir, user)
     target = home / "target"
     target.mkdir()
     os.chown(target, user.uid, user.gid)
@@ -86,10 +74,10 @@ def test_symbolic_link_on_the_path_is_refused(base: Path, user: RunAs) -> None:
     assert list(target.iterdir()) == []
 
 
-def test_directory_the_user_can_create_is_made_and_is_theirs(base: Path, user: RunAs) -> None:
+def test_directory_the_user_can_create_is_made_and_is_theirs(shared_dir: Path, user: RunAs) -> None:
     """A missing directory (and parents) where the user may create them is made, owned by
     the user; an existing one is used as it is."""
-    home = users_dir(base, user)
+    home = users_dir(shared_dir, user)
     launcher = SubprocessLauncher()
     launcher.make_directory(home / "runs" / "ckpt", user)
     for path in (home / "runs", home / "runs" / "ckpt"):
@@ -99,21 +87,21 @@ def test_directory_the_user_can_create_is_made_and_is_theirs(base: Path, user: R
     assert (home / "runs" / "ckpt").is_dir()
 
 
-def test_directories_made_before_a_failure_are_removed(base: Path, user: RunAs) -> None:
+def test_directories_made_before_a_failure_are_removed(shared_dir: Path, user: RunAs) -> None:
     """When a deeper component cannot be made, the parents made on the way are removed."""
-    home = users_dir(base, user)
+    home = users_dir(shared_dir, user)
     with pytest.raises(UserDirectoryError, match="File name too long"):
         SubprocessLauncher().make_directory(home / "new" / ("x" * 300), user)
     assert list(home.iterdir()) == []
 
 
-def test_the_agent_s_own_user_gets_the_same_checks(base: Path) -> None:
+def test_the_agent_s_own_user_gets_the_same_checks(shared_dir: Path) -> None:
     """Without a user to drop to (the agent is not root), the same walk refuses links and
     makes what is missing."""
     launcher = SubprocessLauncher()
-    (base / "real").mkdir()
-    (base / "link").symlink_to(base / "real")
+    (shared_dir / "real").mkdir()
+    (shared_dir / "link").symlink_to(shared_dir / "real")
     with pytest.raises(UserDirectoryError, match="is a symbolic link"):
-        launcher.make_directory(base / "link" / "ckpt", None)
-    launcher.make_directory(base / "real" / "ckpt", None)
-    assert (base / "real" / "ckpt").is_dir()
+        launcher.make_directory(shared_dir / "link" / "ckpt", None)
+    launcher.make_directory(shared_dir / "real" / "ckpt", None)
+    assert (shared_dir / "real" / "ckpt").is_dir()
