@@ -198,11 +198,14 @@ def test_a_frozen_agent_stops_no_healthy_job_and_its_jobs_resume_from_their_chec
             after = placements(cluster)
             for job_id in moving:
                 node, lease, _ = after[job_id]
-                task_dir = next(
-                    (cluster.local.state_dir / node / "tasks").glob(
-                        f"job-{job_id}.task-0.lease-{lease}"
-                    )
+                # Placed is not yet started: the worker makes the folder as the START lands.
+                task_dir = (
+                    cluster.local.state_dir
+                    / node
+                    / "tasks"
+                    / (f"job-{job_id}.task-0.lease-{lease}")
                 )
+                wait_for(task_dir.is_dir, 60, f"job {job_id} to start on {node}")
                 wait_for(
                     lambda d=task_dir: "resumed from" in output_of(d),  # type: ignore[misc]
                     60,
