@@ -138,6 +138,8 @@ class _Lane:
 
     def __init__(self, node: str) -> None:
         self.node = node
+        # Where the node's worker listens, as of the latest hand.
+        self.address = node
         self._lock = threading.Lock()
         self._busy = False
         # Keyed by (job, task, lease, action), in the order first handed: a later
@@ -150,12 +152,14 @@ class _Lane:
     def hand(
         self,
         round_number: int,
+        address: str,
         items: Sequence[Outgoing],
         executor: Executor,
         drain: Callable[[_Lane], None],
     ) -> Future[bool]:
         future: Future[bool] = Future()
         with self._lock:
+            self.address = address
             for item in items:
                 a = item.assignment
                 self._waiting[(a.job_id, a.task_index, a.lease, a.action)] = item
@@ -175,13 +179,13 @@ class _Lane:
                     waiting.set_result(False)
         return future
 
-    def take(self) -> tuple[int, list[Outgoing], list[Future[bool]]] | None:
-        """What waits, to send now; None (and the lane idle) when nothing does."""
+    def take(self) -> tuple[int, str, list[Outgoing], list[Future[bool]]] | None:
+        """What waits, to send now, and where; None (and the lane idle) when nothing does."""
         with self._lock:
             if not self._futures:
                 self._busy = False
                 return None
-            batch = (self._round, list(self._waiting.values()), self._futures)
+            batch = (self._round, self.address, list(self._waiting.values()), self._futures)
             self._waiting, self._futures, self._round = {}, [], 0
             return batch
 
@@ -371,9 +375,16 @@ class Dispatcher:
         by_node: dict[str, list[Outgoing]] = defaultdict(list)
         for item in outgoing:
             by_node[item.node].append(item)
+        if not by_node:
+            return Push()
+        # One read for every node handed to, not one per push.
+        nodes = self._tx.read(lambda uow: uow.nodes.addresses())
         futures: dict[str, Future[bool]] = {}
         for node, items in by_node.items():
-            futures[node] = self._lane(node).hand(round_number, items, self._executor, self._drain)
+            address = nodes[node][0] if node in nodes else node
+            futures[node] = self._lane(node).hand(
+                round_number, address, items, self._executor, self._drain
+            )
         return Push(futures)
 
     def _lane(self, node: str) -> _Lane:
@@ -389,21 +400,19 @@ class Dispatcher:
             batch = lane.take()
             if batch is None:
                 return
-            round_number, items, futures = batch
+            round_number, address, items, futures = batch
             reached = False
             try:
-                reached = self._push(lane.node, round_number, items)
+                reached = self._push(lane.node, address, round_number, items)
             except Exception:
                 log.exception("pushing to a worker failed", node=lane.node)
             finally:
                 for future in futures:
                     future.set_result(reached)
 
-    def _push(self, node: str, round_number: int, items: Sequence[Outgoing]) -> bool:
-        """One ApplyAssignments to `node` and its answers recorded; False when it could not
-        be reached."""
-        nodes = self._tx.read(lambda uow: uow.nodes.addresses())
-        address = nodes[node][0] if node in nodes else node
+    def _push(self, node: str, address: str, round_number: int, items: Sequence[Outgoing]) -> bool:
+        """One ApplyAssignments to `node` at `address` and its answers recorded; False when
+        it could not be reached."""
         try:
             response = self._clients.apply(
                 address,

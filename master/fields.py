@@ -8,10 +8,9 @@ error instead of INVALID_ARGUMENT.
 
 from __future__ import annotations
 
-import re
-
 from master.errors import InvalidArgumentError
 from protos.numbers import INT32_MAX, INT64_MAX
+from protos.printable import UNPRINTABLE
 from store.errors import NotFoundError
 
 
@@ -46,14 +45,6 @@ def text(value: str, field: str, max_chars: int) -> str:
     if "\0" in value:
         raise InvalidArgumentError(field, "must not contain NUL characters")
     return value
-
-
-# What a terminal acts on instead of showing: C0 and C1 controls and DEL (escape sequences
-# can move the cursor, rewrite lines, set the title or a clipboard), and the Unicode marks
-# that reorder or split text (bidi overrides, isolates, line and paragraph separators).
-UNPRINTABLE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
-)
 
 
 def printable(value: str, field: str) -> str:

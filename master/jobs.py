@@ -494,7 +494,7 @@ class JobManager:
                     and report.kind is not ExitKind.FAILED
                 ):
                     # Ignored, but why it ended (its lease ran out) belongs in the history.
-                    first = report.message.strip().splitlines()[0]
+                    first = _first_line(report.message)
                     uow.jobs.note(
                         task.job_id,
                         kind="late_exit",

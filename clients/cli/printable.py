@@ -18,12 +18,10 @@ from rich.console import Console, ConsoleOptions, ConsoleRenderable, RichCast
 from rich.segment import Segment
 from rich.text import Text
 
-# C0 controls but newline and tab (which hctl itself prints), DEL and C1 controls, and the
-# marks that reorder or split lines: bidi embeddings, overrides and isolates, the Arabic
-# letter mark, LRM/RLM, and the line and paragraph separators.
-UNPRINTABLE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
-)
+from protos.printable import UNPRINTABLE_IN_LINES
+
+# Newlines and tabs are hctl's own layout: they stay.
+UNPRINTABLE = UNPRINTABLE_IN_LINES
 
 
 def _escaped(match: re.Match[str]) -> str:
