@@ -69,6 +69,11 @@ class RoundResult:
     set_aside: tuple[int, ...] = ()
     # Done once every push of the round is over and its dispatch failures are stored.
     settled: Future[None] | None = None
+    # Seconds each phase took: reading the store, deciding, storing, handing out pushes.
+    read_s: float = 0.0
+    plan_s: float = 0.0
+    persist_s: float = 0.0
+    push_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +213,10 @@ class RoundRunner:
             waiting=sum(1 for job_id in inp.jobs if job_id not in decision.placements),
             set_aside=stored.set_aside,
             settled=settled,
+            read_s=read_s,
+            plan_s=plan_s,
+            persist_s=persist_s,
+            push_s=duration - read_s - plan_s - persist_s,
         )
         self.last_result = result
         log.info(
@@ -222,7 +231,7 @@ class RoundRunner:
             read_s=round(read_s, 4),
             plan_s=round(plan_s, 4),
             persist_s=round(persist_s, 4),
-            push_s=round(duration - read_s - plan_s - persist_s, 4),
+            push_s=round(result.push_s, 4),
         )
         return result
 
