@@ -15,7 +15,9 @@ Per phase it prints the median and the maximum of the wall time: ``holds`` (the 
 check the daemon runs before each round), then the round's ``read``, ``plan``, ``persist``
 and ``push`` (RoundRunner's own split) and the round's ``total``; ``cpu`` is the process's
 CPU time over the round (its threads recording the workers' answers included), which
-other load on the machine disturbs less than the wall time.
+other load on the machine disturbs less than the wall time; ``gc`` the garbage collector's
+share of the round (it stops every thread); ``rows`` how many job rows the round (the
+dependency check included) loaded from the store.
 
     .venv/bin/python bench/bench_round.py [--jobs 5000] [--nodes 200] [--rounds 8]
         [--policy fifo] [--database URL] [--profile read]
@@ -27,6 +29,7 @@ import argparse
 import contextlib
 import cProfile
 import dataclasses
+import gc
 import os
 import pstats
 import random
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from sqlalchemy import event
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -62,6 +66,7 @@ from protos.hadar.v1 import worker_pb2  # noqa: E402
 from store import Database, UnitOfWork  # noqa: E402
 from store.domain import Gpu, JobSpec, NewJob  # noqa: E402
 from store.migrate import upgrade  # noqa: E402
+from store.models import JobRow  # noqa: E402
 from store.states import JobState, ProgramKind, TaskState  # noqa: E402
 from store.testing import fresh_postgres_schema  # noqa: E402
 
@@ -73,7 +78,40 @@ JOB_TYPES = (
     "LM (batch size 20)",
 )
 USERS = ("alice", "bob", "carol", "dave", "erin", "frank")
-PHASES = ("holds", "read", "plan", "persist", "push", "total", "cpu")
+PHASES = ("holds", "read", "plan", "persist", "push", "total", "cpu", "gc", "rows")
+
+
+class CollectorTime:
+    """Seconds the garbage collector ran (it stops every thread of the process)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+
+
+COLLECTOR = CollectorTime()
+
+
+class JobRowLoads:
+    """Job rows the ORM built objects from: the part of reading jobs that grows with what
+    is read."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        event.listen(JobRow, "load", self._loaded)
+
+    def _loaded(self, _target: JobRow, _context: Any) -> None:
+        self.count += 1
+
+
+JOB_ROWS = JobRowLoads()
 
 
 class AnsweringClients(WorkerClients):
@@ -194,7 +232,7 @@ class Bench:
             model,
             lambda: None,
         )
-        self.holds = HoldEnforcer(self.tx, lambda: None)
+        self.holds = HoldEnforcer(self.tx, lambda: None, self.rounds.memo.jobs)
         self.jobs = JobManager(
             self.tx, self.dispatcher, self.settings, model, lambda: None, lambda _: None
         )
@@ -209,6 +247,8 @@ class Bench:
         for until its pushes are answered; its phases in seconds."""
         started = time.monotonic()
         cpu = time.process_time()
+        collecting = COLLECTOR.seconds
+        loaded = JOB_ROWS.count
         self.holds.check()
         holds_s = time.monotonic() - started
         result = self.rounds.run(datetime.now(UTC), settle=True)
@@ -220,6 +260,8 @@ class Bench:
             "push": result.push_s,
             "total": time.monotonic() - started,
             "cpu": time.process_time() - cpu,
+            "gc": COLLECTOR.seconds - collecting,
+            "rows": float(JOB_ROWS.count - loaded),
             "actions": float(result.actions),
         }
 
@@ -277,10 +319,11 @@ class Bench:
 
 def summary(label: str, samples: list[dict[str, float]]) -> None:
     print(f"\n{label} ({len(samples)} rounds)")
-    print(f"{'phase':<8} {'p50 s':>8} {'max s':>8}")
+    print(f"{'phase':<8} {'p50':>8} {'max':>8}")
     for phase in PHASES:
         values = [s[phase] for s in samples]
-        print(f"{phase:<8} {statistics.median(values):>8.3f} {max(values):>8.3f}")
+        digits = 0 if phase == "rows" else 3
+        print(f"{phase:<8} {statistics.median(values):>8.{digits}f} {max(values):>8.{digits}f}")
 
 
 def profile(bench: Bench, what: str) -> None:
@@ -296,6 +339,7 @@ def profile(bench: Bench, what: str) -> None:
                 lost_hold_s=settings.lost_lease_hold_s,
                 now=datetime.now(UTC),
                 restart_s=settings.restart_cost_s,
+                memo=bench.rounds.memo,
             )
         )
 

@@ -46,7 +46,7 @@ from master.scheduling.round import (
 )
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
-from master.snapshot import RoundInput, read_round_input
+from master.snapshot import ReadMemo, RoundInput, read_round_input
 from master.transactions import Transactor
 from store import UnitOfWork
 from store.domain import Job, NewTask, Task
@@ -112,8 +112,11 @@ class RoundRunner:
         metrics: MasterMetrics,
         base_model: ThroughputModel,
         on_change: Callable[[], None],
+        memo: ReadMemo | None = None,
     ) -> None:
         self._tx = tx
+        # What the last round read: each round loads and converts only what changed since.
+        self.memo = memo if memo is not None else ReadMemo()
         self._policy = policy
         self._dispatcher = dispatcher
         self._settings = settings
@@ -171,6 +174,7 @@ class RoundRunner:
                 now=now,
                 restart_s=self._settings.restart_cost_s,
                 fair_share=self._settings.fair_share_config(),
+                memo=self.memo,
             )
         )
         read_s = time.monotonic() - started
@@ -317,7 +321,15 @@ class RoundRunner:
         changes = decision.changes()
         # Read everything first: on SQLite the first write takes the database's write lock,
         # which heartbeats and submissions then wait for until this transaction commits.
-        jobs_now = uow.jobs.get_many([a.job_id for a in actions])
+        # Jobs only extended are not written: those unchanged since the round's read come
+        # from its memo. Those whose state changes are loaded, so that their writes are
+        # checked against the version read here.
+        jobs_now = uow.jobs.get_many([a.job_id for a in actions if a.kind is not ActionKind.EXTEND])
+        jobs_now.update(
+            uow.jobs.get_many(
+                [a.job_id for a in actions if a.kind is ActionKind.EXTEND], memo=self.memo.jobs
+            )
+        )
         active: defaultdict[int, list[Task]] = defaultdict(list)
         for task in uow.tasks.active():
             active[task.job_id].append(task)
