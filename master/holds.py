@@ -175,10 +175,15 @@ class HoldEnforcer:
     def _pass(self, uow: UnitOfWork) -> list[int]:
         # Read before any write, so the memo applies: a job cancelled below is loaded by
         # its transition, in this transaction.
-        holds = read_holds(uow, uow.jobs.list_unfinished(memo=self._memo), self._memo)
+        jobs = uow.jobs.list_unfinished(memo=self._memo)
+        holds = read_holds(uow, jobs, self._memo)
         for job_id, why in sorted(holds.broken.items()):
             uow.jobs.transition(job_id, JobState.CANCELLED, kind="cancelled", reason=why)
             log.info("job cancelled: dependency never satisfied", job_id=job_id, reason=why)
         if not holds.broken:
-            uow.jobs.set_waiting_reasons(dict(holds.waiting))
+            # Only the reasons that change: one statement per distinct reason otherwise.
+            reasons = {job.id: job.reason for job in jobs}
+            uow.jobs.set_waiting_reasons(
+                {job_id: why for job_id, why in holds.waiting.items() if reasons[job_id] != why}
+            )
         return sorted(holds.broken)
