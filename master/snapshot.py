@@ -320,7 +320,7 @@ def read_round_input(
     # users' usage: read once.
     running = uow.usage.running()
     service = service_received(
-        (uow.usage.ended(job_ids=list(by_id)) if by_id else [])
+        [r for r in uow.usage.ended_of_unfinished_jobs() if r.job_id in by_id]
         + [r for r in running if r.job_id in by_id],
         now or datetime.now(UTC),
     )
