@@ -200,7 +200,7 @@ class Master:
             self._base_model,
             self.changes.notify,
         )
-        self.holds = HoldEnforcer(self.tx, self.changes.notify)
+        self.holds = HoldEnforcer(self.tx, self.changes.notify, self.rounds.memo.jobs)
         self.time_limits = TimeLimitEnforcer(
             self.tx, self.dispatcher, self.changes.notify, self.request_round
         )

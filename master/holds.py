@@ -26,6 +26,7 @@ import structlog
 from master.transactions import Transactor
 from store import UnitOfWork
 from store.domain import Job
+from store.job_memo import JobMemo
 from store.states import JobState, is_terminal
 
 log = structlog.get_logger(__name__)
@@ -44,14 +45,17 @@ class Holds:
         return frozenset(self.waiting) | frozenset(self.broken)
 
 
-def dependency_targets(uow: UnitOfWork, jobs: Iterable[Job]) -> dict[int, list[Job]]:
+def dependency_targets(
+    uow: UnitOfWork, jobs: Iterable[Job], memo: JobMemo | None = None
+) -> dict[int, list[Job]]:
     """Per id some job depends on, the jobs it stands for: the job, or an array's elements
-    when it is an array's id."""
+    when it is an array's id. With a `memo`, the jobs it holds unchanged are not loaded
+    again."""
     ids = {job_id for job in jobs for _, job_id in job.spec.dependencies}
-    found = uow.jobs.get_many(ids)
+    found = uow.jobs.get_many(ids, memo=memo)
     arrays = [i for i, job in found.items() if job.spec.array_job_id == i]
     targets: dict[int, list[Job]] = {i: [job] for i, job in found.items()}
-    targets.update(uow.jobs.array_elements(arrays))
+    targets.update(uow.jobs.array_elements(arrays, memo=memo))
     return targets
 
 
@@ -112,10 +116,10 @@ def array_cap_holds(jobs: Iterable[Job], skip: frozenset[int]) -> dict[int, str]
     return held
 
 
-def read_holds(uow: UnitOfWork, jobs: Sequence[Job]) -> Holds:
-    """The holds on `jobs` (the unfinished ones)."""
+def read_holds(uow: UnitOfWork, jobs: Sequence[Job], memo: JobMemo | None = None) -> Holds:
+    """The holds on `jobs` (the unfinished ones); `memo`: see dependency_targets."""
     dependent = [j for j in jobs if j.spec.dependencies and j.state in WAITING_STATES]
-    targets = dependency_targets(uow, dependent) if dependent else {}
+    targets = dependency_targets(uow, dependent, memo) if dependent else {}
     waiting: dict[int, str] = {}
     broken: dict[int, str] = {}
     for job in dependent:
@@ -128,9 +132,9 @@ def read_holds(uow: UnitOfWork, jobs: Sequence[Job]) -> Holds:
     return Holds(waiting, broken)
 
 
-def _anything_to_write(uow: UnitOfWork) -> bool:
-    jobs = uow.jobs.list_unfinished()
-    holds = read_holds(uow, jobs)
+def _anything_to_write(uow: UnitOfWork, memo: JobMemo | None) -> bool:
+    jobs = uow.jobs.list_unfinished(memo=memo)
+    holds = read_holds(uow, jobs, memo)
     reasons = {job.id: job.reason for job in jobs}
     return bool(holds.broken) or any(
         reasons.get(job_id) != why for job_id, why in holds.waiting.items()
@@ -141,16 +145,21 @@ class HoldEnforcer:
     """Cancels jobs whose dependencies can no longer be satisfied and stores why held jobs
     wait. The daemon runs `check` before each round."""
 
-    def __init__(self, tx: Transactor, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self, tx: Transactor, on_change: Callable[[], None], memo: JobMemo | None = None
+    ) -> None:
         self._tx = tx
         self._on_change = on_change
+        # The check reads every unfinished job before each round; with the rounds' memo
+        # only those changed since are loaded and converted.
+        self._memo = memo if memo is not None else JobMemo()
 
     def check(self) -> list[int]:
         """Returns the ids of the jobs it cancelled."""
         cancelled: list[int] = []
         # Read first: the write below takes the lock rounds also need, so it is taken only
         # when a job is to be cancelled or a held job's reason changed.
-        if not self._tx.read(_anything_to_write):
+        if not self._tx.read(lambda uow: _anything_to_write(uow, self._memo)):
             return cancelled
         # A cancelled dependent can break its own dependents: repeat until nothing changes
         # (each pass cancels at least one job, so this ends).
@@ -164,10 +173,17 @@ class HoldEnforcer:
         return cancelled
 
     def _pass(self, uow: UnitOfWork) -> list[int]:
-        holds = read_holds(uow, uow.jobs.list_unfinished())
+        # Read before any write, so the memo applies: a job cancelled below is loaded by
+        # its transition, in this transaction.
+        jobs = uow.jobs.list_unfinished(memo=self._memo)
+        holds = read_holds(uow, jobs, self._memo)
         for job_id, why in sorted(holds.broken.items()):
             uow.jobs.transition(job_id, JobState.CANCELLED, kind="cancelled", reason=why)
             log.info("job cancelled: dependency never satisfied", job_id=job_id, reason=why)
         if not holds.broken:
-            uow.jobs.set_waiting_reasons(dict(holds.waiting))
+            # Only the reasons that change: one statement per distinct reason otherwise.
+            reasons = {job.id: job.reason for job in jobs}
+            uow.jobs.set_waiting_reasons(
+                {job_id: why for job_id, why in holds.waiting.items() if reasons[job_id] != why}
+            )
         return sorted(holds.broken)

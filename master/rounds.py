@@ -46,7 +46,7 @@ from master.scheduling.round import (
 )
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
-from master.snapshot import RoundInput, read_round_input
+from master.snapshot import ReadMemo, RoundInput, read_round_input
 from master.transactions import Transactor
 from store import UnitOfWork
 from store.domain import Job, NewTask, Task
@@ -69,6 +69,11 @@ class RoundResult:
     set_aside: tuple[int, ...] = ()
     # Done once every push of the round is over and its dispatch failures are stored.
     settled: Future[None] | None = None
+    # Seconds each phase took: reading the store, deciding, storing, handing out pushes.
+    read_s: float = 0.0
+    plan_s: float = 0.0
+    persist_s: float = 0.0
+    push_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +112,11 @@ class RoundRunner:
         metrics: MasterMetrics,
         base_model: ThroughputModel,
         on_change: Callable[[], None],
+        memo: ReadMemo | None = None,
     ) -> None:
         self._tx = tx
+        # What the last round read: each round loads and converts only what changed since.
+        self.memo = memo if memo is not None else ReadMemo()
         self._policy = policy
         self._dispatcher = dispatcher
         self._settings = settings
@@ -166,6 +174,7 @@ class RoundRunner:
                 now=now,
                 restart_s=self._settings.restart_cost_s,
                 fair_share=self._settings.fair_share_config(),
+                memo=self.memo,
             )
         )
         read_s = time.monotonic() - started
@@ -208,6 +217,10 @@ class RoundRunner:
             waiting=sum(1 for job_id in inp.jobs if job_id not in decision.placements),
             set_aside=stored.set_aside,
             settled=settled,
+            read_s=read_s,
+            plan_s=plan_s,
+            persist_s=persist_s,
+            push_s=duration - read_s - plan_s - persist_s,
         )
         self.last_result = result
         log.info(
@@ -222,7 +235,7 @@ class RoundRunner:
             read_s=round(read_s, 4),
             plan_s=round(plan_s, 4),
             persist_s=round(persist_s, 4),
-            push_s=round(duration - read_s - plan_s - persist_s, 4),
+            push_s=round(result.push_s, 4),
         )
         return result
 
@@ -308,7 +321,15 @@ class RoundRunner:
         changes = decision.changes()
         # Read everything first: on SQLite the first write takes the database's write lock,
         # which heartbeats and submissions then wait for until this transaction commits.
-        jobs_now = uow.jobs.get_many([a.job_id for a in actions])
+        # Jobs only extended are not written: those unchanged since the round's read come
+        # from its memo. Those whose state changes are loaded, so that their writes are
+        # checked against the version read here.
+        jobs_now = uow.jobs.get_many([a.job_id for a in actions if a.kind is not ActionKind.EXTEND])
+        jobs_now.update(
+            uow.jobs.get_many(
+                [a.job_id for a in actions if a.kind is ActionKind.EXTEND], memo=self.memo.jobs
+            )
+        )
         active: defaultdict[int, list[Task]] = defaultdict(list)
         for task in uow.tasks.active():
             active[task.job_id].append(task)

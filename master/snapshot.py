@@ -18,6 +18,7 @@ from master.usage import run_seconds
 from protos.bounds import PRIORITY_MAX, PRIORITY_MIN
 from store import UnitOfWork
 from store.domain import Job, Node, Task, ThroughputMeasurement, UsageRecord
+from store.job_memo import JobMemo
 from store.repositories.counters import ROUND
 from store.states import GpuHealth, JobState, NodeState, ProgramKind, TaskState
 
@@ -38,6 +39,28 @@ def preemptible(job: Job) -> bool:
     if not spec.preemptible:
         return False
     return spec.program_kind is not ProgramKind.SCRIPT or job.reports_progress
+
+
+@dataclass
+class ReadMemo:
+    """What one round's read keeps for the next, so that the next loads and converts only
+    what changed: the jobs (:class:`store.job_memo.JobMemo`, checked against the store's
+    row versions on every read) and the views of the jobs that hold nothing and never
+    ran, each with the job object and the restart cost it was built from (a job changed
+    in the store comes back from the memo as a new object). Rounds read one at a time;
+    the job memo may be shared with other readers."""
+
+    jobs: JobMemo = field(default_factory=JobMemo)
+    views: dict[int, tuple[Job, float, JobView]] = field(default_factory=dict)
+
+    def view(self, job: Job, restart_s: float) -> JobView:
+        """The view of `job`, holding nothing and with no service received."""
+        known = self.views.get(job.id)
+        if known is not None and known[0] is job and known[1] == restart_s:
+            return known[2]
+        view = job_view(job, None, restart_s)
+        self.views[job.id] = (job, restart_s, view)
+        return view
 
 
 @dataclass(frozen=True)
@@ -270,19 +293,22 @@ def read_round_input(
     now: datetime | None = None,
     restart_s: float = DEFAULT_RESTART_S,
     fair_share: FairShareConfig | None = None,
+    memo: ReadMemo | None = None,
 ) -> RoundInput:
     """The round's views: every unfinished job (those held by a lost lease too: the round
     hides them from the policy), the jobs completed since the last round, and with
     `lost_hold_s` and `now` the leases that may still run on lost nodes
     (:func:`lost_leases`). `restart_s` is what a move costs a job whose cost
     was not measured yet (the `restart_cost_s` setting). With `fair_share` on and `now`,
-    each user's decayed usage (:func:`user_usage`)."""
+    each user's decayed usage (:func:`user_usage`). With a `memo` (:class:`ReadMemo`),
+    only the jobs changed since its last read are loaded and converted."""
     nodes = uow.nodes.all()
-    unfinished = uow.jobs.list_unfinished()
+    jobs_memo = memo.jobs if memo is not None else None
+    unfinished = uow.jobs.list_unfinished(memo=jobs_memo)
     # Jobs with unmet dependencies and array elements beyond their array's cap are not
     # offered to the policy (nor listed as the round's waiting jobs: HoldEnforcer keeps
     # their reasons).
-    held = read_holds(uow, unfinished).held()
+    held = read_holds(uow, unfinished, jobs_memo).held()
     jobs = [job for job in unfinished if job.id not in held]
     tasks_by_job: dict[int, list[Task]] = defaultdict(list)
     for task in uow.tasks.active():
@@ -294,17 +320,26 @@ def read_round_input(
     # users' usage: read once.
     running = uow.usage.running()
     service = service_received(
-        (uow.usage.ended(job_ids=list(by_id)) if by_id else [])
+        [r for r in uow.usage.ended_of_unfinished_jobs() if r.job_id in by_id]
         + [r for r in running if r.job_id in by_id],
         now or datetime.now(UTC),
     )
     current: dict[int, Allocation] = {}
     views: list[JobView] = []
+    kept: dict[int, tuple[Job, float, JobView]] = {}
     for job in jobs:
         alloc = current_allocation(job, tasks_by_job.get(job.id, ()))
         if alloc is not None:
             current[job.id] = alloc
-        views.append(job_view(job, alloc, restart_s, service.get(job.id)))
+        received = service.get(job.id)
+        if memo is not None and alloc is None and received is None:
+            views.append(memo.view(job, restart_s))
+            kept[job.id] = memo.views[job.id]
+        else:
+            views.append(job_view(job, alloc, restart_s, received))
+    if memo is not None:
+        # The views of this round's waiting jobs only: those placed or ended are forgotten.
+        memo.views = kept
     snapshot = Snapshot(
         cluster=cluster_view(nodes),
         jobs=tuple(views),

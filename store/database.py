@@ -15,6 +15,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from store.errors import ConflictError
 from store.repositories import UnitOfWork
+from store.session_writes import watch_writes
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
@@ -106,6 +107,7 @@ class Database:
             self.url, echo=echo, idle_in_transaction_timeout_s=idle_in_transaction_timeout_s
         )
         self._sessions = sessionmaker(self.engine, expire_on_commit=False, autoflush=True)
+        watch_writes(self._sessions)
 
     @property
     def dialect(self) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
@@ -20,10 +20,17 @@ from store.errors import (
     InvalidTransitionError,
     NotFoundError,
 )
+from store.job_memo import JobMemo
 from store.models import CompletionNoticeRow, IdempotencyKeyRow, JobEventRow, JobRow, utcnow
 from store.repositories import convert
 from store.repositories.notifications import NotificationRepository
+from store.session_writes import has_written
 from store.states import TERMINAL_JOB_STATES, JobState, can_transition
+
+_LIVE = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]
+# Ids per statement when rows are read by id with a memo; beyond this many changed rows a
+# read of the unfinished jobs reads every one of them in one statement instead.
+_LOAD_BY_ID_MAX = 500
 
 
 class JobRepository:
@@ -119,17 +126,83 @@ class JobRepository:
         )
         return [convert.job(self._keep(row)) for row in self._session.scalars(query)]
 
-    def list_unfinished(self) -> list[Job]:
-        """Every job not in a terminal state, ordered by id."""
-        live = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]
-        query = select(JobRow).where(JobRow.state.in_(live)).order_by(JobRow.id)
-        return [convert.job(self._keep(row)) for row in self._session.scalars(query)]
+    def list_unfinished(self, *, memo: JobMemo | None = None) -> list[Job]:
+        """Every job not in a terminal state, ordered by id.
 
-    def array_elements(self, array_job_ids: Collection[int]) -> dict[int, list[Job]]:
+        With a `memo` (store.job_memo), rows it holds at their current version are not
+        loaded again, and the memo is then given what was read. It is used only while the
+        unit of work has written nothing: its reads are then all committed state."""
+        if memo is None or has_written(self._session):
+            query = select(JobRow).where(JobRow.state.in_(_LIVE)).order_by(JobRow.id)
+            return [convert.job(self._keep(row)) for row in self._session.scalars(query)]
+        stamps = self._stamps(JobRow.state.in_(_LIVE))
+        jobs, loaded = self._remembered(stamps, memo.known(), live_only=True)
+        ordered = [jobs[job_id] for job_id, _, _ in stamps if job_id in jobs]
+        memo.keep(ordered, loaded)
+        return ordered
+
+    def _stamps(self, *where: ColumnElement[bool]) -> list[tuple[int, int, str]]:
+        """(id, version, reason) of the jobs matching `where`, by id: what tells whether a
+        job read before is still the job the row holds (see store.job_memo)."""
+        query = select(JobRow.id, JobRow.version, JobRow.reason).where(*where)
+        rows = self._session.execute(query.order_by(JobRow.id))
+        return [(int(job_id), int(version), str(reason)) for job_id, version, reason in rows]
+
+    def _remembered(
+        self,
+        stamps: Sequence[tuple[int, int, str]],
+        known: Mapping[int, Job],
+        *,
+        live_only: bool,
+    ) -> tuple[dict[int, Job], int]:
+        """The jobs of `stamps` (id, version, reason): from `known` where it holds the
+        version, the others from their rows (unfinished ones only, with `live_only`).
+        Returns them by id, and how many rows were loaded."""
+        jobs: dict[int, Job] = {}
+        stale: list[int] = []
+        for job_id, version, reason in stamps:
+            job = known.get(job_id)
+            if job is None or job.version != version:
+                stale.append(job_id)
+            else:
+                jobs[job_id] = job if job.reason == reason else replace(job, reason=reason)
+        # A row may have changed since its stamp was read (each statement reads the latest
+        # commit): the row loaded is newer and wins; one that ended meanwhile is left out.
+        if live_only and len(stale) > _LOAD_BY_ID_MAX:
+            # Every row, or nearly (an empty memo): one statement, not a long list of ids.
+            wanted = set(stale)
+            query = select(JobRow).where(JobRow.state.in_(_LIVE))
+            rows = [row for row in self._session.scalars(query) if row.id in wanted]
+        else:
+            rows = []
+            for start in range(0, len(stale), _LOAD_BY_ID_MAX):
+                chunk = select(JobRow).where(JobRow.id.in_(stale[start : start + _LOAD_BY_ID_MAX]))
+                if live_only:
+                    chunk = chunk.where(JobRow.state.in_(_LIVE))
+                rows.extend(self._session.scalars(chunk))
+        for row in rows:
+            jobs[row.id] = convert.job(self._keep(row))
+        return jobs, len(stale)
+
+    def array_elements(
+        self, array_job_ids: Collection[int], *, memo: JobMemo | None = None
+    ) -> dict[int, list[Job]]:
         """Per array id, its elements ordered by index (arrays that do not exist are left
-        out)."""
+        out). With a `memo`, the elements it holds at their current version are taken from
+        it (see get_many)."""
         if not array_job_ids:
             return {}
+        if memo is not None and not has_written(self._session):
+            ids = sorted(set(array_job_ids))
+            stamps: list[tuple[int, int, str]] = []
+            for start in range(0, len(ids), _LOAD_BY_ID_MAX):
+                chunk = ids[start : start + _LOAD_BY_ID_MAX]
+                stamps.extend(self._stamps(JobRow.array_job_id.in_(chunk)))
+            jobs, _ = self._remembered(stamps, memo.known(), live_only=False)
+            elements: dict[int, list[Job]] = {}
+            for job in sorted(jobs.values(), key=lambda j: j.spec.array_index or 0):
+                elements.setdefault(job.spec.array_job_id, []).append(job)
+            return elements
         query = (
             select(JobRow)
             .where(JobRow.array_job_id.in_(list(array_job_ids)))
@@ -140,11 +213,22 @@ class JobRepository:
             found.setdefault(int(row.array_job_id or 0), []).append(convert.job(self._keep(row)))
         return found
 
-    def get_many(self, job_ids: Collection[int]) -> dict[int, Job]:
+    def get_many(self, job_ids: Collection[int], *, memo: JobMemo | None = None) -> dict[int, Job]:
+        """Jobs by id (missing ids are left out). With a `memo`, those it holds at their
+        current version are taken from it (as list_unfinished does; the memo is not
+        changed). Such a job's row is not loaded in this unit of work: a later change to
+        it is checked against the version current then, not the one read here."""
         if not job_ids:
             return {}
-        query = select(JobRow).where(JobRow.id.in_(list(job_ids)))
-        return {row.id: convert.job(self._keep(row)) for row in self._session.scalars(query)}
+        if memo is None or has_written(self._session):
+            query = select(JobRow).where(JobRow.id.in_(list(job_ids)))
+            return {row.id: convert.job(self._keep(row)) for row in self._session.scalars(query)}
+        ids = sorted(set(job_ids))
+        stamps: list[tuple[int, int, str]] = []
+        for start in range(0, len(ids), _LOAD_BY_ID_MAX):
+            stamps.extend(self._stamps(JobRow.id.in_(ids[start : start + _LOAD_BY_ID_MAX])))
+        jobs, _ = self._remembered(stamps, memo.known(), live_only=False)
+        return jobs
 
     def count_by_state(self, *, user: str = "") -> dict[JobState, int]:
         """Jobs per state, of one user when `user` is given."""

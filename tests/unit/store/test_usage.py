@@ -180,3 +180,27 @@ def test_a_lost_task_whose_node_returns_and_stops_it_keeps_one_record(db: Databa
     with db.transaction() as uow:
         (record,) = uow.usage.ended()
     assert record.gpu_seconds(T0) == 40.0
+
+
+def test_ended_attempts_of_unfinished_jobs_leave_out_those_of_ended_jobs(db: Database) -> None:
+    """The ended attempts of the jobs not in a terminal state, oldest first, equal the
+    records asked for by those jobs' ids; a job that ended is left out, one that never ran
+    has none."""
+    register(db, gpus=4)
+    preempted, done, fresh = (submit(db, name=n) for n in ("a", "b", "c"))
+    for lease, job_id in enumerate((preempted, done, preempted), start=1):
+        task_id = place(db, job_id, lease=lease, gpus=(lease,))
+        with db.transaction() as uow:
+            uow.tasks.set_state(task_id, TaskState.STARTING, now=T0 + timedelta(seconds=lease))
+            uow.tasks.set_state(
+                task_id,
+                TaskState.EXITED,
+                now=T0 + timedelta(seconds=60),
+                exit_kind=ExitKind.STOPPED,
+            )
+    with db.transaction() as uow:
+        uow.jobs.transition(done, JobState.CANCELLED, kind="cancelled", reason="by alice")
+    with db.transaction() as uow:
+        records = uow.usage.ended_of_unfinished_jobs()
+        assert records == uow.usage.ended(job_ids=[preempted, fresh])
+    assert [(r.job_id, r.lease) for r in records] == [(preempted, 1), (preempted, 3)]
