@@ -46,6 +46,7 @@ from master.rounds import RoundResult, RoundRunner
 from master.scheduling.policy import Policy, UnknownPolicyError, import_memory, make_policy
 from master.scheduling.throughput import ThroughputModel
 from master.service.access import AccessInterceptor
+from master.service.admission import Admission
 from master.service.coordinator import CoordinatorServicer
 from master.service.hadar import HadarServicer
 from master.settings import Settings, SettingsError
@@ -308,12 +309,18 @@ class Master:
             next_round_at=self.next_round_at,
             version=VERSION,
         )
+        limits = self.settings.admission
         server = grpc.server(
-            ThreadPoolExecutor(
-                max_workers=self.settings.grpc_threads, thread_name_prefix="hadar-rpc"
-            ),
+            # Sized so that, with every user call the caps admit under way, the workers
+            # still find `worker_rpc_threads` threads free.
+            ThreadPoolExecutor(max_workers=limits.pool_threads, thread_name_prefix="hadar-rpc"),
             interceptors=[
-                AccessInterceptor(self.auth, self.metrics, active=self.leadership.acting)
+                AccessInterceptor(
+                    self.auth,
+                    self.metrics,
+                    active=self.leadership.acting,
+                    admission=Admission(limits),
+                )
             ],
             # Without this a second master on the same port would silently share it.
             options=[

@@ -429,7 +429,7 @@ class Dispatcher:
         for item in items:
             a = item.assignment
             answers.append((item, results.get((a.job_id, a.task_index, a.lease))))
-        if answers:
+        if any(_needs_recording(item, result) for item, result in answers):
             orders = self._record_answers(answers)
             self.send_stops(orders)
             self._on_change()
@@ -457,13 +457,7 @@ class Dispatcher:
     ) -> list[StopOrder]:
         # An applied EXTEND or STOP changes nothing here; only the rest needs its task.
         todo = {
-            job_id: [
-                (item, result)
-                for item, result in items
-                if result is None
-                or result.outcome != worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
-                or item.assignment.action == worker_pb2.ASSIGNMENT_ACTION_START
-            ]
+            job_id: [(item, result) for item, result in items if _needs_recording(item, result)]
             for job_id, items in sorted(by_job.items())
         }
         tasks = uow.tasks.get_many([item.task_id for items in todo.values() for item, _ in items])
@@ -612,3 +606,14 @@ class Dispatcher:
         except WorkerUnreachableError as exc:
             self._metrics.dispatch_failures.inc()
             log.warning("stop not delivered", job_id=order.job_id, node=order.node, error=str(exc))
+
+
+def _needs_recording(item: Outgoing, result: worker_pb2.AssignmentResult | None) -> bool:
+    """Whether a worker's answer changes what the store holds: an applied extension or stop
+    changes nothing (most of a round's pushes: every running job's lease is extended), so
+    such pushes take no transaction at all."""
+    return (
+        result is None
+        or result.outcome != worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
+        or item.assignment.action == worker_pb2.ASSIGNMENT_ACTION_START
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -344,7 +345,10 @@ class Registry:
         return node
 
     def nodes(self) -> tuple[list[Node], list[Task]]:
-        return self._tx.read(lambda uow: (uow.nodes.all(), uow.tasks.active()))
+        """Every node, with the last heartbeat this master received (the store's time lags
+        it by up to a quarter of the timeout), and the active tasks."""
+        nodes, tasks = self._tx.read(lambda uow: (uow.nodes.all(), uow.tasks.active()))
+        return [dataclasses.replace(n, last_heartbeat=self._last_heard(n)) for n in nodes], tasks
 
 
 def _newer_started(uow: UnitOfWork, task: Task) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args
 
 from master.scheduling.churn import DEFAULT_RESTART_S
 from master.scheduling.fairshare import FairShareConfig
+from master.service.admission import AdmissionLimits
 from protos.durations import parse_duration
 
 ENV_PREFIX = "HADAR_"
@@ -177,7 +178,16 @@ class Settings:
     metrics_port: int = 9464
     log_format: LogFormat = "auto"
     log_level: str = "info"
+    # Serving: user calls are admitted against these caps (master/service/admission.py),
+    # refused past them with RESOURCE_EXHAUSTED, so that `worker_rpc_threads` of the
+    # server's threads are always free for the workers' heartbeats and reports.
+    # grpc_threads: user calls (not streams) served at once.
     grpc_threads: int = 16
+    max_calls_per_user: int = 8
+    # Open WatchJobs and StreamLogs calls; each holds a thread while open.
+    max_streams: int = 64
+    max_streams_per_user: int = 8
+    worker_rpc_threads: int = 16
 
     @property
     def max_time_limit_s(self) -> int:
@@ -188,6 +198,17 @@ class Settings:
     def default_time_limit_s(self) -> int:
         """The limit of a job that gives none, in seconds; 0 when there is none."""
         return parse_duration(self.default_time_limit) if self.default_time_limit.strip() else 0
+
+    @property
+    def admission(self) -> AdmissionLimits:
+        """The caps user calls are admitted against (see master/service/admission.py)."""
+        return AdmissionLimits(
+            streams_per_user=self.max_streams_per_user,
+            calls_per_user=self.max_calls_per_user,
+            streams=self.max_streams,
+            calls=self.grpc_threads,
+            worker_threads=self.worker_rpc_threads,
+        )
 
     @property
     def lease_s(self) -> float:
@@ -252,6 +273,10 @@ class Settings:
                 "worker_client_cert needs worker_ca_file (TLS to the workers)",
             ),
             (self.grpc_threads >= 4, "grpc_threads must be >= 4"),
+            (self.max_calls_per_user >= 1, "max_calls_per_user must be >= 1"),
+            (self.max_streams >= 1, "max_streams must be >= 1"),
+            (self.max_streams_per_user >= 1, "max_streams_per_user must be >= 1"),
+            (self.worker_rpc_threads >= 2, "worker_rpc_threads must be >= 2"),
             (
                 self.max_pending_jobs_per_user >= 0,
                 "max_pending_jobs_per_user must be >= 0 (0: unlimited)",

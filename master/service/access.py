@@ -30,6 +30,7 @@ from master.auth import Authenticator
 from master.errors import PermissionDeniedError, UnauthenticatedError, UnavailableError
 from master.jobs import Caller
 from master.metrics import MasterMetrics
+from master.service.admission import Admission, Ticket
 from master.service.status import abort_with, metadata, status_for
 from protos.hadar.v1 import coordinator_pb2, hadar_pb2
 
@@ -95,8 +96,11 @@ class AccessInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         metrics: MasterMetrics,
         table: Mapping[str, Access] | None = None,
         active: Callable[[], bool] | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._auth = auth
+        # Caps on users' streams and calls in flight; None: every call is taken on.
+        self._admission = admission
         self._metrics = metrics
         self._table = dict(access_table() if table is None else table)
         # Whether this master may serve (it holds an unexpired term); None: always.
@@ -114,10 +118,22 @@ class AccessInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         access = self._table.get(path)
         if access is Access.OPEN:
             return handler
-        return _wrap(handler, lambda context: self._check(path, access, context))
+        streaming = handler.unary_stream is not None or handler.stream_stream is not None
+        return _wrap(
+            handler,
+            lambda context: self._check(path, access, context, streaming),
+            self._release,
+        )
 
-    def _check(self, path: str, access: Access | None, context: grpc.ServicerContext) -> Caller:
-        """The caller of a call to `path`, or the call is aborted with the refusal's status."""
+    def _release(self, ticket: Ticket) -> None:
+        if self._admission is not None:
+            self._admission.leave(ticket)
+
+    def _check(
+        self, path: str, access: Access | None, context: grpc.ServicerContext, streaming: bool
+    ) -> tuple[Caller, Ticket | None]:
+        """The caller of a call to `path` and, for a user's call, its admission ticket; or
+        the call is aborted with the refusal's status."""
         started = time.perf_counter()
         try:
             if self._active is not None and not self._active():
@@ -128,8 +144,11 @@ class AccessInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                 raise PermissionDeniedError(f"{path} is open to nobody")
             if access is Access.WORKER:
                 self._auth.worker(metadata(context))
-                return WORKER
-            return self._auth.user(metadata(context))
+                return WORKER, None
+            caller = self._auth.user(metadata(context))
+            if self._admission is None:
+                return caller, None
+            return caller, self._admission.enter(caller.user, streaming=streaming)
         except Exception as exc:
             code = status_for(exc)
             name = path.rsplit("/", 1)[-1]
@@ -141,39 +160,54 @@ class AccessInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
 def _wrap(
     handler: grpc.RpcMethodHandler[Any, Any],
-    check: Callable[[grpc.ServicerContext], Caller],
+    check: Callable[[grpc.ServicerContext], tuple[Caller, Ticket | None]],
+    release: Callable[[Ticket], None],
 ) -> grpc.RpcMethodHandler[Any, Any]:
-    """`handler` with `check` run before its behaviour, the caller visible inside it only."""
+    """`handler` with `check` run before its behaviour, the caller visible inside it only,
+    and the call's admission ticket given back when it ends."""
 
-    def entered(context: grpc.ServicerContext) -> contextvars.Context:
-        caller = check(context)
+    def entered(context: grpc.ServicerContext) -> tuple[contextvars.Context, Ticket | None]:
+        caller, ticket = check(context)
         scope = contextvars.copy_context()
         scope.run(_CALLER.set, caller)
-        return scope
+        return scope, ticket
 
     def unary(behaviour: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
         def call(request: Any, context: grpc.ServicerContext) -> Any:
-            return entered(context).run(behaviour, request, context)
+            scope, ticket = entered(context)
+            try:
+                return scope.run(behaviour, request, context)
+            finally:
+                if ticket is not None:
+                    release(ticket)
 
         return call
 
     def streaming(behaviour: Callable[[Any, grpc.ServicerContext], Iterator[Any]]) -> Any:
         def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            scope = entered(context)
-            responses = scope.run(lambda: iter(behaviour(request, context)))
-            # Each step runs in the call's scope, so the caller never leaks into whatever
-            # the pool thread serves next, even when the client walks away mid-stream.
+            scope, ticket = entered(context)
+            if ticket is not None:
+                # A stream whose client went away may never be iterated again: the slot is
+                # given back when gRPC ends the call, not only when the generator closes.
+                context.add_callback(lambda: release(ticket))
             try:
-                while True:
-                    try:
-                        item = scope.run(next, responses)
-                    except StopIteration:
-                        return
-                    yield item
+                responses = scope.run(lambda: iter(behaviour(request, context)))
+                # Each step runs in the call's scope, so the caller never leaks into
+                # whatever the pool thread serves next, even when the client walks away.
+                try:
+                    while True:
+                        try:
+                            item = scope.run(next, responses)
+                        except StopIteration:
+                            return
+                        yield item
+                finally:
+                    close = getattr(responses, "close", None)
+                    if callable(close):
+                        scope.run(close)
             finally:
-                close = getattr(responses, "close", None)
-                if callable(close):
-                    scope.run(close)
+                if ticket is not None:
+                    release(ticket)
 
         return call
 

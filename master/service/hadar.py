@@ -33,6 +33,7 @@ from master.service.codec import (
     timestamp,
     token_to_pb,
 )
+from master.service.feed import EventFeed
 from master.service.status import streaming, unary
 from master.snapshot import fair_share_report, with_measurements
 from master.usage import Grouping, gpu_seconds, run_seconds, summarize
@@ -78,6 +79,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def __init__(self, parts: Components) -> None:
         self.parts = parts
         self._privacy = JobPrivacy.of(parts.settings)
+        self._feed = EventFeed(parts.tx, parts.changes)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -221,13 +223,26 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             yield hadar_pb2.WatchJobsResponse(job=job)
         while context.is_active() and not changes.closed:
             generation = changes.wait(generation, WATCH_POLL_S)
-
-            cursor, updates = self.parts.tx.read(
-                functools.partial(
-                    self._updates, after=cursor, wanted=wanted, user=request.user, caller=caller
+            entries = self._feed.after(cursor)
+            if entries is None:
+                # Further behind than the feed keeps: from the store.
+                cursor, updates = self.parts.tx.read(
+                    functools.partial(
+                        self._updates, after=cursor, wanted=wanted, user=request.user, caller=caller
+                    )
                 )
-            )
-            yield from updates
+                yield from updates
+                continue
+            for entry in entries:
+                cursor = entry.event_id
+                if wanted and entry.job.id not in wanted:
+                    continue
+                if request.user and entry.user != request.user:
+                    continue
+                update = hadar_pb2.WatchJobsResponse(job=entry.job, event=entry.event)
+                if not self._privacy.may_read(caller, entry.user):
+                    hide_private(update.job)
+                yield update
 
     def _updates(
         self, uow: UnitOfWork, after: int, wanted: set[int], user: str, caller: Caller

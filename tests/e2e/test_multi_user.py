@@ -10,20 +10,26 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
 from clients.client import HadarClient
 from clients.errors import Conflict, InvalidArgument
 from clients.localcluster import LocalCluster, parse_worker_groups
-from clients.types import TERMINAL_JOB_STATES, JobSpec, JobState, Program
+from clients.types import TERMINAL_JOB_STATES, JobSpec, JobState, NodeState, Program
+from protos.hadar.v1 import hadar_pb2, hadar_pb2_grpc
 from store.testing import backends, temporary_database_url
-from tests.e2e.conftest import ROUND_S, Cluster
+from tests.e2e.conftest import ROUND_S, Cluster, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -221,3 +227,83 @@ def test_a_priority_that_would_break_the_policy_is_refused_and_others_run(lab: L
     job = lab.submit(ALICE, "--name", "beside", "--iterations", "1", "--", "true")
     done_job = lab.cluster.wait_state(job, TERMINAL_JOB_STATES, timeout=120)
     assert done_job.state is JobState.COMPLETED, done_job.reason
+
+
+def test_one_users_flood_of_streams_and_listings_stalls_no_worker(lab: Lab) -> None:
+    """bob opens 50 watches and sends ListJobs from 16 threads without pause while alice's
+    four jobs run: past max_streams_per_user (8) his watches are refused with
+    RESOURCE_EXHAUSTED naming it, no node goes without a heartbeat for 3 s (the interval is
+    1 s, the timeout 6 s), no node is lost, and every one of alice's jobs completes."""
+    channel = grpc.insecure_channel(lab.cluster.address)
+    stub = hadar_pb2_grpc.HadarStub(channel)  # type: ignore[no-untyped-call]
+    bob = (("authorization", f"Bearer {lab.tokens[BOB]}"),)
+    stop = threading.Event()
+    refusals: list[str] = []
+    listed: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def watch(call: Any) -> None:
+        try:
+            for _ in call:
+                pass
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                with lock:
+                    refusals.append(exc.details() or "")
+
+    def flood() -> None:
+        while not stop.is_set():
+            try:
+                stub.ListJobs(hadar_pb2.ListJobsRequest(), metadata=bob, timeout=30)
+                outcome = "OK"
+            except grpc.RpcError as exc:
+                outcome = exc.code().name
+            with lock:
+                listed[outcome] += 1
+
+    watches = [
+        stub.WatchJobs(hadar_pb2.WatchJobsRequest(), metadata=bob, timeout=600) for _ in range(50)
+    ]
+    threads = [threading.Thread(target=watch, args=(w,), daemon=True) for w in watches]
+    threads += [threading.Thread(target=flood, daemon=True) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    try:
+        jobs = [
+            lab.submit(
+                ALICE,
+                "--name",
+                f"beside-flood-{i}",
+                "--iterations",
+                "1",
+                "--",
+                "/usr/bin/python3",
+                "-c",
+                "import time; time.sleep(6)",
+            )
+            for i in range(4)
+        ]
+        wait_for(lambda: len(refusals) == 42, 60, "bob's watches past the cap to be refused")
+        assert all("max_streams_per_user = 8" in r for r in refusals), refusals[:3]
+        quiet: dict[str, float] = {}
+        deadline = time.monotonic() + 180
+        while not all(lab.cluster.job(j).state in TERMINAL_JOB_STATES for j in jobs):
+            assert time.monotonic() < deadline, "alice's jobs did not finish"
+            now = datetime.now(UTC)
+            for node in lab.cluster.client.list_nodes():
+                assert node.state is NodeState.READY, (node.name, node.state, node.reason)
+                assert node.last_heartbeat is not None
+                silent = (now - node.last_heartbeat).total_seconds()
+                quiet[node.name] = max(quiet.get(node.name, 0.0), silent)
+            time.sleep(0.25)
+        assert quiet and max(quiet.values()) < 3.0, quiet
+        for job in jobs:
+            done = lab.cluster.job(job)
+            assert done.state is JobState.COMPLETED, done.reason
+            assert (done.retries, done.preemptions) == (0, 0), done
+        assert listed["OK"] > 0, listed
+    finally:
+        stop.set()
+        for call in watches:
+            call.cancel()
+        channel.close()
