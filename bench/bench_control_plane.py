@@ -229,6 +229,7 @@ class Load:
         self.user_stubs: list[Any] = []
         self.specs = job_specs(args.job_seconds, self.rng)
         self.interval_mismatch: list[float] = []
+        self.heartbeats_skipped = 0
         self.watch_events = 0
         self.watch_delays: list[float] = []
         self.watch_ended: Counter[str] = Counter()
@@ -327,7 +328,8 @@ class Load:
 
     async def heartbeat(self, node: FakeNode, due: float) -> None:
         if not node.registered:
-            return  # registering again: the agent sends no heartbeat meanwhile
+            self.heartbeats_skipped += 1  # registering: the agent sends no heartbeat meanwhile
+            return
         stub = self.node_stubs[node.name]
         request = node.heartbeat_request(self.loop.time())
         response = await self.call("Heartbeat", stub.Heartbeat, request, self.worker_md, due)
@@ -578,6 +580,7 @@ class Load:
                 "by_state": dict(states),
                 "lost_counter": self.lost_counter,
                 "told_to_register_again": sum(n.reregistered for n in self.nodes),
+                "heartbeats_skipped_unregistered": self.heartbeats_skipped,
                 "interval_mismatches": len(self.interval_mismatch),
             },
             "pushes": {
@@ -685,7 +688,8 @@ def print_report(r: dict[str, Any]) -> None:
     n = r["nodes"]
     print(
         f"nodes: {n['registered']} registered, by state {n['by_state']}, lost (master's counter) "
-        f"{n['lost_counter']:g}, told to register again {n['told_to_register_again']}"
+        f"{n['lost_counter']:g}, told to register again {n['told_to_register_again']}, "
+        f"heartbeats not due while (re)registering {n['heartbeats_skipped_unregistered']}"
         + (
             f", heartbeat interval mismatches {n['interval_mismatches']}"
             if n["interval_mismatches"]
