@@ -237,6 +237,7 @@ class Load:
         self.rounds = HistogramDeltas()
         self.lost_counter = math.nan
         self.scrape_errors: Counter[str] = Counter()
+        self.rss_peak = math.nan
 
     def channel(self) -> grpc.aio.Channel:
         channel = grpc.aio.insecure_channel(self.master.address, options=CHANNEL_OPTIONS)
@@ -417,6 +418,9 @@ class Load:
             await asyncio.sleep(self.args.scrape_interval)
 
     async def scrape_once(self) -> None:
+        # Read while the master lives: a master that exits during the run keeps its figure.
+        with contextlib.suppress(OSError):
+            self.rss_peak = proc_status_mib(self.master.process.pid, "VmHWM")
         url = self.master.metrics_url
 
         def fetch() -> str:
@@ -483,7 +487,12 @@ class Load:
             time.monotonic(),
         )
         await asyncio.sleep(max(0.0, stop_at - self.loop.time()))
-        cpu = proc_cpu_seconds(pid) - cpu_start
+        if self.master.process.poll() is None:
+            await self.scrape_once()
+        try:
+            cpu = proc_cpu_seconds(pid) - cpu_start
+        except OSError:  # it exited: its CPU time is gone with it
+            cpu = math.nan
         own_cpu = time.process_time() - own_start
         wall = time.monotonic() - wall_start
         await asyncio.gather(*drivers)
@@ -532,7 +541,6 @@ class Load:
         load_average: tuple[tuple[float, ...], tuple[float, ...]],
     ) -> dict[str, Any]:
         args = self.args
-        pid = self.master.process.pid
         states = Counter(
             common_pb2.NodeState.Name(node.state).removeprefix("NODE_STATE_").lower()
             for node in (nodes.nodes if nodes is not None else [])
@@ -592,7 +600,9 @@ class Load:
                 "cpu_s": cpu,
                 "wall_s": wall,
                 "cpu_percent": 100 * cpu / wall,
-                "rss_peak_mib": proc_status_mib(pid, "VmHWM"),
+                "rss_peak_mib": self.rss_peak,
+                # Set when the master exited before the load ended (it should not).
+                "exited_during_run": self.master.process.poll(),
                 "log": str(self.master.log),
             },
             "generator": {
@@ -700,6 +710,10 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"pushes: {p['calls']} ApplyAssignments calls, {p['assignments']} assignments")
     print(f"jobs at the end: {r['jobs']}")
     m = r["master"]
+    if m["exited_during_run"] is not None:
+        print(
+            f"THE MASTER EXITED DURING THE RUN with code {m['exited_during_run']}: see {m['log']}"
+        )
     print(
         f"master: CPU {m['cpu_s']:.1f} s in {m['wall_s']:.1f} s ({m['cpu_percent']:.0f}% of one "
         f"core), RSS peak {m['rss_peak_mib']:.0f} MiB, exit code after SIGTERM "
