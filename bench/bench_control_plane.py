@@ -420,7 +420,9 @@ class Load:
     async def scrape_once(self) -> None:
         # Read while the master lives: a master that exits during the run keeps its figure.
         with contextlib.suppress(OSError):
-            self.rss_peak = proc_status_mib(self.master.process.pid, "VmHWM")
+            peak = proc_status_mib(self.master.process.pid, "VmHWM")
+            if not math.isnan(peak):  # NaN once it has exited (a zombie has no memory)
+                self.rss_peak = peak
         url = self.master.metrics_url
 
         def fetch() -> str:
