@@ -776,7 +776,8 @@ async def list_jobs_figures(args: argparse.Namespace, master: MasterProcess) -> 
     md = (("authorization", f"Bearer {master.admin_token}"),)
     await asyncio.wait_for(channel.channel_ready(), timeout=120)
     specs = job_specs(args.job_seconds, random.Random(args.seed))
-    gate = asyncio.Semaphore(16)
+    # Below the master's calls-in-flight cap for one user (max_calls_per_user, 8 by default).
+    gate = asyncio.Semaphore(4)
 
     async def submit(n: int) -> None:
         async with gate:
