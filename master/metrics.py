@@ -78,6 +78,15 @@ class MasterMetrics:
             buckets=ROUND_BUCKETS,
             registry=self.registry,
         )
+        # Where a round's time goes: reading the store, planning, storing the decisions, and
+        # handing the pushes over (and recording the round's end).
+        self.round_phase = Histogram(
+            "hadar_round_phase_seconds",
+            "Time of one phase of a scheduling round (read, plan, persist, push)",
+            labelnames=["phase"],
+            buckets=ROUND_BUCKETS,
+            registry=self.registry,
+        )
         self.round_actions = Counter(
             "hadar_round_actions",
             "Start, stop, migrate and resize actions decided",

@@ -195,7 +195,15 @@ class RoundRunner:
             jobs=False,
         )
         settled = pushes.then(lambda unreachable: self._settled(number, unreachable))
+        push_s = duration - read_s - plan_s - persist_s
         self._metrics.round_duration.observe(duration)
+        for phase, seconds in (
+            ("read", read_s),
+            ("plan", plan_s),
+            ("persist", persist_s),
+            ("push", push_s),
+        ):
+            self._metrics.round_phase.labels(phase=phase).observe(seconds)
         self._metrics.round_actions.inc(changed)
         if duration > self._settings.round_seconds:
             log.warning("round overran its period", round=number, duration_s=round(duration, 3))
@@ -220,7 +228,7 @@ class RoundRunner:
             read_s=read_s,
             plan_s=plan_s,
             persist_s=persist_s,
-            push_s=duration - read_s - plan_s - persist_s,
+            push_s=push_s,
         )
         self.last_result = result
         log.info(

@@ -40,8 +40,8 @@ def resnet(num_gpus: int = 1) -> common_pb2.JobSpec:
 
 def test_health_reflection_and_metrics(cluster: Cluster) -> None:
     """Health says SERVING for the server and both services; reflection lists them; the
-    metrics endpoint exports jobs, GPUs, round durations, RPC latencies, and the master's
-    role and epoch."""
+    metrics endpoint exports jobs, GPUs, round durations and their phases, RPC latencies,
+    and the master's role and epoch."""
     master = cluster.master(metrics_port=0, metrics_host="127.0.0.1")
     cluster.worker(master, "n1", num_gpus=2)
     api = cluster.api(master)
@@ -71,6 +71,8 @@ def test_health_reflection_and_metrics(cluster: Cluster) -> None:
     assert 'hadar_gpus{state="busy",type="v100"} 1.0' in text
     assert 'hadar_gpus{state="idle",type="v100"} 1.0' in text
     assert "hadar_round_duration_seconds_count 1.0" in text
+    for phase in ("read", "plan", "persist", "push"):
+        assert f'hadar_round_phase_seconds_count{{phase="{phase}"}} 1.0' in text
     assert 'hadar_rpc_duration_seconds_count{code="OK",method="SubmitJob"} 1.0' in text
     assert 'hadar_master_role{role="active"} 1.0' in text
     assert 'hadar_master_role{role="standby"} 0.0' in text

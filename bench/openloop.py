@@ -1,0 +1,181 @@
+"""Open-loop accounting for load benchmarks: when each call was due, when it was sent, when
+it was answered.
+
+A call's latency is its answer time minus its due time, not minus the time it was sent: a
+generator that falls behind (or a server that holds it back) then shows up in the
+latency instead of hiding in fewer calls (coordinated omission). How late the generator
+itself sent each call is kept apart, so a reader can tell whether it kept up.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+OK = "OK"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 1]) of unsorted values; NaN when there are none."""
+    if not values:
+        return math.nan
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"percentile: q must be in [0, 1], got {q}")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+def spread(t0: float, interval: float, count: int) -> Iterator[tuple[float, int]]:
+    """(due time, member) for `count` members each due once per `interval`, their phases
+    spread evenly over the interval: member i is due at t0 + i * interval / count, then
+    every interval after."""
+    if count < 1 or interval <= 0:
+        raise ValueError(f"spread: need count >= 1 and interval > 0, got {count}, {interval}")
+    step = interval / count
+    slot = 0
+    while True:
+        yield t0 + slot * step, slot % count
+        slot += 1
+
+
+def arrivals(t0: float, rate: float, kind: str, rng: random.Random) -> Iterator[float]:
+    """Due times of calls at `rate` a second from t0: "uniform" (every 1/rate) or "poisson"
+    (exponential gaps of mean 1/rate)."""
+    if rate <= 0:
+        raise ValueError(f"arrivals: rate must be > 0, got {rate}")
+    if kind == "uniform":
+        n = 0
+        while True:
+            yield t0 + n / rate
+            n += 1
+    elif kind == "poisson":
+        due = t0
+        while True:
+            due += rng.expovariate(rate)
+            yield due
+    else:
+        raise ValueError(f"arrivals: kind must be 'uniform' or 'poisson', got {kind!r}")
+
+
+@dataclass
+class RpcStats:
+    """One RPC method's calls: latency from due time of those answered OK, the generator's
+    lag for every call sent, and the status codes of the others."""
+
+    latencies: list[float] = field(default_factory=list)
+    lags: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def unanswered(self) -> int:
+        """Calls sent that got neither an answer nor an error (still in flight at the end)."""
+        return len(self.lags) - len(self.latencies) - sum(self.errors.values())
+
+    def summary(self) -> dict[str, Any]:
+        ms = 1e3
+        return {
+            "calls": len(self.lags),
+            "ok": len(self.latencies),
+            "p50_ms": percentile(self.latencies, 0.5) * ms,
+            "p99_ms": percentile(self.latencies, 0.99) * ms,
+            "max_ms": max(self.latencies, default=math.nan) * ms,
+            "errors": dict(sorted(self.errors.items())),
+            "unanswered": self.unanswered,
+            "lag_p50_ms": percentile(self.lags, 0.5) * ms,
+            "lag_p99_ms": percentile(self.lags, 0.99) * ms,
+            "lag_max_ms": max(self.lags, default=math.nan) * ms,
+        }
+
+
+class Ledger:
+    """Every call of a run, by method. Not thread-safe: one event loop records."""
+
+    def __init__(self) -> None:
+        self.methods: dict[str, RpcStats] = {}
+
+    def _stats(self, method: str) -> RpcStats:
+        stats = self.methods.get(method)
+        if stats is None:
+            stats = self.methods[method] = RpcStats()
+        return stats
+
+    def sent(self, method: str, due: float, at: float) -> None:
+        self._stats(method).lags.append(max(0.0, at - due))
+
+    def answered(self, method: str, due: float, at: float, code: str) -> None:
+        stats = self._stats(method)
+        if code == OK:
+            stats.latencies.append(at - due)
+        else:
+            stats.errors[code] += 1
+
+    def lags(self) -> list[float]:
+        return [lag for stats in self.methods.values() for lag in stats.lags]
+
+    def errors(self) -> int:
+        return sum(sum(s.errors.values()) + s.unanswered for s in self.methods.values())
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def parse_samples(text: str, names: frozenset[str]) -> dict[tuple[str, str], float]:
+    """The samples of Prometheus text exposition whose metric name is in `names`, keyed by
+    (name, label text as written, e.g. '{phase="read"}' or '')."""
+    out: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        match = _SAMPLE.match(line)
+        if match is None or match.group(1) not in names:
+            continue
+        out[(match.group(1), match.group(2) or "")] = float(match.group(3))
+    return out
+
+
+@dataclass
+class HistogramDeltas:
+    """Per-observation values of a Prometheus histogram series recovered from successive
+    scrapes of its _sum and _count: exact where one observation fell between two scrapes,
+    the mean of the interval's observations (counted once each) where several did."""
+
+    values: list[float] = field(default_factory=list)
+    exact: int = 0
+    _sum: float = 0.0
+    _count: float = 0.0
+
+    def update(self, total: float, count: float) -> None:
+        new = round(count - self._count)
+        if new > 0:
+            mean = (total - self._sum) / new
+            self.values.extend([mean] * new)
+            if new == 1:
+                self.exact += 1
+        self._sum, self._count = total, count
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "count": len(self.values),
+            "exact": self.exact,
+            "p50_ms": percentile(self.values, 0.5) * 1e3,
+            "max_ms": max(self.values, default=math.nan) * 1e3,
+        }
+
+
+def histogram_series(
+    samples: Mapping[tuple[str, str], float], metric: str
+) -> dict[str, tuple[float, float]]:
+    """label text -> (sum, count) of each series of histogram `metric` in parsed samples."""
+    out: dict[str, tuple[float, float]] = {}
+    for (name, labels), value in samples.items():
+        if name == f"{metric}_sum":
+            count = samples.get((f"{metric}_count", labels))
+            if count is not None:
+                out[labels] = (value, count)
+    return out
