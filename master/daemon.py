@@ -205,8 +205,18 @@ class Master:
             self.tx, self.dispatcher, self.changes.notify, self.request_round
         )
         self.auth = Authenticator(self.tx, settings.auth, self.cluster_token)
+        # On PostgreSQL the lease is kept over connections of its own: a renewal must not
+        # wait for a connection behind a burst of calls (its term would end meanwhile).
+        self._lease_database = (
+            Database(
+                settings.database,
+                idle_in_transaction_timeout_s=idle_transaction_limit_s(settings.leader_lease_s),
+            )
+            if self.database.dialect == "postgresql"
+            else self.database
+        )
         self.leadership = Leadership(
-            self.database,
+            self._lease_database,
             address=advertised_address(settings.listen),
             lease_s=settings.leader_lease_s,
             renew_s=settings.leader_renew_s,
@@ -461,6 +471,8 @@ class Master:
         # Last: nothing this master does may follow the moment a standby can take over.
         self.leadership.release()
         self.database.dispose()
+        if self._lease_database is not self.database:
+            self._lease_database.dispose()
         self._stopped.set()
         log.info("master stopped")
 

@@ -320,10 +320,12 @@ class Leadership:
             return
         try:
             with self._write_lock:
-                # The master's own writes hold the row while they run: waiting for them is
-                # right, but not past the term, which a later success could not save. Ending
-                # by then also keeps a master frozen with its renewal queued from taking the
-                # row once the database has ended that master's other transactions.
+                # On SQLite the master's own writers queue on the write lock before it;
+                # on PostgreSQL its writes hold the row only FOR KEY SHARE, which an update
+                # of the expiry does not wait for. Either way not past the term, which a
+                # later success could not save. Ending by then also keeps a master frozen
+                # with its renewal queued from taking the row once the database has ended
+                # that master's other transactions.
                 expires = self._leases.renew(
                     self.holder, epoch, self.lease_s, lock_timeout_s=deadline - sent
                 )

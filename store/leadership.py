@@ -135,7 +135,9 @@ class MasterLeases:
         try:
             with _busy_as_error(lock_timeout_s), self._database.session() as session:
                 _limit_lock_wait(session, lock_timeout_s)
-                row = session.get(MasterLeaseRow, LEASE_ROW)
+                # FOR UPDATE waits for the active master's writes under way, which hold the
+                # row FOR KEY SHARE (check_term): none of them commits after a takeover.
+                row = session.get(MasterLeaseRow, LEASE_ROW, with_for_update=True)
                 if row is None:
                     raise StoreError("the master_lease row is missing; run hadar-master db upgrade")
                 now = database_now(session)
@@ -214,13 +216,16 @@ class MasterLeases:
 
 def check_term(session: Session, holder: str, epoch: int) -> None:
     """Inside another unit of work: raise LeaseLostError unless `holder` still holds term
-    `epoch`. On PostgreSQL the row is share-locked until that unit of work ends, so no
-    takeover can commit between this check and its commit."""
+    `epoch`. On PostgreSQL the row is locked FOR KEY SHARE until that unit of work ends, so
+    no takeover (which takes the row FOR UPDATE) can commit between this check and its
+    commit. The weakest such lock: the holder's renewals (a plain UPDATE of the expiry)
+    need not wait for its own writes, so a steady stream of them can never starve the
+    renewal and cost the master its term."""
     query = select(MasterLeaseRow.holder, MasterLeaseRow.epoch).where(
         MasterLeaseRow.id == LEASE_ROW
     )
     if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update(read=True)
+        query = query.with_for_update(read=True, key_share=True)
     found = session.execute(query).one_or_none()
     if found is None or (found.holder, found.epoch) != (holder, epoch):
         current = f"epoch {found.epoch} held by {found.holder}" if found else "no lease"

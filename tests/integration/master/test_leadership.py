@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -297,8 +298,8 @@ POSTGRES_ONLY = pytest.mark.skipif(
 
 @POSTGRES_ONLY
 def test_a_standby_takes_over_from_a_master_frozen_inside_a_write(tmp_path: Path) -> None:
-    """A master whose write stops halfway (as if the process were frozen) keeps the lease
-    row share-locked. The server ends that transaction once it has been idle for a lease
+    """A master frozen halfway through a write keeps the lease row locked (FOR KEY SHARE)
+    and renews no more. The server ends that transaction once it has been idle for a lease
     period, so the standby leads within two lease periods instead of waiting for the
     writer; the write, resumed, commits nothing, and the old master has stopped acting."""
     lease_s, renew_s = 2.0, 0.5
@@ -331,6 +332,15 @@ def test_a_standby_takes_over_from_a_master_frozen_inside_a_write(tmp_path: Path
                 else:
                     outcome.append(None)
 
+            # The freeze stops the whole process: its renewals too, until it resumes.
+            renew = master.leadership._leases.renew
+
+            def frozen_renew(*args: Any, **kwargs: Any) -> Any:
+                if inside.is_set():
+                    resume.wait(60)
+                return renew(*args, **kwargs)
+
+            master.leadership._leases.renew = frozen_renew  # type: ignore[method-assign]
             writer = threading.Thread(target=write)
             writer.start()
             standby = Leadership(
@@ -353,11 +363,14 @@ def test_a_standby_takes_over_from_a_master_frozen_inside_a_write(tmp_path: Path
                 print(f"takeover {took} s after the write froze (lease {lease_s:g} s)")
                 assert took is not None and took <= 2 * lease_s, took
                 assert standby.epoch == 2
-                assert master.leadership.role is Role.DEPOSED
             finally:
                 stop.set()
                 resume.set()
                 writer.join(timeout=30)
+            wait_for(
+                lambda: master.leadership.role is Role.DEPOSED,
+                what="the resumed master to find its term over",
+            )
             assert outcome and outcome[0] is not None, "the frozen write committed"
             with standby_db.transaction() as uow:
                 assert uow.tokens.find_user("late-writer") is None
