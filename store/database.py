@@ -15,6 +15,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from store.errors import ConflictError
 from store.repositories import UnitOfWork
+from store.task_changes import TaskChanges
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
@@ -106,6 +107,9 @@ class Database:
             self.url, echo=echo, idle_in_transaction_timeout_s=idle_in_transaction_timeout_s
         )
         self._sessions = sessionmaker(self.engine, expire_on_commit=False, autoflush=True)
+        # Moves whenever a transaction of this database changed where tasks run.
+        self.task_changes = TaskChanges()
+        self.task_changes.watch(self._sessions)
 
     @property
     def dialect(self) -> str:
