@@ -34,8 +34,8 @@ if str(ROOT) not in sys.path:
 from master.daemon import Master  # noqa: E402
 from master.settings import Settings  # noqa: E402
 from protos.hadar.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc  # noqa: E402
-from store.domain import JobSpec, NewJob, NewTask, ProgramKind  # noqa: E402
-from store.states import TaskState  # noqa: E402
+from store.domain import JobSpec, NewJob, NewTask  # noqa: E402
+from store.states import ProgramKind, TaskState  # noqa: E402
 from store.testing import fresh_postgres_schema  # noqa: E402
 
 TOKEN = "bench-cluster-token"
@@ -122,8 +122,8 @@ def main() -> int:
             heartbeat_timeout_s=60.0,
             auth="token",
             cluster_token=TOKEN,
-            cluster_token_file=os.path.join(folder, "cluster-token"),
-            checkpoint_dir=os.path.join(folder, "checkpoints"),
+            cluster_token_file=str(Path(folder) / "cluster-token"),
+            checkpoint_dir=str(Path(folder) / "checkpoints"),
             metrics_port=-1,
         )
         master = Master(settings)
@@ -202,7 +202,9 @@ def main() -> int:
         f"  per RPC: mean {statistics.fmean(latencies) * 1e6:.0f} us, "
         f"p50 {ordered[total // 2] * 1e6:.0f} us, p99 {ordered[int(total * 0.99)] * 1e6:.0f} us"
     )
-    print(f"  throughput {total / wall:.0f} heartbeats/s; process CPU {cpu / total * 1e6:.0f} us each")
+    print(
+        f"  throughput {total / wall:.0f} heartbeats/s, process CPU {cpu / total * 1e6:.0f} us each"
+    )
     print(f"  SQL statements per heartbeat: {statements / total:.3f}")
     return 0
 

@@ -3,7 +3,7 @@ ended, and only then; other changes leave it where it is."""
 
 from __future__ import annotations
 
-from sqlalchemy import update
+from sqlalchemy import Table, update
 
 from store import Database
 from store.domain import NewTask
@@ -101,10 +101,10 @@ def test_statements_on_the_tasks_table_move_it(db: Database) -> None:
         )
     assert changes.generation == before + 1
     with db.transaction() as uow:
+        table = TaskRow.__table__
+        assert isinstance(table, Table)
         uow.session.execute(
-            update(TaskRow.__table__)
-            .where(TaskRow.__table__.c.id == task_id)
-            .values(state=TaskState.LOST.value)
+            update(table).where(table.c.id == task_id).values(state=TaskState.LOST.value)
         )
     assert changes.generation == before + 2
 
