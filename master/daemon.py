@@ -369,6 +369,8 @@ class Master:
             name="heartbeat write",
             max_instances=1,
             coalesce=True,
+            # Late rather than skipped: a skipped write leaves the stored times a period older.
+            misfire_grace_time=None,
         )
         scheduler.add_job(
             self._scheduled_time_limit_check,

@@ -236,7 +236,22 @@ class Registry:
             merged = dict(health)
             merged.update({g.index: g.health for g in gpus if g.index in health})
             self._remember_liveness(node, (state, merged), version)
-        return False, self._tasks.not_on(node, tasks)
+        unwanted = self._tasks.not_on(node, tasks)
+        if not unwanted:
+            return False, []
+
+        def confirm(uow: UnitOfWork) -> list[ReportedTask]:
+            stop: list[ReportedTask] = []
+            for item in unwanted:
+                task = uow.tasks.find(item.job_id, item.task_index, item.lease)
+                if task is None or task.node != node or not task.active:
+                    stop.append(item)
+            return stop
+
+        # Rare (a task ended or moved since the worker last heard): before a worker is told
+        # to stop anything, the store confirms it within this master's term (a write
+        # checks the term), as a master that lost its term unnoticed must order nothing.
+        return False, self._tx.write(confirm, jobs=False)
 
     def _remember_liveness(
         self, node: str, known: tuple[NodeState, dict[int, GpuHealth]] | None, version: int

@@ -18,10 +18,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import grpc
+import pytest
 from sqlalchemy import event
 
 from master.daemon import Master
 from protos.hadar.v1 import common_pb2, coordinator_pb2, hadar_pb2
+from store import Database
+from store.leadership import MasterLeases
 from store.states import TaskState
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import FakeWorker, wait_for
@@ -214,6 +218,27 @@ def test_a_cancelled_jobs_tasks_are_stopped_once_they_exited(cluster: Cluster) -
     assert stopped(beat(worker, tasks)) == set(), "stopped before its exit was reported"
     assert worker.exit(job_id, common_pb2.EXIT_KIND_STOPPED).accepted
     assert stopped(beat(worker, tasks)) == tasks
+
+
+def test_a_master_whose_term_ended_unnoticed_orders_no_stop(cluster: Cluster) -> None:
+    """Another master took the lease, and this one has not renewed since: a heartbeat it
+    would answer with a stop is refused instead, as every write of this master is."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1", num_gpus=1, auto_exit_on_stop=False)
+    api = cluster.api(master)
+    job_id = submit(api, "ended")
+    master.run_round()
+    wait_for(lambda: job_id in worker.running_jobs(), what="START")
+    tasks = keys(worker, job_id)
+    assert worker.exit(job_id, common_pb2.EXIT_KIND_FAILED, 1).accepted
+    other = Database(cluster.database)
+    try:
+        assert MasterLeases(other).acquire("usurper", "elsewhere:1", 3600, force=True)
+    finally:
+        other.dispose()
+    with pytest.raises(grpc.RpcError) as refused:
+        beat(worker, tasks)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
 def test_heartbeats_racing_new_placements_never_stop_them(cluster: Cluster) -> None:
