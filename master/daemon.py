@@ -39,7 +39,7 @@ from master.dispatch import Dispatcher
 from master.events import ChangeSignal
 from master.holds import HoldEnforcer
 from master.jobs import JobManager
-from master.leadership import Leadership, idle_transaction_limit_s
+from master.leadership import Leadership, NotLeaderError, idle_transaction_limit_s
 from master.metrics import ClusterGauges, MasterMetrics
 from master.registry import Registry
 from master.rounds import RoundResult, RoundRunner
@@ -380,6 +380,16 @@ class Master:
             coalesce=True,
         )
         scheduler.add_job(
+            self._scheduled_heartbeat_write,
+            IntervalTrigger(seconds=self.registry.write_every_s),
+            id="heartbeats",
+            name="heartbeat write",
+            max_instances=1,
+            coalesce=True,
+            # Late rather than skipped: a skipped write leaves the stored times a period older.
+            misfire_grace_time=None,
+        )
+        scheduler.add_job(
             self._scheduled_time_limit_check,
             IntervalTrigger(seconds=self.settings.time_limit_check_s),
             id="time-limits",
@@ -455,6 +465,11 @@ class Master:
         self.changes.close()
         if self._server is not None:
             self._server.stop(grace).wait()
+            if not self._deposed.is_set():
+                # The heartbeats received since the last write, so that the stored times
+                # are the last ones received (a master that starts next still gives every
+                # worker a full timeout to come back before it counts any lost).
+                self._scheduled_heartbeat_write()
         if self._metrics_server is not None:
             shutdown = getattr(self._metrics_server, "shutdown", None)
             if callable(shutdown):
@@ -594,6 +609,14 @@ class Master:
             self.check_nodes()
         except Exception:
             log.exception("lost-node check failed")
+
+    def _scheduled_heartbeat_write(self) -> None:
+        try:
+            self.registry.write_heartbeats()
+        except NotLeaderError:
+            log.debug("heartbeat times not written: this master's term is over")
+        except Exception:
+            log.exception("writing heartbeat times failed")
 
     def _scheduled_time_limit_check(self) -> None:
         try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,6 +15,7 @@ from master.errors import FailedPreconditionError
 from master.lifecycle import StopOrder, lose_job_placement, lose_node
 from master.metrics import MasterMetrics
 from master.settings import Settings
+from master.task_index import ActiveTaskIndex
 from master.transactions import Transactor
 from store import UnitOfWork
 from store.domain import Gpu, Node, Task
@@ -67,22 +67,26 @@ class Registry:
         self._metrics = metrics
         self._on_change = on_change
         self._on_capacity = on_capacity
-        self._write_every = settings.heartbeat_timeout_s / 4
-        self._last_written: dict[str, float] = {}
+        # Heartbeat times reach the store in one transaction for all nodes every
+        # `write_every_s` (write_heartbeats): node -> (when, its GPUs) of the newest
+        # heartbeat not written yet.
+        self.write_every_s = settings.heartbeat_timeout_s / 4
+        self._unwritten: dict[str, tuple[datetime, tuple[Gpu, ...]]] = {}
         # When each node was last heard from (a heartbeat or a registration), as received:
         # the store's heartbeat time may be up to a quarter of the timeout older, and a
         # node is lost only a full timeout after it actually fell silent.
         self._heard: dict[str, datetime] = {}
         # Node state and GPU health as last read, so that a heartbeat with nothing to write
-        # and no tasks to check needs no database access. Every state change made here
-        # drops the entry (_nodes_changed).
+        # needs no database access. Every state change made here drops the entry
+        # (_nodes_changed).
         self._liveness: dict[str, tuple[NodeState, dict[int, GpuHealth]]] = {}
         self._beats_lock = threading.Lock()
         self.nodes_version = 0
+        # What heartbeats check their tasks against.
+        self._tasks = ActiveTaskIndex(tx)
 
     def _nodes_changed(self, name: str) -> None:
         with self._beats_lock:
-            self._last_written[name] = time.monotonic()
             # The next heartbeat re-reads the node's state and GPU health from the store.
             self._liveness.pop(name, None)
             self.nodes_version += 1
@@ -201,61 +205,91 @@ class Registry:
         """(re-register?, tasks to stop). Heartbeats change no job, so they do not wait for
         the job lock.
 
-        The heartbeat time is written at most every quarter of the timeout (or when a GPU's
-        health changes): hundreds of workers would otherwise turn into hundreds of writes a
-        second. The time each heartbeat arrived is kept in memory too, and the loss check
-        goes by it: a node is declared lost a timeout after its last heartbeat (plus at
-        most one check interval), never earlier.
+        A heartbeat that changes nothing reads and writes no database: the node's state
+        and GPU health come from memory (read once after each change of the node), the
+        tasks are checked against the index of active tasks, and the heartbeat's time is
+        written with every other node's by write_heartbeats. Only a change of a GPU's
+        health is written at once. The loss check goes by the time each heartbeat
+        arrived: a node is declared lost a timeout after its last heartbeat (plus at most
+        one check interval), never earlier.
         """
         now = datetime.now(UTC)
-        wall = time.monotonic()
-        self._note_heard(node, now)
         with self._beats_lock:
-            due = wall - self._last_written.get(node, -1e9) >= self._write_every
-            cached = self._liveness.get(node)
+            self._hear(node, now)
+            unwritten = self._unwritten.get(node)
+            if unwritten is None or now > unwritten[0]:
+                self._unwritten[node] = (now, tuple(gpus))
+            known = self._liveness.get(node)
             version = self.nodes_version
-        if cached is not None and not due and not tasks:
-            # Nothing to write and nothing to check against the store: answer from memory.
-            state, health = cached
-            if state is NodeState.UNREACHABLE:
+        if known is None:
+            known = self._tx.read(lambda uow: uow.nodes.liveness(node))
+            self._remember_liveness(node, known, version)
+        if known is None or known[0] is NodeState.UNREACHABLE:
+            return True, []
+        state, health = known
+        if any(g.index in health and health[g.index] is not g.health for g in gpus):
+            written = self._tx.write(
+                lambda uow: uow.nodes.heartbeat(node, now=now, gpus=gpus), jobs=False
+            )
+            if written is None:  # lost or gone meanwhile
+                self._remember_liveness(node, None, version)
                 return True, []
-            if not any(g.index in health and health[g.index] is not g.health for g in gpus):
-                return False, []
+            merged = dict(health)
+            merged.update({g.index: g.health for g in gpus if g.index in health})
+            self._remember_liveness(node, (state, merged), version)
+        unwanted = self._tasks.not_on(node, tasks)
+        if not unwanted:
+            return False, []
 
-        def change(uow: UnitOfWork) -> tuple[bool, list[ReportedTask]]:
-            known = uow.nodes.liveness(node)
-            with self._beats_lock:
-                if known is None:
-                    self._liveness.pop(node, None)
-                elif self.nodes_version == version:
-                    # (A node changed meanwhile may have changed after this read.)
-                    self._liveness[node] = known
-            if known is None or known[0] is NodeState.UNREACHABLE:
-                return True, []
-            health = known[1]
-            changed = any(g.index in health and health[g.index] is not g.health for g in gpus)
-            if due or changed:
-                uow.nodes.heartbeat(node, now=now, gpus=gpus)
-                with self._beats_lock:
-                    self._last_written[node] = wall
-                    if changed:
-                        merged = dict(health)
-                        merged.update({g.index: g.health for g in gpus if g.index in health})
-                        self._liveness[node] = (known[0], merged)
+        def confirm(uow: UnitOfWork) -> list[ReportedTask]:
             stop: list[ReportedTask] = []
-            for item in tasks:
+            for item in unwanted:
                 task = uow.tasks.find(item.job_id, item.task_index, item.lease)
                 if task is None or task.node != node or not task.active:
                     stop.append(item)
-            return False, stop
+            return stop
 
-        return self._tx.write(change, jobs=False)
+        # Rare (a task ended or moved since the worker last heard): before a worker is told
+        # to stop anything, the store confirms it within this master's term (a write
+        # checks the term), as a master that lost its term unnoticed must order nothing.
+        return False, self._tx.write(confirm, jobs=False)
+
+    def _remember_liveness(
+        self, node: str, known: tuple[NodeState, dict[int, GpuHealth]] | None, version: int
+    ) -> None:
+        with self._beats_lock:
+            if known is None:
+                self._liveness.pop(node, None)
+            elif self.nodes_version == version:
+                # (A node changed meanwhile may have changed after `known` was read.)
+                self._liveness[node] = known
+
+    def write_heartbeats(self) -> int:
+        """Write the newest heartbeat time (and GPU utilization) of every node heard from
+        since the last call, in one transaction. Returns how many nodes were written."""
+        with self._beats_lock:
+            beats, self._unwritten = self._unwritten, {}
+        if not beats:
+            return 0
+        try:
+            return self._tx.write(lambda uow: uow.nodes.heard(beats), jobs=False)
+        except BaseException:
+            with self._beats_lock:
+                # Kept for the next call, unless a newer heartbeat replaced it meanwhile.
+                for node, beat in beats.items():
+                    newer = self._unwritten.get(node)
+                    if newer is None or newer[0] < beat[0]:
+                        self._unwritten[node] = beat
+            raise
 
     def _note_heard(self, node: str, at: datetime) -> None:
         with self._beats_lock:
-            previous = self._heard.get(node)
-            if previous is None or at > previous:
-                self._heard[node] = at
+            self._hear(node, at)
+
+    def _hear(self, node: str, at: datetime) -> None:
+        previous = self._heard.get(node)
+        if previous is None or at > previous:
+            self._heard[node] = at
 
     def _last_heard(self, node: Node) -> datetime:
         """The newest of the stored heartbeat time and the last one this master received

@@ -16,6 +16,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from store.errors import ConflictError
 from store.repositories import UnitOfWork
 from store.session_writes import watch_writes
+from store.task_changes import TaskChanges
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
@@ -108,6 +109,9 @@ class Database:
         )
         self._sessions = sessionmaker(self.engine, expire_on_commit=False, autoflush=True)
         watch_writes(self._sessions)
+        # Moves whenever a transaction of this database changed where tasks run.
+        self.task_changes = TaskChanges()
+        self.task_changes.watch(self._sessions)
 
     @property
     def dialect(self) -> str:

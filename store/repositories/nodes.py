@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from store.domain import Gpu, Node
 from store.errors import NotFoundError
@@ -135,6 +135,34 @@ class NodeRepository:
                     target.utilization = gpu.utilization
         self._session.flush()
         return convert.node(row)
+
+    def heard(self, beats: Mapping[str, tuple[datetime, Sequence[Gpu]]]) -> int:
+        """Note many nodes' last heartbeats at once: node -> (when, its GPUs as reported
+        then). Writes the heartbeat time (never backwards) and the GPUs' utilization, not
+        their health: a change of health is written when it is reported, and a batch
+        gathered before it must not undo it. Unknown and unreachable nodes are left out.
+        Returns how many nodes were written."""
+        if not beats:
+            return 0
+        query = (
+            select(NodeRow)
+            .where(NodeRow.name.in_(list(beats)))
+            .options(selectinload(NodeRow.gpus))
+            .order_by(NodeRow.name)
+        )
+        written = 0
+        for row in self._session.scalars(query):
+            if row.state == NodeState.UNREACHABLE.value:
+                continue
+            at, gpus = beats[row.name]
+            row.last_heartbeat = max(row.last_heartbeat, at)
+            utilization = {g.index: g.utilization for g in gpus}
+            for target in row.gpus:
+                if target.index in utilization:
+                    target.utilization = utilization[target.index]
+            written += 1
+        self._session.flush()
+        return written
 
     def set_state(self, name: str, state: NodeState, reason: str = "") -> Node:
         row = self._row(name)
