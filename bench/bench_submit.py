@@ -34,8 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from sqlalchemy import select
 
 from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc
+from store import Database
+from store.models import JobRow
 from store.testing import fresh_postgres_schema
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,6 +71,7 @@ class Step:
     seconds: float
     latencies: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    job_ids: list[int] = field(default_factory=list)
     sent: int = 0
     # Latest completion, for the answered rate.
     last_done: float = 0.0
@@ -88,6 +92,7 @@ class Master:
     process: subprocess.Popen[bytes]
     address: str
     tokens: list[str]
+    database: str
 
 
 @contextlib.contextmanager
@@ -130,7 +135,7 @@ def started_master(database: str, args: argparse.Namespace) -> Iterator[Master]:
             stderr=log_file,
         )
         try:
-            yield Master(process, f"127.0.0.1:{port}", tokens)
+            yield Master(process, f"127.0.0.1:{port}", tokens, database)
         finally:
             process.terminate()
             process.wait(timeout=60)
@@ -163,6 +168,7 @@ def run_step(
         with step.lock:
             if error is None:
                 step.latencies.append(now - due)
+                step.job_ids.append(call.result().job.id)
             else:
                 step.errors.append(f"{error.code().name}: {error.details()}")
             step.last_done = max(step.last_done, now)
@@ -178,6 +184,21 @@ def run_step(
         step.sent += 1
     with step.lock:
         step.done.wait_for(lambda: step.finished >= step.sent, timeout=60)
+
+
+def group_sizes(database: str, steps: list[Step]) -> list[float]:
+    """Per step, the mean number of jobs stored per transaction: a group's jobs share their
+    submission time, one per transaction."""
+    db = Database(database)
+    try:
+        with db.session() as session:
+            times = dict(session.execute(select(JobRow.id, JobRow.submitted_at)).all())
+    finally:
+        db.dispose()
+    return [
+        len(step.job_ids) / max(1, len({times[i] for i in step.job_ids if i in times}))
+        for step in steps
+    ]
 
 
 def report(step: Step, cpu_s: float) -> bool:
@@ -246,10 +267,12 @@ def main() -> int:
         )
         best = 0.0
         first = 0
+        steps: list[Step] = []
         for rate in rates:
             step = Step(rate=rate, seconds=args.step_seconds)
             cpu = proc_cpu_seconds(master.process.pid)
             run_step(stub, metadata, step, first, args)
+            steps.append(step)
             first += step.sent
             passed = report(step, proc_cpu_seconds(master.process.pid) - cpu)
             if passed:
@@ -258,6 +281,9 @@ def main() -> int:
                 break
             time.sleep(1.0)
         print(f"highest rate with p99 < {args.p99_ms:g} ms: {best:g}/s")
+        sizes = group_sizes(master.database, steps)
+        shown = (f"{step.rate:g}/s: {size:.1f}" for step, size in zip(steps, sizes, strict=True))
+        print("jobs per transaction: " + ", ".join(shown))
     return 0
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 ItemT = TypeVar("ItemT")
@@ -24,7 +24,10 @@ ResultT = TypeVar("ResultT")
 @dataclass(slots=True)
 class _Waiting(Generic[ItemT, ResultT]):
     item: ItemT
+    # Set once the caller may go on: its outcome is in, or it is to lead the next group.
+    woken: threading.Event = field(default_factory=threading.Event)
     done: bool = False
+    leads: bool = False
     result: ResultT | None = None
     error: BaseException | None = None
 
@@ -57,7 +60,7 @@ class GroupCommitter(Generic[ItemT, ResultT]):
         self._commit = commit
         self._linger_s = linger_s
         self._max_group = max_group
-        self._changed = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
         self._queue: list[_Waiting[ItemT, ResultT]] = []
         self._committing = False
         self._groups = 0
@@ -66,34 +69,43 @@ class GroupCommitter(Generic[ItemT, ResultT]):
 
     @property
     def stats(self) -> GroupStats:
-        with self._changed:
+        with self._lock:
             return GroupStats(self._groups, self._items, self._largest)
+
+    @property
+    def queued(self) -> int:
+        """Items waiting for a commit to take them (not those being committed)."""
+        with self._lock:
+            return len(self._queue)
 
     def run(self, item: ItemT) -> ResultT:
         """Queue `item`, wait for the commit that holds it, and return its result (or raise
         its exception)."""
         waiting: _Waiting[ItemT, ResultT] = _Waiting(item)
-        with self._changed:
+        with self._lock:
             self._queue.append(waiting)
-        while True:
-            with self._changed:
-                self._changed.wait_for(lambda: waiting.done or not self._committing)
-                if waiting.done:
-                    break
-                self._committing = True
-            # A leader whose own item did not fit in its group leads again.
-            self._lead()
+            if not self._committing:
+                self._committing = waiting.leads = True
+        while not waiting.done:
+            if waiting.leads:
+                waiting.leads = False
+                self._lead()
+            else:
+                # Each caller is woken once for its outcome, or once to lead: never for
+                # other callers' commits.
+                waiting.woken.wait()
+                waiting.woken.clear()
         if waiting.error is not None:
             raise waiting.error
         return waiting.result  # type: ignore[return-value]
 
     def _lead(self) -> None:
         if self._linger_s > 0:
-            with self._changed:
+            with self._lock:
                 lonely = len(self._queue) == 1
             if lonely:
                 time.sleep(self._linger_s)
-        with self._changed:
+        with self._lock:
             group = self._queue[: self._max_group]
             del self._queue[: self._max_group]
         outcomes: Sequence[ResultT | BaseException] | BaseException
@@ -106,7 +118,7 @@ class GroupCommitter(Generic[ItemT, ResultT]):
                 )
         except BaseException as exc:  # handed to every caller of the group
             outcomes = exc
-        with self._changed:
+        with self._lock:
             for index, waiting in enumerate(group):
                 outcome = outcomes if isinstance(outcomes, BaseException) else outcomes[index]
                 if isinstance(outcome, BaseException):
@@ -114,9 +126,13 @@ class GroupCommitter(Generic[ItemT, ResultT]):
                 else:
                     waiting.result = outcome
                 waiting.done = True
-            self._committing = False
+                waiting.woken.set()
             self._groups += 1
             self._items += len(group)
             self._largest = max(self._largest, len(group))
-            # The group's callers return; one still queued, if any, leads the next group.
-            self._changed.notify_all()
+            # The first caller still queued, if any, leads the next group.
+            if self._queue:
+                self._queue[0].leads = True
+                self._queue[0].woken.set()
+            else:
+                self._committing = False

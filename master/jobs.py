@@ -26,7 +26,7 @@ from master.notifications import check_url
 from master.scheduling.memory import memory_by_type
 from master.scheduling.throughput import ThroughputModel, plausible_rate
 from master.settings import Settings
-from master.submissions import Stored, Submission, store_group
+from master.submissions import Stored, Submission, store
 from master.timelimits import apply_time_limit
 from master.transactions import Transactor
 from master.validation import (
@@ -235,28 +235,8 @@ class JobManager:
             self._on_capacity(False)
         return job, created
 
-    def _store(self, group: Sequence[Submission]) -> Sequence[Stored | Exception]:
-        """Store a group of submissions in one transaction; should that transaction fail
-        as a whole (checks cover what can refuse one submission, so this is for the
-        unforeseen), each is tried again in a transaction of its own, so that only the
-        failing one fails."""
-        limit = self._settings.max_pending_jobs_per_user
-        try:
-            return self._tx.write(lambda uow: store_group(uow, group, limit), jobs=False)
-        except Exception:
-            if len(group) == 1:
-                raise
-        log.warning("a group of submissions failed; storing each alone", size=len(group))
-        outcomes: list[Stored | Exception] = []
-        for submission in group:
-            try:
-                outcomes.extend(self._store_alone(submission, limit))
-            except Exception as exc:  # this submission's caller gets it
-                outcomes.append(exc)
-        return outcomes
-
-    def _store_alone(self, submission: Submission, limit: int) -> list[Stored | Exception]:
-        return self._tx.write(lambda uow: store_group(uow, [submission], limit), jobs=False)
+    def _store(self, group: Sequence[Submission]) -> list[Stored | Exception]:
+        return store(self._tx, group, self._settings.max_pending_jobs_per_user)
 
     def get(self, job_id: int) -> tuple[Job, list[Task]]:
         def read(uow: UnitOfWork) -> tuple[Job, list[Task]]:

@@ -11,13 +11,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import structlog
+
 from master.errors import InvalidArgumentError, MasterError
 from master.limits import pending_limit_error
+from master.transactions import Transactor
 from master.validation import DEPENDENCY_FIELDS
 from store import UnitOfWork
 from store.domain import Job, NewJob
 from store.errors import StoreError
 from store.repositories.jobs import key_reused
+
+log = structlog.get_logger(__name__)
 
 # A job and whether this submission created it (False: stored before under its key).
 Stored = tuple[Job, bool]
@@ -28,6 +33,33 @@ class Submission:
     new: NewJob
     # An array's indices; empty for a single job.
     indices: tuple[int, ...]
+
+
+def store(
+    tx: Transactor, group: Sequence[Submission], pending_limit: int
+) -> list[Stored | Exception]:
+    """Store a group of submissions in one transaction. Should that transaction fail as a
+    whole (the checks cover what can refuse one submission, so this is for the unforeseen),
+    each is tried again in a transaction of its own, so that only a failing one fails."""
+    try:
+        return tx.write(lambda uow: store_group(uow, group, pending_limit), jobs=False)
+    except Exception:
+        if len(group) == 1:
+            raise
+    log.warning("a group of submissions failed; storing each alone", size=len(group))
+    outcomes: list[Stored | Exception] = []
+    for submission in group:
+        try:
+            outcomes.extend(_store_alone(tx, submission, pending_limit))
+        except Exception as exc:  # this submission's caller gets it
+            outcomes.append(exc)
+    return outcomes
+
+
+def _store_alone(
+    tx: Transactor, submission: Submission, pending_limit: int
+) -> list[Stored | Exception]:
+    return tx.write(lambda uow: store_group(uow, [submission], pending_limit), jobs=False)
 
 
 def store_group(
