@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from sqlalchemy import func, select, tuple_, update
+from sqlalchemy import func, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
@@ -24,6 +24,10 @@ from store.models import CompletionNoticeRow, IdempotencyKeyRow, JobEventRow, Jo
 from store.repositories import convert
 from store.repositories.notifications import NotificationRepository
 from store.states import TERMINAL_JOB_STATES, JobState, can_transition
+
+# The tables themselves, for inserts that skip the ORM's unit of work.
+_KEYS = IdempotencyKeyRow.metadata.tables[IdempotencyKeyRow.__tablename__]
+_EVENTS = JobEventRow.metadata.tables[JobEventRow.__tablename__]
 
 
 class JobRepository:
@@ -321,19 +325,38 @@ class JobRepository:
                 for row in rows
             )
         self._session.flush()
-        for (new, _), first in zip(items, firsts, strict=True):
-            if new.idempotency_key:
-                self._session.add(
-                    IdempotencyKeyRow(
-                        user=new.user,
-                        key=new.idempotency_key,
-                        job_id=first.id,
-                        spec_digest=new.spec_digest or None,
-                    )
-                )
-        for row, reason in inserted:
-            self._add_event(row.id, at, JobState.PENDING, JobState.PENDING, "submitted", reason, 0)
-        self._session.flush()
+        # Keys and events are written as plain multi-row inserts: nothing in this unit of
+        # work reads them back, so they need no ORM bookkeeping.
+        keys = [
+            {
+                "user": new.user,
+                "key": new.idempotency_key,
+                "job_id": first.id,
+                "created_at": at,
+                "spec_digest": new.spec_digest or None,
+            }
+            for (new, _), first in zip(items, firsts, strict=True)
+            if new.idempotency_key
+        ]
+        if keys:
+            self._session.execute(insert(_KEYS), keys)
+        if not inserted:
+            return []
+        self._session.execute(
+            insert(_EVENTS),
+            [
+                {
+                    "job_id": row.id,
+                    "at": at,
+                    "from_state": JobState.PENDING.value,
+                    "to_state": JobState.PENDING.value,
+                    "kind": "submitted",
+                    "reason": reason,
+                    "round": 0,
+                }
+                for row, reason in inserted
+            ],
+        )
         return [convert.job(row) for row in firsts]
 
     @staticmethod

@@ -141,6 +141,17 @@ def test_a_key_stored_before_answers_with_its_job_or_refuses_another_spec(db: Da
     assert job_of(outcomes[2])[1]
 
 
+def test_a_group_of_resends_only_stores_nothing(db: Database) -> None:
+    """A group in which every submission was stored before answers each with its job and
+    inserts nothing."""
+    earlier = [job_of(o)[0] for o in stored(db, [submission("a", key="a"), submission("b")])]
+    outcomes = stored(db, [submission("a", key="a"), submission("a", key="a")])
+    assert [job_of(o) for o in outcomes] == [(earlier[0], False), (earlier[0], False)]
+    with db.transaction() as uow:
+        assert [job.id for job in uow.jobs.query()] == [job.id for job in earlier]
+        assert len(uow.jobs.events(earlier[0].id)) == 1
+
+
 def test_the_pending_limit_holds_exactly_within_a_group(db: Database) -> None:
     """With a limit of 4 and one job waiting, alice's next three fit (an array of two counts
     two) and the fourth is refused naming how many wait; bob's are counted apart."""
