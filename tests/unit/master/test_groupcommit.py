@@ -70,6 +70,23 @@ def test_items_that_arrive_during_a_commit_share_the_next_one_in_arrival_order()
     assert (stats.groups, stats.items, stats.largest) == (2, 6, 5)
 
 
+def test_a_long_queue_is_committed_in_groups_of_at_most_max_group() -> None:
+    """Five items queued behind a commit, with groups of at most two: they are committed
+    two, two and one, in arrival order."""
+    recorder = Recorder()
+    committer: GroupCommitter[int, int] = GroupCommitter(recorder, max_group=2)
+    results: dict[int, object] = {}
+    start(committer, 0, results)
+    assert recorder.entered.wait(10)
+    for item in range(1, 6):
+        start(committer, item, results)
+        wait_until(queued(committer, item), f"item {item} to queue")
+    recorder.release.set()
+    wait_until(lambda: len(results) == 6, "every caller to be answered")
+    assert recorder.groups == [[0], [1, 2], [3, 4], [5]]
+    assert results == {i: i * 10 for i in range(6)}
+
+
 def test_one_refused_item_fails_only_its_own_caller() -> None:
     """An item whose outcome is an exception raises it to its caller; the others of its
     group get their results."""
