@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import structlog
+from sqlalchemy.exc import OperationalError
 
 from master.errors import InvalidArgumentError, MasterError
 from master.limits import pending_limit_error
@@ -19,7 +20,7 @@ from master.transactions import Transactor
 from master.validation import DEPENDENCY_FIELDS
 from store import UnitOfWork
 from store.domain import Job, NewJob
-from store.errors import StoreError
+from store.errors import ConflictError, StoreError
 from store.repositories.jobs import key_reused
 
 log = structlog.get_logger(__name__)
@@ -43,6 +44,10 @@ def store(
     each is tried again in a transaction of its own, so that only a failing one fails."""
     try:
         return tx.write(lambda uow: store_group(uow, group, pending_limit), jobs=False)
+    except (MasterError, ConflictError, OperationalError):
+        # This master may not write, conflicts outlasted their retries, the database is
+        # unreachable: each submission alone would meet the same.
+        raise
     except Exception:
         if len(group) == 1:
             raise

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from master.errors import InvalidArgumentError, ResourceExhaustedError
+from master.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from master.submissions import Stored, Submission, store, store_group
 from master.transactions import Transactor
 from store import Database, UnitOfWork
@@ -220,3 +220,20 @@ def test_a_group_whose_transaction_fails_is_stored_one_by_one(
         return [job.spec.name for job in uow.jobs.query()]
 
     assert Transactor(db).read(names) == ["a", "b"]
+
+
+def test_a_group_refused_by_the_term_check_is_not_retried_one_by_one(db: Database) -> None:
+    """When this master may not write, the whole group gets that error from one attempt:
+    storing each alone would meet the same refusal."""
+    tx = Transactor(db)
+    checks: list[int] = []
+
+    def deposed(_session: object) -> None:
+        checks.append(1)
+        raise UnavailableError("this master is not the active one (deposed)")
+
+    tx.guard = deposed
+    with pytest.raises(UnavailableError, match="deposed"):
+        store(tx, [submission("a"), submission("b")], pending_limit=0)
+    assert len(checks) == 1
+    assert Transactor(db).read(lambda uow: uow.jobs.query()) == []
