@@ -13,6 +13,7 @@ import structlog
 
 from master.dispatch import Dispatcher
 from master.errors import InvalidArgumentError, PermissionDeniedError, UnavailableError
+from master.groupcommit import GroupCommitter
 from master.lifecycle import (
     StopOrder,
     fail_attempt,
@@ -20,15 +21,15 @@ from master.lifecycle import (
     release_finished_job,
     release_tasks,
 )
-from master.limits import SubmitRateLimiter, pending_limit_error
+from master.limits import SubmitRateLimiter
 from master.notifications import check_url
 from master.scheduling.memory import memory_by_type
 from master.scheduling.throughput import ThroughputModel, plausible_rate
 from master.settings import Settings
+from master.submissions import Stored, Submission, store
 from master.timelimits import apply_time_limit
 from master.transactions import Transactor
 from master.validation import (
-    DEPENDENCY_FIELDS,
     ClusterFacts,
     spec_digest,
     validate_idempotency_key,
@@ -113,7 +114,10 @@ class JobManager:
         self._rate = SubmitRateLimiter(
             settings.submit_rate_per_user, settings.submit_burst_per_user
         )
-        self._submit_lock = threading.Lock()
+        # Submissions are stored in groups: one transaction for all those that arrive
+        # while the previous group commits. The groups are stored one at a time, which
+        # also keeps the per-user pending limit exact.
+        self._submissions: GroupCommitter[Submission, Stored] = GroupCommitter(self._store)
         # Wall time of the last progress report per (job, task, lease), for service.
         self._last_report: dict[tuple[int, int, int], float] = {}
         self._report_lock = threading.Lock()
@@ -218,14 +222,8 @@ class JobManager:
             return existing, False
         new = NewJob(user=user, spec=validated, idempotency_key=key, spec_digest=digest)
         try:
-            if self._settings.max_pending_jobs_per_user:
-                # Count and insert as one step, or concurrent submits could pass together.
-                with self._submit_lock:
-                    job, created = self._tx.write(
-                        lambda uow: self._add_within_limit(uow, new, indices), jobs=False
-                    )
-            else:
-                job, created = self._tx.write(lambda uow: self._add(uow, new, indices), jobs=False)
+            # Answered once the transaction that holds it has committed.
+            job, created = self._submissions.run(Submission(new, indices))
         except BaseException:
             self._rate.give_back(user)
             raise
@@ -237,46 +235,8 @@ class JobManager:
             self._on_capacity(False)
         return job, created
 
-    def _add_within_limit(
-        self, uow: UnitOfWork, new: NewJob, indices: tuple[int, ...]
-    ) -> tuple[Job, bool]:
-        if new.idempotency_key:
-            existing = uow.jobs.find_by_idempotency_key(
-                new.user, new.idempotency_key, new.spec_digest
-            )
-            if existing is not None:
-                return existing, False
-        counts = uow.jobs.count_by_state(user=new.user)
-        waiting = counts[JobState.PENDING] + counts[JobState.PREEMPTED]
-        limit = self._settings.max_pending_jobs_per_user
-        # Every element of an array is a waiting job of its own.
-        if waiting + max(0, len(indices) - 1) >= limit:
-            raise pending_limit_error(new.user, waiting, limit)
-        return self._add(uow, new, indices)
-
-    @staticmethod
-    def _add(uow: UnitOfWork, new: NewJob, indices: tuple[int, ...]) -> tuple[Job, bool]:
-        """Store a job, or an array's elements (returning its first), after checking that
-        every job it depends on exists: a job depends only on older jobs, so dependencies
-        never form a cycle."""
-        if new.idempotency_key:
-            existing = uow.jobs.find_by_idempotency_key(
-                new.user, new.idempotency_key, new.spec_digest
-            )
-            if existing is not None:
-                return existing, False
-        known = uow.jobs.get_many({job_id for _, job_id in new.spec.dependencies})
-        for kind, job_id in new.spec.dependencies:
-            if job_id not in known:
-                raise InvalidArgumentError(
-                    f"spec.{DEPENDENCY_FIELDS[kind]}",
-                    f"job {job_id} does not exist (a job can only depend on jobs already "
-                    "submitted)",
-                )
-        if not indices:
-            return uow.jobs.add(new)
-        elements, created = uow.jobs.add_array(new, indices)
-        return elements[0], created
+    def _store(self, group: Sequence[Submission]) -> list[Stored | Exception]:
+        return store(self._tx, group, self._settings.max_pending_jobs_per_user)
 
     def get(self, job_id: int) -> tuple[Job, list[Task]]:
         def read(uow: UnitOfWork) -> tuple[Job, list[Task]]:

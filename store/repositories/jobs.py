@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import ColumnElement, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
@@ -31,6 +31,9 @@ _LIVE = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]
 # Ids per statement when rows are read by id with a memo; beyond this many changed rows a
 # read of the unfinished jobs reads every one of them in one statement instead.
 _LOAD_BY_ID_MAX = 500
+# The tables themselves, for inserts that skip the ORM's unit of work.
+_KEYS = IdempotencyKeyRow.metadata.tables[IdempotencyKeyRow.__tablename__]
+_EVENTS = JobEventRow.metadata.tables[JobEventRow.__tablename__]
 
 
 class JobRepository:
@@ -252,17 +255,39 @@ class JobRepository:
         if existing is None:
             return None
         if spec_digest and existing.spec_digest and existing.spec_digest != spec_digest:
-            first = self.get(existing.job_id)
-            what = (
-                f"array {first.id}"
-                if first.spec.array_job_id == first.id and first.spec.array
-                else f"job {first.id}"
-            )
-            raise AlreadyExistsError(
-                f"idempotency key {key!r} was used for {what} with a different spec; "
-                "submit with a new key, or with the same spec to get that job"
-            )
+            raise key_reused(key, self.get(existing.job_id))
         return existing.job_id
+
+    def keyed(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], StoredKey]:
+        """The job stored under each (user, idempotency key) of `keys` that was used, in one
+        query."""
+        if not keys:
+            return {}
+        query = select(
+            IdempotencyKeyRow.user,
+            IdempotencyKeyRow.key,
+            IdempotencyKeyRow.job_id,
+            IdempotencyKeyRow.spec_digest,
+        ).where(tuple_(IdempotencyKeyRow.user, IdempotencyKeyRow.key).in_(list(keys)))
+        return {
+            (user, key): StoredKey(int(job_id), digest or "")
+            for user, key, job_id, digest in self._session.execute(query)
+        }
+
+    def waiting_counts(self, users: Collection[str]) -> dict[str, int]:
+        """Per user of `users`, their jobs waiting to run (PENDING or PREEMPTED)."""
+        if not users:
+            return {}
+        waiting = (JobState.PENDING.value, JobState.PREEMPTED.value)
+        query = (
+            select(JobRow.user, func.count())
+            .where(JobRow.user.in_(list(users)), JobRow.state.in_(waiting))
+            .group_by(JobRow.user)
+        )
+        counts = dict.fromkeys(users, 0)
+        for user, count in self._session.execute(query):
+            counts[user] = int(count)
+        return counts
 
     # -- writing -----------------------------------------------------------------------
 
@@ -276,38 +301,8 @@ class JobRepository:
             existing = self._keyed_job_id(new.user, new.idempotency_key, new.spec_digest)
             if existing is not None:
                 return self.get(existing), False
-        at = now or utcnow()
-        row = JobRow(
-            user=new.user,
-            state=JobState.PENDING.value,
-            reason="waiting for the next scheduling round",
-            submitted_at=at,
-        )
-        convert.fill_spec(row, new.spec)
-        self._session.add(row)
-        self._session.flush()
-        if new.idempotency_key:
-            self._session.add(
-                IdempotencyKeyRow(
-                    user=new.user,
-                    key=new.idempotency_key,
-                    job_id=row.id,
-                    spec_digest=new.spec_digest or None,
-                )
-            )
-        self._session.add(
-            JobEventRow(
-                job_id=row.id,
-                at=at,
-                from_state=JobState.PENDING.value,
-                to_state=JobState.PENDING.value,
-                kind="submitted",
-                reason=f"submitted by {new.user}",
-                round=0,
-            )
-        )
-        self._session.flush()
-        return convert.job(row), True
+        [job] = self.add_many([(new, ())], now=now)
+        return job, True
 
     def add_array(
         self, new: NewJob, indices: Sequence[int], *, now: datetime | None = None
@@ -332,12 +327,7 @@ class JobRepository:
         head: JobRow | None = None
         rows: list[JobRow] = []
         for index in indices:
-            row = JobRow(
-                user=new.user,
-                state=JobState.PENDING.value,
-                reason="waiting for the next scheduling round",
-                submitted_at=at,
-            )
+            row = self._pending_row(new.user, at)
             array_id = head.id if head is not None else 0
             convert.fill_spec(row, element_spec(new.spec, array_id, index, len(indices)))
             self._session.add(row)
@@ -371,6 +361,95 @@ class JobRepository:
             )
         self._session.flush()
         return [convert.job(row) for row in rows], True
+
+    def add_many(
+        self, items: Sequence[tuple[NewJob, Sequence[int]]], *, now: datetime | None = None
+    ) -> list[Job]:
+        """Insert several submissions at once: per item a PENDING job, or with indices one
+        element per index as `add_array` does, each with its `submitted` event and its
+        idempotency key. Ids follow the order of `items`, an array's elements next to each
+        other. Returns each item's job (an array's first element).
+
+        Keys are not looked up here: the caller has checked them (`keyed`), and a key used
+        twice fails the unit of work."""
+        at = now or utcnow()
+        firsts: list[JobRow] = []
+        # Every inserted row, with the event reason that goes with it.
+        inserted: list[tuple[JobRow, str]] = []
+        for new, indices in items:
+            if not indices:
+                row = self._pending_row(new.user, at)
+                convert.fill_spec(row, new.spec)
+                self._session.add(row)
+                firsts.append(row)
+                inserted.append((row, f"submitted by {new.user}"))
+                continue
+            count = len(indices)
+            head = self._pending_row(new.user, at)
+            convert.fill_spec(head, element_spec(new.spec, 0, indices[0], count))
+            self._session.add(head)
+            # The array's id is its first element's, known once that row is inserted (with
+            # the rows of the items before it, in one statement).
+            self._session.flush()
+            convert.fill_spec(head, element_spec(new.spec, head.id, indices[0], count))
+            firsts.append(head)
+            rows = [head]
+            for index in indices[1:]:
+                row = self._pending_row(new.user, at)
+                convert.fill_spec(row, element_spec(new.spec, head.id, index, count))
+                self._session.add(row)
+                rows.append(row)
+            inserted.extend(
+                (
+                    row,
+                    f"submitted by {new.user} as element {head.id}_{row.array_index} of "
+                    f"array {head.id}",
+                )
+                for row in rows
+            )
+        self._session.flush()
+        # Keys and events are written as plain multi-row inserts: nothing in this unit of
+        # work reads them back, so they need no ORM bookkeeping.
+        keys = [
+            {
+                "user": new.user,
+                "key": new.idempotency_key,
+                "job_id": first.id,
+                "created_at": at,
+                "spec_digest": new.spec_digest or None,
+            }
+            for (new, _), first in zip(items, firsts, strict=True)
+            if new.idempotency_key
+        ]
+        if keys:
+            self._session.execute(insert(_KEYS), keys)
+        if not inserted:
+            return []
+        self._session.execute(
+            insert(_EVENTS),
+            [
+                {
+                    "job_id": row.id,
+                    "at": at,
+                    "from_state": JobState.PENDING.value,
+                    "to_state": JobState.PENDING.value,
+                    "kind": "submitted",
+                    "reason": reason,
+                    "round": 0,
+                }
+                for row, reason in inserted
+            ],
+        )
+        return [convert.job(row) for row in firsts]
+
+    @staticmethod
+    def _pending_row(user: str, at: datetime) -> JobRow:
+        return JobRow(
+            user=user,
+            state=JobState.PENDING.value,
+            reason="waiting for the next scheduling round",
+            submitted_at=at,
+        )
 
     def transition(
         self,
@@ -596,6 +675,29 @@ class JobRepository:
     def last_event_id(self) -> int:
         value = self._session.execute(select(func.max(JobEventRow.id))).scalar_one_or_none()
         return int(value or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    """What an idempotency key was stored with: its job (an array's first element) and the
+    digest of its spec ("" for keys stored before digests were kept: they match any)."""
+
+    job_id: int
+    spec_digest: str
+
+
+def key_reused(key: str, first: Job) -> AlreadyExistsError:
+    """The refusal of `key` sent again with a spec other than the one `first` was stored
+    with."""
+    what = (
+        f"array {first.id}"
+        if first.spec.array_job_id == first.id and first.spec.array
+        else f"job {first.id}"
+    )
+    return AlreadyExistsError(
+        f"idempotency key {key!r} was used for {what} with a different spec; "
+        "submit with a new key, or with the same spec to get that job"
+    )
 
 
 def element_spec(spec: JobSpec, array_job_id: int, index: int, count: int) -> JobSpec:
