@@ -495,17 +495,41 @@ class Master:
         """Start (standing by until active), then block until SIGTERM or SIGINT or the loss
         of the lease, then stop gracefully. False when the lease was lost."""
 
-        def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.info("signal received", signal=signal.Signals(signum).name)
-            self._signalled.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        self._relay_signals()
         self.start()
         while not (self._signalled.is_set() or self._deposed.is_set()):
             self._signalled.wait(0.5)
         self.stop()
         return not self._deposed.is_set()
+
+    def _relay_signals(self) -> None:
+        """SIGTERM and SIGINT set `_signalled` from a thread of their own.
+
+        A handler that set the event itself could deadlock: it runs in the main thread,
+        which may be inside that very event's wait, holding its (non-reentrant) lock. So
+        the handlers do nothing and the interpreter writes each signal's number to a
+        socket, which a relay thread reads."""
+        receiving, sending = socket.socketpair()
+        sending.setblocking(False)
+        signal.set_wakeup_fd(sending.fileno(), warn_on_full_buffer=False)
+
+        def ignore(_signum: int, _frame: FrameType | None) -> None:
+            """Only for the wakeup write; the relay acts on the signal."""
+
+        signal.signal(signal.SIGTERM, ignore)
+        signal.signal(signal.SIGINT, ignore)
+
+        def relay() -> None:
+            while True:
+                received = receiving.recv(1)
+                if not received:
+                    return
+                log.info("signal received", signal=signal.Signals(received[0]).name)
+                self._signalled.set()
+
+        threading.Thread(target=relay, name="hadar-signals", daemon=True).start()
+        # Kept open for the life of the process (the wakeup fd writes into it).
+        self._signal_sockets = (receiving, sending)
 
     def create_token(self, user: str, *, admin: bool = False, description: str = "") -> str:
         """Issue an API token for `user` (created if needed); returns the plaintext."""
