@@ -142,7 +142,8 @@ class HadarClient:
         *,
         user: str | None = None,
         states: Iterable[JobState] = (),
-        page_size: int = 500,
+        # The master's largest page: a long queue in as few round trips as it allows.
+        page_size: int = 1000,
         array_job_id: int = 0,
         timeout: float | None = None,
     ) -> Iterator[Job]:

@@ -24,15 +24,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
-from rich.console import Console, RenderableType
-
-from clients.cli import shapes
-from clients.cli.printable import PrintableConsole
-from clients.client import HadarClient
+from clients.cli.grid import Grid
 from clients.config import ClientConfig, resolve
+
+if TYPE_CHECKING:
+    # Loaded when a command first prints or calls the master: `hctl --version` and
+    # `hctl --help` need neither rich nor gRPC.
+    from rich.console import Console, RenderableType
+
+    from clients.client import HadarClient
 
 
 class ExitCode(IntEnum):
@@ -104,10 +108,23 @@ class Context:
     timeout: float | None = None
     # The subcommand being run, for hints such as "see `hctl submit --help`".
     command_name: str = ""
-    out: Console = field(default_factory=lambda: make_console(sys.stdout))
-    err: Console = field(default_factory=lambda: make_console(sys.stderr))
+    _out: Console | None = None
+    _err: Console | None = None
     _client: HadarClient | None = None
     _config: ClientConfig | None = None
+
+    @property
+    def out(self) -> Console:
+        """The console on stdout, made on first use (on the stdout of that moment)."""
+        if self._out is None:
+            self._out = make_console(sys.stdout)
+        return self._out
+
+    @property
+    def err(self) -> Console:
+        if self._err is None:
+            self._err = make_console(sys.stderr)
+        return self._err
 
     def config(self) -> ClientConfig:
         if self._config is None:
@@ -116,6 +133,8 @@ class Context:
 
     def client(self) -> HadarClient:
         if self._client is None:
+            from clients.client import HadarClient
+
             self._client = HadarClient(config=self.config())
         return self._client
 
@@ -129,6 +148,8 @@ class Context:
 
     def json(self, document: Mapping[str, object]) -> None:
         """A --json document (see clients.cli.shapes): coloured on a terminal, exact in pipes."""
+        from clients.cli import shapes
+
         text = shapes.dumps(document)
         if self.out.is_terminal:
             self.out.print_json(text)
@@ -142,6 +163,13 @@ class Context:
         if self.out.is_terminal:
             self.out.print(renderable)
             return
+        if isinstance(renderable, Grid):
+            # Long listings: written as rich would lay them out, without its per-cell cost.
+            lines = renderable.plain_lines(self.out.width)
+            if lines is not None:
+                self.out.file.write("".join(line + "\n" for line in lines))
+                self.out.file.flush()
+                return
         with self.out.capture() as captured:
             self.out.print(renderable)
         text = "\n".join(line.rstrip() for line in captured.get().splitlines())
@@ -156,6 +184,8 @@ class Context:
 
 def make_console(stream: object) -> Console:
     """A console that colours terminals only and never wraps table rows in pipes."""
+    from clients.cli.console import PrintableConsole
+
     console = PrintableConsole(file=stream, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
     if not console.is_terminal:
         # Scripts read rows line by line; a wide fixed width keeps each row on one line.

@@ -14,8 +14,9 @@ import pytest
 from rich.text import Text
 
 from clients.cli.command import make_console
+from clients.cli.console import PrintableConsole
 from clients.cli.jobs import _LogPrinter, queue_table
-from clients.cli.printable import PrintableConsole, printable
+from clients.cli.printable import printable
 from clients.cli.shapes import dumps
 from clients.types import Job, JobState, LogChunk, LogStream
 from tests.unit.clients.test_format import make_job
