@@ -26,9 +26,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
-from clients.cli.grid import Grid
+from clients.cli.printable import printable
 from clients.config import ClientConfig, resolve
 
 if TYPE_CHECKING:
@@ -139,12 +139,14 @@ class Context:
         return self._client
 
     def say(self, text: str) -> None:
-        """One plain line on stdout: no markup (job names may hold brackets), no wrapping."""
-        self.out.print(text, markup=False, highlight=False, soft_wrap=True)
+        """One plain line on stdout, as written (job names may hold brackets or colons)
+        but escaped, never wrapped. Written without rich: a command that only says a line
+        (`hctl submit`) never loads it."""
+        _write(self._out.file if self._out is not None else sys.stdout, text + "\n")
 
     def note(self, text: str, *, end: str = "\n") -> None:
         """One plain line on stderr, for people: progress notes, hints, prompts."""
-        self.err.print(text, markup=False, highlight=False, soft_wrap=True, end=end)
+        _write(self._err.file if self._err is not None else sys.stderr, text + end)
 
     def json(self, document: Mapping[str, object]) -> None:
         """A --json document (see clients.cli.shapes): coloured on a terminal, exact in pipes."""
@@ -163,6 +165,8 @@ class Context:
         if self.out.is_terminal:
             self.out.print(renderable)
             return
+        from clients.cli.grid import Grid
+
         if isinstance(renderable, Grid):
             # Long listings: written as rich would lay them out, without its per-cell cost.
             lines = renderable.plain_lines(self.out.width)
@@ -180,6 +184,11 @@ class Context:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _write(stream: IO[str], text: str) -> None:
+    stream.write(printable(text))
+    stream.flush()
 
 
 def make_console(stream: object) -> Console:

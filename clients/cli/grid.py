@@ -75,18 +75,23 @@ class Grid:
 
     # -- layout -----------------------------------------------------------------------------
 
-    def layout(self, max_width: int) -> tuple[list[Line], int] | None:
-        """The printed lines, each as its padded cells, as rich lays the table out in
-        `max_width` columns, and how many of them are the header's; None when only rich
-        can lay it out."""
+    def _plan(self, max_width: int) -> tuple[list[int], list[list[int]], list[bool]] | None:
+        """The columns' content widths as rich sets them in `max_width` columns, each row's
+        cell lengths (the header's first) and whether a row is all ASCII (a character a
+        column); None when only rich can lay the table out."""
         count = len(self.headers)
-        cells = (self.headers, *self.rows)
-        if any("\n" in cell or "\t" in cell for row in cells for cell in row):
-            return None
+        lengths: list[list[int]] = []
+        ascii_rows: list[bool] = []
+        for row in (self.headers, *self.rows):
+            joined = "".join(row)
+            if "\n" in joined or "\t" in joined:
+                return None
+            simple = joined.isascii()
+            ascii_rows.append(simple)
+            lengths.append([len(cell) for cell in row] if simple else list(map(cell_len, row)))
+        natural = [max(column) for column in zip(*lengths, strict=True)]
         left = [0 if c == 0 else 1 for c in range(count)]
         right = [0 if c == count - 1 else 1 for c in range(count)]
-        lengths = [[cell_len(cell) for cell in row] for row in cells]
-        natural = [max(column) for column in zip(*lengths, strict=True)]
         # rich's widths include the padding and never exceed the output.
         widths = [min(n + left[c] + right[c], max_width) or 1 for c, n in enumerate(natural)]
         excess = sum(widths) - max_width
@@ -101,33 +106,40 @@ class Grid:
             return None  # rich would shrink every column, cutting cells short
         if wrap is not None and content[wrap] < 1:
             return None
+        return content, lengths, ascii_rows
+
+    def layout(self, max_width: int) -> tuple[list[Line], int] | None:
+        """The printed lines, each as its padded cells, as rich lays the table out in
+        `max_width` columns, and how many of them are the header's; None when only rich
+        can lay it out."""
+        plan = self._plan(max_width)
+        if plan is None:
+            return None
+        content, lengths, _ = plan
         lines: list[Line] = []
         header_lines = 0
-        for index, (row, row_lengths) in enumerate(zip(cells, lengths, strict=True)):
-            if wrap is not None and row_lengths[wrap] > content[wrap]:
-                row_lines = self._wrapped_row(row, row_lengths, content, left, right)
-            else:
-                row_lines = [
-                    [
-                        " " * left[c] + cell + " " * (content[c] - row_lengths[c] + right[c])
-                        for c, cell in enumerate(row)
-                    ]
-                ]
+        for index, row in enumerate((self.headers, *self.rows)):
+            row_lines = self._row_lines(row, lengths[index], content)
             lines.extend(row_lines)
             if index == 0:
                 header_lines = len(row_lines)
         return lines, header_lines
 
-    def _wrapped_row(
-        self,
-        row: Sequence[str],
-        row_lengths: Sequence[int],
-        content: Sequence[int],
-        left: Sequence[int],
-        right: Sequence[int],
+    def _row_lines(
+        self, row: Sequence[str], row_lengths: Sequence[int], content: Sequence[int]
     ) -> list[Line]:
-        assert self.wrap_column is not None
+        """A row's printed lines (several when its wrappable cell wraps), as padded cells."""
+        count = len(row)
+        left = [0 if c == 0 else 1 for c in range(count)]
+        right = [0 if c == count - 1 else 1 for c in range(count)]
         wrap = self.wrap_column
+        if wrap is None or row_lengths[wrap] <= content[wrap]:
+            return [
+                [
+                    " " * left[c] + cell + " " * (content[c] - row_lengths[c] + right[c])
+                    for c, cell in enumerate(row)
+                ]
+            ]
         lines: list[Line] = []
         for index, piece in enumerate(_wrap(row[wrap], content[wrap])):
             line: Line = []
@@ -142,10 +154,23 @@ class Grid:
     def plain_lines(self, max_width: int) -> list[str] | None:
         """The table as text without trailing spaces (as hctl prints it in pipes); None
         when only rich can lay it out."""
-        laid_out = self.layout(max_width)
-        if laid_out is None:
+        plan = self._plan(max_width)
+        if plan is None:
             return None
-        return ["".join(line).rstrip() for line in laid_out[0]]
+        content, lengths, ascii_rows = plan
+        wrap = self.wrap_column
+        # Cells two spaces apart, each padded to its column: one call a row when every
+        # character takes one column.
+        pattern = "  ".join(f"{{:<{width}}}" for width in content)
+        out: list[str] = []
+        for index, row in enumerate((self.headers, *self.rows)):
+            row_lengths = lengths[index]
+            if ascii_rows[index] and (wrap is None or row_lengths[wrap] <= content[wrap]):
+                out.append(pattern.format(*row).rstrip())
+            else:
+                lines = self._row_lines(row, row_lengths, content)
+                out.extend("".join(line).rstrip() for line in lines)
+        return out
 
     # -- rich -------------------------------------------------------------------------------
 

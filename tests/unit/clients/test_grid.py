@@ -20,8 +20,8 @@ STYLES = {2: {"pending": "yellow", "running": "green"}}
 SGR = re.compile("\x1b\\[[0-9;]*m")
 
 
-def grid(rows: Sequence[Sequence[str]]) -> Grid:
-    return Grid.of(HEADERS, rows, wrap_column=3, styles=STYLES)
+def grid(rows: Sequence[Sequence[str]], wrap: int | None = 3) -> Grid:
+    return Grid.of(HEADERS, rows, wrap_column=wrap, styles=STYLES)
 
 
 def rich_lines(table: object, width: int) -> list[str]:
@@ -113,10 +113,12 @@ states = st.sampled_from(["pending", "running"])
 @given(
     rows=st.lists(st.tuples(cells, cells, states, reasons, cells), max_size=6),
     width=st.integers(min_value=10, max_value=140),
+    wrap=st.sampled_from([3, None]),
 )
 def test_whenever_a_grid_lays_itself_out_it_matches_rich(
-    rows: list[tuple[str, ...]], width: int
+    rows: list[tuple[str, ...]], width: int, wrap: int | None
 ) -> None:
-    lines = grid(rows).plain_lines(width)
+    lines = grid(rows, wrap).plain_lines(width)
     if lines is not None:
-        assert lines == rich_lines(grid(rows).table(), width)
+        assert lines == rich_lines(grid(rows, wrap).table(), width)
+    assert rich_lines(grid(rows, wrap), width) == rich_lines(grid(rows, wrap).table(), width)
