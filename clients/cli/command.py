@@ -1,8 +1,9 @@
 """What an ``hctl`` subcommand is, what it gets to run, and how it fails.
 
 Adding a subcommand: write a module under ``clients/cli/`` that defines ``COMMANDS``, a
-sequence of :class:`Command`, and list the module in ``clients.cli.main.COMMAND_MODULES``
-(``clients.cli.local`` is already listed and picked up when it exists)::
+sequence of :class:`Command`, list the module in ``clients.cli.main.COMMAND_MODULES``
+(``clients.cli.local`` is already listed and picked up when it exists) and the command in
+``clients.cli.catalog`` (tests/unit/clients/test_catalog.py prints the line to add)::
 
     def _configure(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="only print the plan")
@@ -14,9 +15,12 @@ sequence of :class:`Command`, and list the module in ``clients.cli.main.COMMAND_
     COMMANDS = [Command("frob", "Frobnicate the cluster", _configure, _run,
                         epilog="example:\\n  hctl frob --dry-run")]
 
-``configure`` is called only when the command is the one being run (and when the docs or
-the shell completion are generated), so it may import heavy modules lazily. A command that
-needs the master calls ``ctx.client()``; the connection opens on first use.
+The module is imported only when its command is the one being run (and when the docs or
+the shell completion are generated), and ``configure`` called only then: every other run
+of hctl pays for neither. At the module's top, import only what building its parser needs;
+rich, the client and gRPC load inside the functions that print or call the master
+(tests/unit/clients/test_startup.py checks). A command that needs the master calls
+``ctx.client()``; the connection opens on first use.
 """
 
 from __future__ import annotations
