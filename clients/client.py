@@ -142,15 +142,17 @@ class HadarClient:
         *,
         user: str | None = None,
         states: Iterable[JobState] = (),
-        page_size: int = 500,
+        # The master's largest page: a long queue in as few round trips as it allows.
+        page_size: int = 1000,
         array_job_id: int = 0,
         timeout: float | None = None,
     ) -> Iterator[Job]:
         """Jobs by ascending id, fetched page by page (each page has its own deadline);
-        with `array_job_id`, only that array's elements."""
+        with `array_job_id`, only that array's elements. The next page is asked for as a
+        page arrives, so the master reads it while this process converts the last one."""
         state_numbers = [convert.job_state_number(s) for s in states]
-        token = ""
-        while True:
+
+        def fetch(token: str) -> hadar_pb2.ListJobsResponse:
             request = hadar_pb2.ListJobsRequest(
                 user=user or "",
                 states=state_numbers,
@@ -158,12 +160,27 @@ class HadarClient:
                 page_token=token,
                 array_job_id=array_job_id,
             )
-            response = self._unary(self._stub.ListJobs, request, timeout, retry=True)
-            for message in response.jobs:
-                yield convert.job(message)
-            token = response.next_page_token
-            if not token:
-                return
+            response: hadar_pb2.ListJobsResponse = self._unary(
+                self._stub.ListJobs, request, timeout, retry=True
+            )
+            return response
+
+        response = fetch("")
+        if not response.next_page_token:
+            yield from (convert.job(message) for message in response.jobs)
+            return
+        # More than one page: one thread asks for each next page in the background.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hadar-pages") as ahead:
+            while True:
+                token = response.next_page_token
+                following = ahead.submit(fetch, token) if token else None
+                for message in response.jobs:
+                    yield convert.job(message)
+                if following is None:
+                    return
+                response = following.result()
 
     def list_jobs(
         self,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +80,9 @@ def load_file(path: Path, *, required_by: str | None = None) -> dict[str, object
         return {}
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    # Loaded only when there is a file to parse: many users have none.
+    import tomllib
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -6,8 +6,13 @@ Catch :class:`HadarError` for everything; the subclasses say what a caller can a
 from __future__ import annotations
 
 import re
+from functools import cache
+from typing import TYPE_CHECKING
 
-import grpc
+if TYPE_CHECKING:
+    # Only annotations here: `hctl` imports this module before it knows whether the command
+    # talks to the master at all, and gRPC takes a while to load.
+    import grpc
 
 
 class HadarError(Exception):
@@ -71,20 +76,6 @@ class DeadlineExceeded(Unavailable):
     """The call's deadline passed before the master answered."""
 
 
-_BY_CODE: dict[grpc.StatusCode, type[HadarError]] = {
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
-    grpc.StatusCode.OUT_OF_RANGE: InvalidArgument,
-    grpc.StatusCode.ALREADY_EXISTS: Conflict,
-    grpc.StatusCode.ABORTED: Conflict,
-    grpc.StatusCode.FAILED_PRECONDITION: Conflict,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
-    grpc.StatusCode.UNAVAILABLE: Unavailable,
-    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
-}
-
 # The master starts INVALID_ARGUMENT details with the field path: "spec.num_gpus: must be >= 1".
 _FIELD_PREFIX = re.compile(r"^\s*(?:invalid\s+)?([A-Za-z_][\w]*(?:(?:\.|\[)[\w\]\"']+)*)\s*:\s")
 # Trailing metadata a server may set to name the bad field explicitly.
@@ -99,6 +90,25 @@ def field_of(details: str) -> str:
     return match.group(1) if match else ""
 
 
+@cache
+def _classes_by_code() -> dict[grpc.StatusCode, type[HadarError]]:
+    import grpc
+
+    return {
+        grpc.StatusCode.NOT_FOUND: NotFound,
+        grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+        grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+        grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+        grpc.StatusCode.OUT_OF_RANGE: InvalidArgument,
+        grpc.StatusCode.ALREADY_EXISTS: Conflict,
+        grpc.StatusCode.ABORTED: Conflict,
+        grpc.StatusCode.FAILED_PRECONDITION: Conflict,
+        grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+        grpc.StatusCode.UNAVAILABLE: Unavailable,
+        grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
+    }
+
+
 def from_rpc_error(error: grpc.RpcError) -> HadarError:
     """The :class:`HadarError` for a failed call; codes with no better class map to the base."""
     code: grpc.StatusCode | None = None
@@ -111,7 +121,7 @@ def from_rpc_error(error: grpc.RpcError) -> HadarError:
         details = details_of() or ""
     if not details:
         details = code.name.lower().replace("_", " ") if code is not None else str(error)
-    cls = _BY_CODE.get(code, HadarError) if code is not None else HadarError
+    cls = _classes_by_code().get(code, HadarError) if code is not None else HadarError
     if cls is InvalidArgument:
         return InvalidArgument(details, field=_field_from(error, details), code=code)
     if cls is ResourceExhausted:

@@ -33,11 +33,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from clients.client import HadarClient
 from clients.config import ENV_CONFIG, ClientConfig, ConfigError, load_file, resolve
 from clients.errors import HadarError
 from clients.types import NodeState
+
+if TYPE_CHECKING:
+    from clients.client import HadarClient
 
 MARKER_ENV = "HADAR_LOCAL_CLUSTER"
 CLUSTER_FILE = "cluster.json"
@@ -283,6 +286,9 @@ class LocalCluster:
             raise LocalClusterError(f"cannot use {self.config_path}: {exc}") from exc
 
     def client(self, timeout: float = 10.0) -> HadarClient:
+        # gRPC loads here: `hctl local --help` and `hctl local down` need none of it.
+        from clients.client import HadarClient
+
         return HadarClient(config=self.client_config(timeout))
 
     # -- credentials --------------------------------------------------------------------

@@ -6,8 +6,6 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rich.table import Table
-
 from clients.cli import format as fmt
 from clients.cli.command import CliError, Command, Context, ExitCode
 from clients.cli.jobs import now_utc
@@ -113,6 +111,8 @@ def _configure_token(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_token(args: argparse.Namespace, ctx: Context) -> int:
+    from rich.table import Table
+
     client = ctx.client()
     if args.token_action == "create":
         with admin_only(f"create a token for {args.user}"):

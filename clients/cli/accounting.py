@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from datetime import datetime
-
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from clients.cli import format as fmt
 from clients.cli.command import CliError, Command, Context, ExitCode
@@ -21,6 +20,11 @@ from clients.types import (
     UsageReport,
 )
 from protos.numbers import INT64_MAX, int_type
+
+if TYPE_CHECKING:
+    # rich loads when a command prints, not when `hctl` builds its parser.
+    from rich.table import Table
+
 
 TERMINAL_NAMES = tuple(s.value for s in JobState if s in TERMINAL_JOB_STATES)
 USAGE_HEADINGS = {
@@ -66,6 +70,8 @@ def _configure_usage(parser: argparse.ArgumentParser) -> None:
 
 
 def usage_table(report: UsageReport) -> Table:
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     table.add_column(USAGE_HEADINGS[report.grouping], no_wrap=True)
     for column in ("GPU-HOURS", "SHARE", "JOBS", "ATTEMPTS"):
@@ -115,6 +121,8 @@ def _configure_fairshare(parser: argparse.ArgumentParser) -> None:
 
 
 def fair_share_table(report: FairShareReport) -> Table:
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     table.add_column("USER", no_wrap=True)
     table.add_column("GROUP", no_wrap=True)
@@ -187,6 +195,8 @@ def _configure_history(parser: argparse.ArgumentParser) -> None:
 
 
 def history_table(records: Sequence[JobRecord], now: datetime) -> Table:
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     columns = ("ID", "NAME", "USER", "STATE", "EXIT", "START", "END", "RAN", "GPUS", "TYPES")
     for column in (*columns, "GPU-HOURS", "REASON"):

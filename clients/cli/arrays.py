@@ -6,10 +6,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from clients.client import HadarClient
 from clients.types import Job, JobState
 from protos.arrays import JobRef, fold_indices, parse_job_ref
+
+if TYPE_CHECKING:
+    from clients.client import HadarClient
 
 
 def job_ref(text: str) -> JobRef:

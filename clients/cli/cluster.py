@@ -6,16 +6,19 @@ import argparse
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from clients.cli import format as fmt
 from clients.cli.command import CliError, Command, Context, ExitCode
 from clients.cli.jobs import STATE_STYLES, now_utc
 from clients.errors import NotFound, PermissionDenied
 from clients.types import ClusterStatus, GpuHealth, JobState, Node, NodeState
+
+if TYPE_CHECKING:
+    # rich loads when a command prints, not when `hctl` builds its parser.
+    from rich.console import RenderableType
+    from rich.table import Table
+
 
 NODE_STYLES: dict[NodeState, str] = {
     NodeState.READY: "green",
@@ -56,6 +59,9 @@ def _configure_nodes(parser: argparse.ArgumentParser) -> None:
 
 
 def nodes_table(nodes: Sequence[Node]) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     now = now_utc()
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     for column in ("NAME", "STATE", "GPUS", "BUSY", "HEARTBEAT", "ADDRESS", "REASON"):
@@ -79,6 +85,8 @@ def nodes_table(nodes: Sequence[Node]) -> Table:
 
 
 def gpus_table(nodes: Sequence[Node]) -> Table:
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     for column in ("NODE", "GPU", "TYPE", "MEMORY", "HEALTH", "UTIL", "JOBS", "DEVICE"):
         table.add_column(column)
@@ -118,6 +126,10 @@ def _configure_status(parser: argparse.ArgumentParser) -> None:
 
 
 def render_status(address: str, status: ClusterStatus) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     now = now_utc()
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
@@ -214,6 +226,8 @@ def _configure_workloads(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_workloads(args: argparse.Namespace, ctx: Context) -> int:
+    from rich.table import Table
+
     workloads = ctx.client().list_workloads()
     if args.json:
         ctx.json({"workloads": workloads})

@@ -1,8 +1,9 @@
 """What an ``hctl`` subcommand is, what it gets to run, and how it fails.
 
 Adding a subcommand: write a module under ``clients/cli/`` that defines ``COMMANDS``, a
-sequence of :class:`Command`, and list the module in ``clients.cli.main.COMMAND_MODULES``
-(``clients.cli.local`` is already listed and picked up when it exists)::
+sequence of :class:`Command`, list the module in ``clients.cli.main.COMMAND_MODULES``
+(``clients.cli.local`` is already listed and picked up when it exists) and the command in
+``clients.cli.catalog`` (tests/unit/clients/test_catalog.py prints the line to add)::
 
     def _configure(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="only print the plan")
@@ -14,9 +15,12 @@ sequence of :class:`Command`, and list the module in ``clients.cli.main.COMMAND_
     COMMANDS = [Command("frob", "Frobnicate the cluster", _configure, _run,
                         epilog="example:\\n  hctl frob --dry-run")]
 
-``configure`` is called only when the command is the one being run (and when the docs or
-the shell completion are generated), so it may import heavy modules lazily. A command that
-needs the master calls ``ctx.client()``; the connection opens on first use.
+The module is imported only when its command is the one being run (and when the docs or
+the shell completion are generated), and ``configure`` called only then: every other run
+of hctl pays for neither. At the module's top, import only what building its parser needs;
+rich, the client and gRPC load inside the functions that print or call the master
+(tests/unit/clients/test_startup.py checks). A command that needs the master calls
+``ctx.client()``; the connection opens on first use.
 """
 
 from __future__ import annotations
@@ -24,15 +28,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
+from typing import IO, TYPE_CHECKING
 
-from rich.console import Console, RenderableType
-
-from clients.cli import shapes
-from clients.cli.printable import PrintableConsole
-from clients.client import HadarClient
+from clients.cli.printable import printable
 from clients.config import ClientConfig, resolve
+
+if TYPE_CHECKING:
+    # Loaded when a command first prints or calls the master: `hctl --version` and
+    # `hctl --help` need neither rich nor gRPC.
+    from rich.console import Console, RenderableType
+
+    from clients.client import HadarClient
 
 
 class ExitCode(IntEnum):
@@ -104,10 +112,23 @@ class Context:
     timeout: float | None = None
     # The subcommand being run, for hints such as "see `hctl submit --help`".
     command_name: str = ""
-    out: Console = field(default_factory=lambda: make_console(sys.stdout))
-    err: Console = field(default_factory=lambda: make_console(sys.stderr))
+    _out: Console | None = None
+    _err: Console | None = None
     _client: HadarClient | None = None
     _config: ClientConfig | None = None
+
+    @property
+    def out(self) -> Console:
+        """The console on stdout, made on first use (on the stdout of that moment)."""
+        if self._out is None:
+            self._out = make_console(sys.stdout)
+        return self._out
+
+    @property
+    def err(self) -> Console:
+        if self._err is None:
+            self._err = make_console(sys.stderr)
+        return self._err
 
     def config(self) -> ClientConfig:
         if self._config is None:
@@ -116,19 +137,25 @@ class Context:
 
     def client(self) -> HadarClient:
         if self._client is None:
+            from clients.client import HadarClient
+
             self._client = HadarClient(config=self.config())
         return self._client
 
     def say(self, text: str) -> None:
-        """One plain line on stdout: no markup (job names may hold brackets), no wrapping."""
-        self.out.print(text, markup=False, highlight=False, soft_wrap=True)
+        """One plain line on stdout, as written (job names may hold brackets or colons)
+        but escaped, never wrapped. Written without rich: a command that only says a line
+        (`hctl submit`) never loads it."""
+        _write(self._out.file if self._out is not None else sys.stdout, text + "\n")
 
     def note(self, text: str, *, end: str = "\n") -> None:
         """One plain line on stderr, for people: progress notes, hints, prompts."""
-        self.err.print(text, markup=False, highlight=False, soft_wrap=True, end=end)
+        _write(self._err.file if self._err is not None else sys.stderr, text + end)
 
     def json(self, document: Mapping[str, object]) -> None:
         """A --json document (see clients.cli.shapes): coloured on a terminal, exact in pipes."""
+        from clients.cli import shapes
+
         text = shapes.dumps(document)
         if self.out.is_terminal:
             self.out.print_json(text)
@@ -142,6 +169,15 @@ class Context:
         if self.out.is_terminal:
             self.out.print(renderable)
             return
+        from clients.cli.grid import Grid
+
+        if isinstance(renderable, Grid):
+            # Long listings: written as rich would lay them out, without its per-cell cost.
+            lines = renderable.plain_lines(self.out.width)
+            if lines is not None:
+                self.out.file.write("".join(line + "\n" for line in lines))
+                self.out.file.flush()
+                return
         with self.out.capture() as captured:
             self.out.print(renderable)
         text = "\n".join(line.rstrip() for line in captured.get().splitlines())
@@ -154,8 +190,15 @@ class Context:
             self._client = None
 
 
+def _write(stream: IO[str], text: str) -> None:
+    stream.write(printable(text))
+    stream.flush()
+
+
 def make_console(stream: object) -> Console:
     """A console that colours terminals only and never wraps table rows in pipes."""
+    from clients.cli.console import PrintableConsole
+
     console = PrintableConsole(file=stream, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
     if not console.is_terminal:
         # Scripts read rows line by line; a wide fixed width keeps each row on one line.

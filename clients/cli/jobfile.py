@@ -49,7 +49,6 @@ Flags given on the command line override the file's values.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import Any
@@ -166,6 +165,9 @@ def load_job_file(path: Path) -> dict[str, Any]:
             "master accepts at most 64 KiB of command line and 64 KiB of environment); "
             "put long inputs in a file the job reads",
         )
+    # Loaded for `-f` only: most submissions have no job file.
+    import tomllib
+
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

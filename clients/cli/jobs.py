@@ -9,17 +9,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from clients.cli import format as fmt
 from clients.cli.arrays import display_id, is_array, job_ref, queue_rows, resolve
 from clients.cli.changes import ChangeLines
 from clients.cli.command import CliError, Command, Context, ExitCode, split_list
 from clients.cli.completion import offer
+from clients.cli.grid import Grid
 from clients.cli.jobfile import (
     SpecError,
     build_spec,
@@ -30,7 +27,6 @@ from clients.cli.jobfile import (
     parse_time_limit,
 )
 from clients.cli.printable import printable_line
-from clients.client import HadarClient
 from clients.errors import DeadlineExceeded, NotFound, PermissionDenied, Unavailable
 from clients.types import (
     ACTIVE_JOB_STATES,
@@ -59,6 +55,14 @@ from protos.numbers import (
     seconds_type,
 )
 
+if TYPE_CHECKING:
+    # rich and the client load when a command prints or calls the master, not when `hctl`
+    # builds its parser.
+    from rich.console import RenderableType
+    from rich.text import Text
+
+    from clients.client import HadarClient
+
 STATE_STYLES: dict[JobState, str] = {
     JobState.PENDING: "yellow",
     JobState.RUNNING: "green",
@@ -68,6 +72,8 @@ STATE_STYLES: dict[JobState, str] = {
     JobState.CANCELLED: "dim",
     JobState.TIMEOUT: "red",
 }
+# The same by the state's name, as a queue's cells hold it.
+STATE_TEXT_STYLES: dict[str, str] = {state.value: style for state, style in STATE_STYLES.items()}
 QUEUE_COLUMNS = (
     "ID",
     "NAME",
@@ -133,6 +139,8 @@ def now_utc() -> datetime:
 
 
 def styled_state(state: JobState) -> Text:
+    from rich.text import Text
+
     return Text(state.value, style=STATE_STYLES.get(state, ""))
 
 
@@ -443,17 +451,13 @@ def queue_filter(args: argparse.Namespace, ctx: Context) -> tuple[str | None, li
     return user, states
 
 
-def queue_table(jobs: Sequence[Job], now: datetime, *, expand: bool = False) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
-    for column in QUEUE_COLUMNS:
-        table.add_column(column, no_wrap=column != "NODE/REASON", justify="left")
-    for row in queue_rows(jobs, expand=expand):
-        job = row.first
-        table.add_row(
+def queue_table(jobs: Sequence[Job], now: datetime, *, expand: bool = False) -> Grid:
+    rows = [
+        (
             row.shown_id,
             job.spec.name,
             job.user,
-            styled_state(job.state),
+            job.state.value,
             # A + marks an elastic job: it may hold more GPUs, as averaged copies.
             f"{job.spec.num_gpus}{'+' if job.spec.forkable else ''}",
             fmt.node_or_reason(job),
@@ -461,7 +465,15 @@ def queue_table(jobs: Sequence[Job], now: datetime, *, expand: bool = False) -> 
             fmt.format_duration(fmt.run_time(job, now)),
             fmt.job_progress(job),
         )
-    return table
+        for row in queue_rows(jobs, expand=expand)
+        for job in (row.first,)
+    ]
+    return Grid.of(
+        QUEUE_COLUMNS,
+        rows,
+        wrap_column=QUEUE_COLUMNS.index("NODE/REASON"),
+        styles={QUEUE_COLUMNS.index("STATE"): STATE_TEXT_STYLES},
+    )
 
 
 def _run_queue(args: argparse.Namespace, ctx: Context) -> int:
@@ -492,7 +504,9 @@ def _watch_queue(
     *,
     expand: bool = False,
 ) -> int:
+    from rich.console import Group
     from rich.live import Live
+    from rich.text import Text
 
     client = ctx.client()
 
@@ -549,6 +563,10 @@ def _run_show(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def render_job(described: JobDescription, now: datetime) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     job = described.job
     spec = job.spec
     parts: list[RenderableType] = []
@@ -687,6 +705,8 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
 
 
 def deliveries_table(deliveries: Sequence[Delivery], now: datetime) -> RenderableType:
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     for column in ("FOR", "ENDPOINT", "STATUS", "ATTEMPTS", "LAST TRY", "DETAIL"):
         table.add_column(column)
@@ -703,6 +723,9 @@ def deliveries_table(deliveries: Sequence[Delivery], now: datetime) -> Renderabl
 
 
 def events_table(events: Sequence[JobEvent], now: datetime) -> RenderableType:
+    from rich.table import Table
+    from rich.text import Text
+
     if not events:
         return Text("no events recorded", style="dim")
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)

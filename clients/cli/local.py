@@ -10,17 +10,16 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clients.cli.command import CliError, Command, Context, ExitCode
 from clients.config import ENV_CONFIG, ENV_MASTER, ENV_TOKEN
-from clients.localcluster import (
-    DEFAULT_WORKERS,
-    LocalCluster,
-    LocalClusterError,
-    invoking_user,
-    parse_worker_groups,
-)
 from protos.numbers import float_type, int_type, seconds_type
+
+if TYPE_CHECKING:
+    # The local cluster's machinery (and the client it uses) loads only for `hctl local`.
+    from clients.localcluster import LocalCluster
+
 
 DEFAULT_STATE_DIR = ".hadar-local"
 
@@ -36,6 +35,8 @@ def _state_dir_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    from clients.localcluster import DEFAULT_WORKERS
+
     parser.add_argument(
         "--workers",
         default=DEFAULT_WORKERS,
@@ -121,6 +122,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, ctx: Context) -> int:
+    from clients.localcluster import LocalCluster, LocalClusterError
+
     cluster = LocalCluster(args.state_dir)
     try:
         if args.local_command == "up":
@@ -139,6 +142,8 @@ def _run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _up(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
+    from clients.localcluster import invoking_user, parse_worker_groups
+
     groups = parse_worker_groups(args.workers)
     ctx.err.print(f"starting a master and {len(groups)} workers in {cluster.state_dir} ...")
     record = cluster.up(

@@ -1,8 +1,10 @@
 """``hctl``: the Hadar command line. Entry point :func:`main`; parser :func:`build_parser`.
 
 Subcommands live in the modules of :data:`COMMAND_MODULES`, each defining ``COMMANDS`` (see
-:mod:`clients.cli.command` for how to add one). Only the subcommand being run is configured,
-so ``hctl queue`` never imports the simulator.
+:mod:`clients.cli.command` for how to add one), and are listed in :mod:`clients.cli.catalog`.
+A run imports the module of its own subcommand only (``hctl queue`` never imports the
+simulator, ``hctl --version`` no command module at all), and what that module needs to
+print or to call the master (rich, gRPC) loads when the command first does so.
 """
 
 from __future__ import annotations
@@ -10,30 +12,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import importlib.metadata
 import importlib.util
 import sys
 import textwrap
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import grpc
+from clients.cli import catalog
 
-from clients.cli.command import CliError, Command, Context, ExitCode
-from clients.config import ConfigError, config_path
-from clients.errors import (
-    Conflict,
-    DeadlineExceeded,
-    HadarError,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    ResourceExhausted,
-    Unauthenticated,
-    Unavailable,
-)
-from protos.numbers import seconds_type
+if TYPE_CHECKING:
+    from clients.cli.command import CliError, Command, Context
+    from clients.errors import HadarError
+
+# What `hctl` exits with on a usage error (ExitCode.USAGE, whose module a run that stops at
+# the parser need not load).
+USAGE = 2
 
 # Modules that define COMMANDS, in the order `hctl --help` lists them. Optional modules that
 # are absent (e.g. a trimmed install) are skipped.
@@ -73,24 +67,52 @@ class HctlArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"error: {message} — see `{self.prog} --help`\n")
-        raise SystemExit(ExitCode.USAGE)
+        raise SystemExit(USAGE)
 
 
 def client_version() -> str:
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("hadar")
     except importlib.metadata.PackageNotFoundError:
         return "unknown (not installed)"
 
 
+class VersionAction(argparse._VersionAction):
+    """``--version``, looking the version up only when asked (reading the installed
+    package's metadata is a good part of what a command would otherwise wait for)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        self.version = f"hctl {client_version()}"
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _present(name: str) -> bool:
+    return name not in OPTIONAL_MODULES or importlib.util.find_spec(name) is not None
+
+
 def load_commands() -> list[Command]:
+    """Every subcommand, from its module."""
     commands: list[Command] = []
     for name in COMMAND_MODULES:
-        if name in OPTIONAL_MODULES and importlib.util.find_spec(name) is None:
-            continue
-        module = importlib.import_module(name)
-        commands.extend(module.COMMANDS)
+        if _present(name):
+            commands.extend(importlib.import_module(name).COMMANDS)
     return commands
+
+
+def _load_command(listing: catalog.Listing) -> Command:
+    command: Command
+    for command in importlib.import_module(listing.module).COMMANDS:
+        if command.name == listing.name:
+            return command
+    raise LookupError(f"{listing.module} defines no command {listing.name!r}")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -116,6 +138,16 @@ def _formatter(width: int | None) -> type[argparse.HelpFormatter]:
     return partial(HelpFormatter, width=width)  # type: ignore[return-value]
 
 
+def _seconds(text: str) -> float:
+    from protos.numbers import seconds_type
+
+    return seconds_type()(text)
+
+
+# argparse names the type in some messages.
+_seconds.__name__ = "seconds"
+
+
 def add_global_options(parser: argparse.ArgumentParser, *, suppress_defaults: bool) -> None:
     """--master, --token, --timeout; on subcommands too, so they may follow the command."""
     default = argparse.SUPPRESS if suppress_defaults else None
@@ -127,7 +159,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress_defaults: bo
             ("--timeout",),
             {
                 "dest": "rpc_timeout",
-                "type": seconds_type(),
+                "type": _seconds,
                 "metavar": "S",
                 "help": "seconds per call to the master ($HADAR_TIMEOUT, default 10)",
             },
@@ -142,32 +174,51 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress_defaults: bo
 def build_parser(
     selected: str | None = None, *, width: int | None = None, all_commands: bool = True
 ) -> argparse.ArgumentParser:
-    """The whole parser. With ``selected``, only that subcommand gets its options (the
-    others are listed but not configured), which keeps unrelated imports out."""
+    """The whole parser. With ``selected``, only that subcommand is loaded and gets its
+    options; the others are listed from :mod:`clients.cli.catalog`, which keeps unrelated
+    imports out. Without it, every subcommand is configured (the reference, shell
+    completion) unless ``all_commands`` is false (a run without a command: `hctl --help`)."""
     formatter = _formatter(width)
     parser = HctlArgumentParser(
         prog="hctl", description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter
     )
-    parser.add_argument("--version", action="version", version=f"hctl {client_version()}")
+    parser.add_argument("--version", action=VersionAction)
     add_global_options(parser, suppress_defaults=False)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    for command in load_commands():
+    if selected is None and all_commands:
+        for command in load_commands():
+            _add_command(subparsers, command, formatter)
+        return parser
+    for listing in catalog.COMMANDS:
+        if not _present(listing.module):
+            continue
+        if selected in (listing.name, *listing.aliases):
+            _add_command(subparsers, _load_command(listing), formatter)
+            continue
         # Without `help`, argparse leaves a subcommand out of the list in --help.
-        listing: dict[str, Any] = {"help": command.help} if command.listed else {}
-        sub = subparsers.add_parser(
-            command.name,
-            aliases=list(command.aliases),
-            description=command.description or command.help,
-            epilog=command.epilog or None,
-            formatter_class=formatter,
-            **listing,
-        )
-        sub.set_defaults(_command=command)
-        if all_commands if selected is None else selected in (command.name, *command.aliases):
-            command.configure(sub)
-            if command.uses_master:
-                _add_global_options_everywhere(sub)
+        shown: dict[str, Any] = {"help": listing.help} if listing.listed else {}
+        subparsers.add_parser(listing.name, aliases=list(listing.aliases), **shown)
     return parser
+
+
+def _add_command(
+    subparsers: argparse._SubParsersAction[Any],
+    command: Command,
+    formatter: type[argparse.HelpFormatter],
+) -> None:
+    listing: dict[str, Any] = {"help": command.help} if command.listed else {}
+    sub = subparsers.add_parser(
+        command.name,
+        aliases=list(command.aliases),
+        description=command.description or command.help,
+        epilog=command.epilog or None,
+        formatter_class=formatter,
+        **listing,
+    )
+    sub.set_defaults(_command=command)
+    command.configure(sub)
+    if command.uses_master:
+        _add_global_options_everywhere(sub)
 
 
 def _add_global_options_everywhere(parser: argparse.ArgumentParser) -> None:
@@ -202,6 +253,19 @@ def selected_command(argv: Sequence[str]) -> str | None:
 
 def describe_failure(error: HadarError, ctx: Context) -> CliError:
     """The one line (and exit code) for a client error no command handled itself."""
+    from clients.cli.command import CliError, ExitCode
+    from clients.config import config_path
+    from clients.errors import (
+        Conflict,
+        DeadlineExceeded,
+        InvalidArgument,
+        NotFound,
+        PermissionDenied,
+        ResourceExhausted,
+        Unauthenticated,
+        Unavailable,
+    )
+
     address = ctx.master or _address_or_default(ctx)
     if isinstance(error, DeadlineExceeded):
         return CliError(
@@ -248,6 +312,9 @@ def describe_failure(error: HadarError, ctx: Context) -> CliError:
     if isinstance(error, NotFound):
         return CliError(f"not found: {error.details}", ExitCode.NOT_FOUND)
     if isinstance(error, Conflict):
+        # Loaded already: a Conflict comes from a call to the master.
+        import grpc
+
         if error.code == grpc.StatusCode.ALREADY_EXISTS:
             # The master's message says what exists and what to do instead; retrying the
             # same request cannot pass.
@@ -259,6 +326,8 @@ def describe_failure(error: HadarError, ctx: Context) -> CliError:
 
 
 def _address_or_default(ctx: Context) -> str:
+    from clients.config import ConfigError
+
     try:
         return ctx.config().address
     except ConfigError:
@@ -267,11 +336,17 @@ def _address_or_default(ctx: Context) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(selected_command(args_list))
+    # Only the command being run is configured (its options may need heavy modules); with
+    # none (`hctl --help`, `hctl --version`) none is.
+    parser = build_parser(selected_command(args_list), all_commands=False)
     try:
         args = parser.parse_args(args_list)
     except SystemExit as exc:  # --help (0) or a usage error (2)
-        return int(exc.code) if isinstance(exc.code, int) else ExitCode.USAGE
+        return int(exc.code) if isinstance(exc.code, int) else USAGE
+    from clients.cli.command import CliError, Context, ExitCode
+    from clients.config import ConfigError, config_path
+    from clients.errors import HadarError
+
     command: Command | None = getattr(args, "_command", None)
     if command is None:
         parser.print_help(sys.stderr)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from rich.table import Table
-
 from clients.cli import format as fmt
 from clients.cli.command import CliError, Command, Context, ExitCode
 from clients.cli.jobfile import SpecError, parse_notify_on
@@ -60,6 +58,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, ctx: Context) -> int:
+    from rich.table import Table
+
     client = ctx.client()
     if args.notify_action == "set":
         try:

@@ -6,17 +6,15 @@ direction marks reorder what follows. Anything one user can put in a name reache
 other user's screen through `hctl queue`, so every console hctl prints with shows such
 characters as ``\\uXXXX`` (which is also how JSON writes them, so ``--json`` output stays
 valid). A job's own output (`hctl logs`) is not touched: only its owner and admins read it.
+
+The rich console that applies this to everything it prints is
+:class:`clients.cli.console.PrintableConsole`; this module stays free of rich, for output
+written without it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any
-
-from rich.console import Console, ConsoleOptions, ConsoleRenderable, RichCast
-from rich.segment import Segment
-from rich.text import Text
 
 from protos.printable import UNPRINTABLE_IN_LINES
 
@@ -36,25 +34,3 @@ def printable(text: str) -> str:
 def printable_line(text: str) -> str:
     """One line of `text`: also newlines and tabs escaped (a header hctl writes itself)."""
     return printable(text).replace("\n", "\\n").replace("\t", "\\t")
-
-
-class PrintableConsole(Console):
-    """A rich console that never lets a character a terminal acts on reach its output,
-    whatever the renderable (plain strings, Text, tables, live displays): strings are
-    escaped before layout, so columns keep their widths, and every segment rendered is
-    escaped again for text built some other way. rich's own styling goes in control codes
-    it adds when writing, not in segments' text, so it is kept."""
-
-    def render_str(self, text: str, **kwargs: Any) -> Text:
-        return super().render_str(printable(text), **kwargs)
-
-    def render(
-        self,
-        renderable: ConsoleRenderable | RichCast | str,
-        options: ConsoleOptions | None = None,
-    ) -> Iterable[Segment]:
-        for segment in super().render(renderable, options):
-            if segment.control is None and UNPRINTABLE.search(segment.text):
-                yield Segment(printable(segment.text), segment.style)
-            else:
-                yield segment

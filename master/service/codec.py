@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -168,6 +169,34 @@ def hide_private(job: common_pb2.Job) -> common_pb2.Job:
     job.failure_output = ""
     job.private_hidden = True
     return job
+
+
+class ListedJobs:
+    """Jobs without tasks encoded for listings, remembered by the job object: the store
+    hands out the same object for a row that has not changed (store.repositories.listing),
+    so listing a long queue again encodes only the jobs that changed. Remembered messages
+    are shared: a response's constructor copies them; nothing may change them."""
+
+    def __init__(self, size: int = 40_000) -> None:
+        self._size = size
+        # id(job) -> (job, its message, the message with private parts hidden). The job is
+        # kept so that its id cannot be reused while the entry exists.
+        self._encoded: dict[int, tuple[domain.Job, common_pb2.Job, common_pb2.Job]] = {}
+        self._lock = threading.Lock()
+
+    def pb(self, job: domain.Job, *, hidden: bool) -> common_pb2.Job:
+        entry = self._encoded.get(id(job))
+        if entry is None or entry[0] is not job:
+            whole = job_to_pb(job)
+            concealed = common_pb2.Job()
+            concealed.CopyFrom(whole)
+            entry = (job, whole, hide_private(concealed))
+            with self._lock:
+                while len(self._encoded) >= self._size:
+                    # Oldest first: enough for any queue shorter than the memo.
+                    del self._encoded[next(iter(self._encoded))]
+                self._encoded[id(job)] = entry
+        return entry[2] if hidden else entry[1]
 
 
 def event_to_pb(event: domain.JobEvent) -> common_pb2.JobEvent:

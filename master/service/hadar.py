@@ -24,6 +24,7 @@ from master.service.access import current_caller
 from master.service.codec import (
     JOB_STATE_FROM_PB,
     JOB_STATE_TO_PB,
+    ListedJobs,
     delivery_to_pb,
     event_to_pb,
     hide_private,
@@ -80,6 +81,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         self.parts = parts
         self._privacy = JobPrivacy.of(parts.settings)
         self._feed = EventFeed(parts.tx, parts.changes)
+        self._listed = ListedJobs()
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -95,6 +97,13 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         if tasks is None:
             tasks = uow.tasks.active_for_job(job.id) if job.state is JobState.RUNNING else []
         return self._shown(job_to_pb(job, tasks), job, caller)
+
+    def _listed_pb(self, job: Job, caller: Caller, tasks: list[Task] | None) -> common_pb2.Job:
+        """A job as `caller` may see it in a listing (with its active tasks, if any); a
+        message shared between listings when it has no tasks, which the response copies."""
+        if tasks:
+            return self._shown(job_to_pb(job, tasks), job, caller)
+        return self._listed.pb(job, hidden=not self._privacy.may_read(caller, job.user))
 
     def _shown(self, out: common_pb2.Job, job: Job, caller: Caller) -> common_pb2.Job:
         """The job as `caller` may see it: whole for its readers, as a queue shows it for
@@ -166,7 +175,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         caller = current_caller()
 
         def read(uow: UnitOfWork) -> hadar_pb2.ListJobsResponse:
-            jobs = uow.jobs.query(
+            jobs = uow.jobs.listing(
                 user=user,
                 states=states,
                 after_id=after,
@@ -175,8 +184,9 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             )
             more = len(jobs) > size
             jobs = jobs[:size]
+            placed = uow.tasks.active_for_jobs([j.id for j in jobs if j.state is JobState.RUNNING])
             return hadar_pb2.ListJobsResponse(
-                jobs=[self._job_pb(uow, j, caller) for j in jobs],
+                jobs=[self._listed_pb(j, caller, placed.get(j.id)) for j in jobs],
                 next_page_token=str(jobs[-1].id) if more and jobs else "",
             )
 

@@ -22,7 +22,7 @@ from store.errors import (
 )
 from store.job_memo import JobMemo
 from store.models import CompletionNoticeRow, IdempotencyKeyRow, JobEventRow, JobRow, utcnow
-from store.repositories import convert
+from store.repositories import convert, listing
 from store.repositories.notifications import NotificationRepository
 from store.session_writes import has_written
 from store.states import TERMINAL_JOB_STATES, JobState, can_transition
@@ -96,6 +96,23 @@ class JobRepository:
         if limit is not None:
             query = query.limit(limit)
         return [convert.job(self._keep(row)) for row in self._session.scalars(query)]
+
+    def listing(
+        self,
+        *,
+        user: str = "",
+        states: Collection[JobState] = (),
+        after_id: int = 0,
+        limit: int | None = None,
+        array_job_id: int = 0,
+    ) -> list[Job]:
+        """What :meth:`query` returns, read as plain columns: many times faster for long
+        listings, but nothing read is kept for a later write's version check, so a unit of
+        work that changes the jobs it reads uses :meth:`query`."""
+        query = listing.listing_query(
+            user=user, states=states, after_id=after_id, limit=limit, array_job_id=array_job_id
+        )
+        return listing.listed_jobs(self._session, query)
 
     def history(
         self,

@@ -113,6 +113,21 @@ class TaskRepository:
         )
         return self._many(query)
 
+    def active_for_jobs(self, job_ids: Collection[int]) -> dict[int, list[Task]]:
+        """The active tasks of each of these jobs (in task order; jobs without any are
+        absent), in one query."""
+        if not job_ids:
+            return {}
+        query = (
+            select(TaskRow)
+            .where(TaskRow.job_id.in_(list(job_ids)), TaskRow.state.not_in(_FINISHED))
+            .order_by(TaskRow.job_id, TaskRow.task_index)
+        )
+        found: dict[int, list[Task]] = {}
+        for task in self._many(query):
+            found.setdefault(task.job_id, []).append(task)
+        return found
+
     def active_on_node(self, node: str) -> list[Task]:
         query = (
             select(TaskRow)

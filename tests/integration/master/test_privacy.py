@@ -98,6 +98,39 @@ def test_other_users_see_the_queue_but_none_of_a_jobs_private_parts(cluster: Clu
     assert [e.job.id for e in history.entries] == [job.id] and _leaks(history) == []
 
 
+def test_a_waiting_job_listed_again_is_hidden_from_others_and_whole_for_its_readers(
+    cluster: Cluster,
+) -> None:
+    """Listings remember the jobs they encoded: whoever lists first, in whatever order, bob
+    never reads alice's private parts and alice and an admin always read them all; a change
+    to the job shows in the next listing of each."""
+    master = cluster.master()
+    alice, bob, root = (
+        cluster.api(master, "alice", admin=False),
+        cluster.api(master, "bob", admin=False),
+        cluster.api(master, "root", admin=True),
+    )
+    job = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=_alices_job())).job
+
+    def listed(api: Api) -> common_pb2.Job:
+        (only,) = api.ListJobs(hadar_pb2.ListJobsRequest()).jobs
+        assert isinstance(only, common_pb2.Job)
+        return only
+
+    for api in (bob, alice, bob, root, alice, bob):
+        seen = listed(api)
+        if api is bob:
+            assert seen.private_hidden and _leaks(seen) == []
+        else:
+            assert not seen.private_hidden
+            assert seen.spec.env["API_KEY"] == SECRET
+    alice.CancelJob(hadar_pb2.CancelJobRequest(job_id=job.id, reason="not needed"))
+    for api in (bob, alice):
+        seen = listed(api)
+        assert seen.state == common_pb2.JOB_STATE_CANCELLED
+        assert seen.private_hidden == (api is bob)
+
+
 def test_another_users_logs_are_permission_denied(cluster: Cluster) -> None:
     worker, (alice, bob, root), job = _alices_running_job(cluster)
     worker.log_lines[job.id] = f"token {SECRET}\n".encode()

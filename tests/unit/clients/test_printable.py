@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 import pytest
 from rich.text import Text
 
-from clients.cli.command import make_console
+from clients.cli.command import Context, make_console
+from clients.cli.console import PrintableConsole
 from clients.cli.jobs import _LogPrinter, queue_table
-from clients.cli.printable import PrintableConsole, printable
+from clients.cli.printable import printable
 from clients.cli.shapes import dumps
 from clients.types import Job, JobState, LogChunk, LogStream
 from tests.unit.clients.test_format import make_job
@@ -88,3 +89,15 @@ def test_log_headers_escape_what_others_wrote_but_not_the_jobs_own_bytes(capfdbi
 
 def test_printable_keeps_ordinary_text_and_newlines() -> None:
     assert printable("Zoë's 日本語 run\n\ttwo") == "Zoë's 日本語 run\n\ttwo"
+
+
+def test_plain_lines_print_names_as_written_but_escaped(capsys) -> None:
+    """hctl's one-line messages (`submitted job 7 (NAME)`) keep brackets and colons in a
+    name as they are (no markup, no emoji codes) and escape what a terminal acts on, on
+    stdout and stderr alike."""
+    ctx = Context()
+    ctx.say(f"submitted job 7 (run[lr=0.1] :fire: {HOSTILE_NAME})")
+    ctx.note("waiting\x1b[2J", end="")
+    out, err = capsys.readouterr()
+    assert out == "submitted job 7 (run[lr=0.1] :fire: evil\\u001b]0;pwned\\u0007\\u202egnp.exe)\n"
+    assert err == "waiting\\u001b[2J"

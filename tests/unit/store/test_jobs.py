@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from store import AlreadyExistsError, Database, InvalidTransitionError, NotFoundError
-from store.domain import NewJob
-from store.states import ALLOWED_JOB_TRANSITIONS, TERMINAL_JOB_STATES, JobState
+from store.domain import JobSpec, NewJob
+from store.states import ALLOWED_JOB_TRANSITIONS, TERMINAL_JOB_STATES, JobState, ProgramKind
 from tests.unit.store.conftest import make_spec, submit
 
 
@@ -232,3 +232,56 @@ def test_waiting_reasons_are_set_in_bulk_without_new_versions(db: Database) -> N
         assert uow.jobs.set_waiting_reasons({b: "waiting: stale"}) == 0
     with db.transaction() as uow:
         assert uow.jobs.get(b).reason == "placed"
+
+
+def _varied_jobs(db: Database) -> list[int]:
+    """Jobs that use every JSON column and none, of two users, one an array."""
+    with db.transaction() as uow:
+        command = JobSpec(
+            name="cmd",
+            num_gpus=2,
+            iterations=5,
+            program_kind=ProgramKind.COMMAND,
+            argv=("python", "train.py", "--lr", "0.1"),
+            env=(("SEED", "3"),),
+            dependencies=(("afterok", 1),),
+            notify_url="https://hooks.example.org/x",
+            notify_on=(JobState.FAILED,),
+            max_retries=2,
+            workdir="/w",
+        )
+        plain = JobSpec(name="bare", num_gpus=1, iterations=1, program_kind=ProgramKind.WORKLOAD)
+        ids = [uow.jobs.add(NewJob(user="bob", spec=command))[0].id]
+        ids.append(uow.jobs.add(NewJob(user="alice", spec=plain))[0].id)
+        elements, _ = uow.jobs.add_array(NewJob(user="alice", spec=make_spec("arr")), [0, 1, 2])
+        ids.extend(e.id for e in elements)
+    ids.append(submit(db, user="bob"))
+    return ids
+
+
+def test_listing_returns_what_query_returns(db: Database) -> None:
+    """The plain-column listing reads every field as the ORM query does, for every filter
+    and page, and sees a change made by a bulk update (which bumps no version)."""
+    ids = _varied_jobs(db)
+    with db.transaction() as uow:
+        uow.jobs.transition(ids[1], JobState.CANCELLED, kind="cancelled", reason="r")
+    filters: list[dict[str, object]] = [
+        {},
+        {"user": "bob"},
+        {"states": [JobState.PENDING]},
+        {"after_id": ids[1], "limit": 2},
+        {"array_job_id": ids[2]},
+        {"user": "alice", "states": [JobState.CANCELLED, JobState.PENDING], "limit": 1},
+    ]
+    with db.transaction() as uow:
+        for given in filters:
+            assert uow.jobs.listing(**given) == uow.jobs.query(**given), given  # type: ignore[arg-type]
+        bobs = uow.jobs.listing(user="bob")
+        assert bobs[0].spec.argv == ("python", "train.py", "--lr", "0.1")
+        assert bobs[0].spec.env == (("SEED", "3"),)
+    with db.transaction() as uow:
+        uow.jobs.set_waiting_reasons({ids[0]: "waiting: no v100 free"})
+    with db.transaction() as uow:
+        (listed,) = uow.jobs.listing(user="bob", limit=1)
+        assert listed.reason == "waiting: no v100 free"
+        assert listed == uow.jobs.get(ids[0])
