@@ -51,17 +51,17 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from master.daemon import base_throughput_model  # noqa: E402
-from master.dispatch import Dispatcher  # noqa: E402
-from master.holds import HoldEnforcer  # noqa: E402
-from master.jobs import Caller, JobManager, ProgressUpdate  # noqa: E402
-from master.metrics import MasterMetrics  # noqa: E402
-from master.rounds import RoundRunner  # noqa: E402
+from master.jobs.holds import HoldEnforcer  # noqa: E402
+from master.jobs.manager import Caller, JobManager, ProgressUpdate  # noqa: E402
+from master.nodes.dispatch import Dispatcher  # noqa: E402
+from master.nodes.workers import WorkerClients  # noqa: E402
+from master.process.metrics import MasterMetrics  # noqa: E402
+from master.process.transactions import Transactor  # noqa: E402
+from master.rounds.runner import RoundRunner  # noqa: E402
+from master.rounds.snapshot import read_round_input  # noqa: E402
 from master.scheduling.policy import make_policy  # noqa: E402
 from master.service.codec import spec_to_pb  # noqa: E402
 from master.settings import Settings  # noqa: E402
-from master.snapshot import read_round_input  # noqa: E402
-from master.transactions import Transactor  # noqa: E402
-from master.workers import WorkerClients  # noqa: E402
 from protos.hadar.v1 import worker_pb2  # noqa: E402
 from store import Database, UnitOfWork  # noqa: E402
 from store.domain import Gpu, JobSpec, NewJob  # noqa: E402

@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from master.daemon import Master
-    from master.observability import configure_logging
+    from master.process.observability import configure_logging
 
     settings = settings_from(args)
     master = Master(settings)  # refuses bad settings before anything else happens

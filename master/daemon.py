@@ -6,7 +6,7 @@ In-process use (tests, other tools)::
     port = master.start()              # migrates, serves, schedules; port 0 picks one
     token = master.create_token("alice", admin=True)
     master.run_round()                 # one scheduling round now, synchronously
-    master.leadership.role             # Role.ACTIVE once started; see master.leadership
+    master.leadership.role             # Role.ACTIVE once started; see master.process.leadership
     master.check_nodes(force=True)     # declare silent nodes lost now
     master.stop()                      # graceful: finishes the current round
 """
@@ -32,29 +32,29 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from master import systemd
-from master.auth import Authenticator
-from master.components import Components
-from master.dispatch import Dispatcher
-from master.events import ChangeSignal
-from master.holds import HoldEnforcer
-from master.jobs import JobManager
-from master.leadership import Leadership, NotLeaderError, idle_transaction_limit_s
-from master.metrics import ClusterGauges, MasterMetrics
-from master.registry import Registry
-from master.rounds import RoundResult, RoundRunner
+from master.jobs.holds import HoldEnforcer
+from master.jobs.manager import JobManager
+from master.jobs.timelimits import TimeLimitEnforcer
+from master.jobs.webhooks import WebhookSender
+from master.nodes.dispatch import Dispatcher
+from master.nodes.registry import Registry
+from master.nodes.workers import WorkerClients
+from master.process import systemd
+from master.process.events import ChangeSignal
+from master.process.leadership import Leadership, NotLeaderError, idle_transaction_limit_s
+from master.process.metrics import ClusterGauges, MasterMetrics
+from master.process.transactions import Transactor
+from master.rounds.runner import RoundResult, RoundRunner
 from master.scheduling.policy import Policy, UnknownPolicyError, import_memory, make_policy
 from master.scheduling.throughput import ThroughputModel
 from master.service.access import AccessInterceptor
 from master.service.admission import Admission
+from master.service.auth import Authenticator
+from master.service.components import Components
 from master.service.coordinator import CoordinatorServicer
 from master.service.hadar import HadarServicer
+from master.service.tls import server_credentials, worker_channel_credentials
 from master.settings import Settings, SettingsError
-from master.timelimits import TimeLimitEnforcer
-from master.tls import server_credentials, worker_channel_credentials
-from master.transactions import Transactor
-from master.webhooks import WebhookSender
-from master.workers import WorkerClients
 from protos.hadar.v1 import coordinator_pb2, coordinator_pb2_grpc, hadar_pb2, hadar_pb2_grpc
 from store import Database, UnitOfWork
 from store.migrate import upgrade
@@ -126,7 +126,7 @@ class Master:
         self.cluster_token = resolve_cluster_token(settings)
         self._server_credentials = server_credentials(settings)
         # A transaction of this master left open by a freeze must not hold the lease row
-        # (and so keep a standby out) for longer than a lease: see master.leadership.
+        # (and so keep a standby out) for longer than a lease: see master.process.leadership.
         self.database = Database(
             settings.database,
             idle_in_transaction_timeout_s=idle_transaction_limit_s(settings.leader_lease_s),

@@ -28,7 +28,7 @@ JobDataReaders = Literal["owner", "group"]
 # Below this, ordinary calls (a job with a few environment variables) would not fit.
 MIN_MESSAGE_BYTES = 64 * 1024
 # The pause after a call to a worker failed, doubled after each further failure
-# (master.workers).
+# (master.nodes.workers).
 DISPATCH_BACKOFF_S = 0.1
 
 

@@ -41,7 +41,7 @@ class JobSpec:
     job_type: str = ""
     gpu_memory_bytes: int = 0
     # Failed attempts to retry before the job is FAILED; None means the default (see
-    # master.lifecycle.retry_limit).
+    # master.jobs.lifecycle.retry_limit).
     max_retries: int | None = None
     # sbatch-style --output and --error file patterns (see common.proto JobSpec).
     output: str = ""

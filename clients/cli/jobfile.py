@@ -76,7 +76,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Far more than any job needs: the master accepts at most 64 KiB of command line and 64 KiB
 # of environment. A larger file is refused before it is parsed.
 MAX_JOB_FILE_BYTES = 1024 * 1024
-# Ranges of the integer keys, as the master accepts them (see master/validation.py).
+# Ranges of the integer keys, as the master accepts them (see master/jobs/validation.py).
 GPUS = NumberRange(1, NUM_GPUS_MAX)
 ITERATIONS = NumberRange(1, ITERATIONS_MAX)
 BATCH_SIZE = NumberRange(0, BATCH_SIZE_MAX)

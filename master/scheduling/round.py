@@ -5,7 +5,7 @@ unfinished job, the leases that may still run on lost nodes, the jobs completed 
 last round) and returns what to do (:class:`RoundDecision`): per job, start, stop, migrate,
 resize or extend, the tasks each new placement splits into, why each job that got nothing
 waits, and the policy memory to keep when the policy learned something. It reads no clock,
-store or network; the daemon's round (``master/rounds.py``) reads the store, calls it and
+store or network; the daemon's round (``master/rounds/runner.py``) reads the store, calls it and
 carries out its decisions, and the simulator applies them to its simulated cluster.
 
 The steps, in order:

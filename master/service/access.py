@@ -26,11 +26,11 @@ from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
-from master.auth import Authenticator
 from master.errors import PermissionDeniedError, UnauthenticatedError, UnavailableError
-from master.jobs import Caller
-from master.metrics import MasterMetrics
+from master.jobs.manager import Caller
+from master.process.metrics import MasterMetrics
 from master.service.admission import Admission, Ticket
+from master.service.auth import Authenticator
 from master.service.status import abort_with, metadata, status_for
 from protos.hadar.v1 import coordinator_pb2, hadar_pb2
 

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from master.notifications import effective_states, endpoint
+from master.jobs.notifications import effective_states, endpoint
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from store import domain
 from store.states import (

@@ -8,14 +8,14 @@ from collections.abc import Sequence
 import grpc
 
 from master import fields
-from master.components import Components
 from master.errors import InvalidArgumentError
-from master.jobs import ProgressUpdate, TaskExit
-from master.metrics import MasterMetrics
-from master.registry import Registration, ReportedTask
+from master.jobs.manager import ProgressUpdate, TaskExit
+from master.jobs.workloads import workload_info
+from master.nodes.registry import Registration, ReportedTask
+from master.process.metrics import MasterMetrics
 from master.service.codec import EXIT_KIND_FROM_PB, gpu_from_pb
+from master.service.components import Components
 from master.service.status import unary
-from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from store import UnitOfWork
 from store.domain import Gpu

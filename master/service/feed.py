@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from master.events import ChangeSignal
+from master.process.events import ChangeSignal
+from master.process.transactions import Transactor
 from master.service.codec import event_to_pb, job_to_pb
-from master.transactions import Transactor
 from protos.hadar.v1 import common_pb2
 from store import UnitOfWork
 from store.states import JobState

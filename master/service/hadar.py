@@ -12,14 +12,17 @@ import structlog
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from master import fields
-from master.components import Components
 from master.errors import InvalidArgumentError, PermissionDeniedError
-from master.jobs import Caller
-from master.lifecycle import retry_limit
-from master.logs import LogRelay
-from master.metrics import MasterMetrics
-from master.notifications import check_url
-from master.privacy import JobPrivacy
+from master.jobs.lifecycle import retry_limit
+from master.jobs.logs import LogRelay
+from master.jobs.manager import Caller
+from master.jobs.notifications import check_url
+from master.jobs.privacy import JobPrivacy
+from master.jobs.usage import Grouping, gpu_seconds, run_seconds, summarize
+from master.jobs.validation import notify_states
+from master.jobs.workloads import workload_info
+from master.process.metrics import MasterMetrics
+from master.rounds.snapshot import fair_share_report, with_measurements
 from master.service.access import current_caller
 from master.service.codec import (
     JOB_STATE_FROM_PB,
@@ -34,12 +37,9 @@ from master.service.codec import (
     timestamp,
     token_to_pb,
 )
+from master.service.components import Components
 from master.service.feed import EventFeed
 from master.service.status import streaming, unary
-from master.snapshot import fair_share_report, with_measurements
-from master.usage import Grouping, gpu_seconds, run_seconds, summarize
-from master.validation import notify_states
-from master.workloads import workload_info
 from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc
 from store import UnitOfWork
 from store.domain import Job, Task, UsageRecord

@@ -23,7 +23,7 @@ from master.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from master.metrics import MasterMetrics
+from master.process.metrics import MasterMetrics
 from store.errors import AlreadyExistsError, ConflictError, InvalidTransitionError, NotFoundError
 
 log = structlog.get_logger(__name__)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from master.workloads import CATALOG
+from master.jobs.workloads import CATALOG
 from worker.workloads.registry import WORKLOADS
 
 

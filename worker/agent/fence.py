@@ -17,7 +17,7 @@ from pathlib import Path
 
 from worker.agent.state import write_atomically
 
-# The master recognises a refusal by this prefix (master.workers.FENCED_PREFIX).
+# The master recognises a refusal by this prefix (master.nodes.workers.FENCED_PREFIX).
 FENCED_PREFIX = "fenced:"
 EPOCH_FILE = "master-epoch.json"
 

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from master.daemon import Master
-from master.jobs import Caller
+from master.jobs.manager import Caller
 from master.service.access import AccessInterceptor, access_table, current_caller
 from protos.hadar.v1 import common_pb2, coordinator_pb2, hadar_pb2
 from tests.integration.master.conftest import CLUSTER_TOKEN, Cluster

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import grpc
 import pytest
 
-from master.snapshot import user_usage
+from master.rounds.snapshot import user_usage
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import wait_for

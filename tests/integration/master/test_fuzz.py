@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from master.daemon import Master
-from master.jobs import Caller
+from master.jobs.manager import Caller
 from master.service.status import FIELD_METADATA_KEY
 from protos.hadar.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, hadar_pb2
 from store import UnitOfWork

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 
 from master.daemon import Master
-from master.leadership import Leadership, NotLeaderError, Role, idle_transaction_limit_s
+from master.process.leadership import Leadership, NotLeaderError, Role, idle_transaction_limit_s
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from store import Database, UnitOfWork
 from store.leadership import MasterLeases

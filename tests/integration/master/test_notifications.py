@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from master.daemon import Master
-from master.webhooks import post_json
+from master.jobs.webhooks import post_json
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import FakeWorker, wait_for

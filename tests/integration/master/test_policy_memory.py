@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from master.daemon import Master
+from master.rounds.snapshot import job_view
 from master.scheduling.policies.a_srpt import ASrptPolicy
-from master.snapshot import job_view
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import FakeWorker, wait_for

@@ -1,4 +1,4 @@
-"""The rounds read the store through a memo of what the last round read (master.snapshot
+"""The rounds read the store through a memo of what the last round read (master.rounds.snapshot
 ReadMemo): through a real master, its database (SQLite and PostgreSQL) and fake workers,
 after every kind of change between rounds the memo's read equals a fresh full read, and
 an unchanged store loads no job row again."""
@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from master.daemon import Master, base_throughput_model
-from master.snapshot import ReadMemo, RoundInput, read_round_input
+from master.rounds.snapshot import ReadMemo, RoundInput, read_round_input
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import wait_for

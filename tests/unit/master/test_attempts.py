@@ -1,10 +1,10 @@
-"""Which of a job's attempts ran, as `hctl logs` tells them (master.logs.attempts_of)."""
+"""Which of a job's attempts ran, as `hctl logs` tells them (master.jobs.logs.attempts_of)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from master.logs import attempts_of
+from master.jobs.logs import attempts_of
 from store.domain import Task
 from store.states import ExitKind, ProgramKind, TaskState
 from tests.unit.master.test_pinning import make_job

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from master.groupcommit import GroupCommitter
+from master.process.groupcommit import GroupCommitter
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:

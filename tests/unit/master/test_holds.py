@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from master.holds import array_cap_holds, dependency_state
+from master.jobs.holds import array_cap_holds, dependency_state
 from store.domain import Job, JobSpec
 from store.states import JobState, ProgramKind
 

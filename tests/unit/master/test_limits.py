@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from master.limits import PRUNE_ABOVE, SubmitRateLimiter
+from master.jobs.limits import PRUNE_ABOVE, SubmitRateLimiter
 
 
 class Clock:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from master.errors import InvalidArgumentError
-from master.notifications import (
+from master.jobs.notifications import (
     backoff_s,
     check_url,
     endpoint,

@@ -1,4 +1,4 @@
-"""Which running jobs rounds may stop, move, resize or fork (master.snapshot.preemptible);
+"""Which running jobs rounds may stop, move, resize or fork (master.rounds.snapshot.preemptible);
 what the round does with the others is in tests/unit/scheduling/test_round.py."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from master.snapshot import preemptible
+from master.rounds.snapshot import preemptible
 from store.domain import Job, JobSpec
 from store.states import JobState, ProgramKind
 

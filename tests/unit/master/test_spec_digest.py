@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from master.validation import spec_digest
+from master.jobs.validation import spec_digest
 from store.domain import JobSpec
 from store.states import JobState, ProgramKind
 

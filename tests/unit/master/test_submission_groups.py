@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from master.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
-from master.submissions import Stored, Submission, store, store_group
-from master.transactions import Transactor
+from master.jobs.submissions import Stored, Submission, store, store_group
+from master.process.transactions import Transactor
 from store import Database, UnitOfWork
 from store.domain import JobSpec, NewJob
 from store.errors import AlreadyExistsError

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from master.errors import InvalidArgumentError
+from master.jobs.timelimits import apply_time_limit, timeout_reason
+from master.jobs.usage import Grouping, UsageGroup, gpu_seconds, run_seconds, summarize
 from master.settings import Settings, SettingsError
-from master.timelimits import apply_time_limit, timeout_reason
-from master.usage import Grouping, UsageGroup, gpu_seconds, run_seconds, summarize
 from store.domain import JobSpec, UsageRecord
 from store.states import ProgramKind
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from master.service.tls import server_credentials, worker_channel_credentials
 from master.settings import Settings, SettingsError
-from master.tls import server_credentials, worker_channel_credentials
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from master.rounds.snapshot import read_round_input
 from master.scheduling.policies.las import LasPolicy
 from master.scheduling.throughput import ThroughputModel
-from master.snapshot import read_round_input
 from store import Database
 from store.domain import NewTask
 from store.states import ExitKind, JobState, TaskState

@@ -1,5 +1,5 @@
 """Webhook notifications when jobs end: which URLs are accepted, what is sent, and when a
-failed call is tried again. Pure rules; master/webhooks.py sends.
+failed call is tried again. Pure rules; master/jobs/webhooks.py sends.
 
 A job's end and the call owed for it are stored together (store/repositories/
 notifications.py); the sender POSTs the payload built here, at least once: a receiver that

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from master.jobs import Caller
+from master.jobs.manager import Caller
 from master.settings import JobDataReaders, Settings
 
 

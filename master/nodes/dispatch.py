@@ -19,12 +19,12 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from master.lifecycle import StopOrder, fail_attempt, lose_job_placement, release_tasks
-from master.metrics import MasterMetrics
+from master.jobs.lifecycle import StopOrder, fail_attempt, lose_job_placement, release_tasks
+from master.nodes.workers import WorkerClients, WorkerUnreachableError
+from master.process.metrics import MasterMetrics
+from master.process.transactions import Transactor
 from master.service.codec import spec_to_pb, timestamp
 from master.settings import Settings
-from master.transactions import Transactor
-from master.workers import WorkerClients, WorkerUnreachableError
 from protos.hadar.v1 import worker_pb2
 from store import UnitOfWork
 from store.domain import Job, Task

@@ -6,17 +6,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from master.auth import Authenticator
-from master.dispatch import Dispatcher
-from master.events import ChangeSignal
-from master.jobs import JobManager
-from master.metrics import MasterMetrics
-from master.registry import Registry
-from master.rounds import RoundRunner
+from master.jobs.manager import JobManager
+from master.nodes.dispatch import Dispatcher
+from master.nodes.registry import Registry
+from master.nodes.workers import WorkerClients
+from master.process.events import ChangeSignal
+from master.process.metrics import MasterMetrics
+from master.process.transactions import Transactor
+from master.rounds.runner import RoundRunner
 from master.scheduling.throughput import ThroughputModel
+from master.service.auth import Authenticator
 from master.settings import Settings
-from master.transactions import Transactor
-from master.workers import WorkerClients
 
 
 @dataclass(frozen=True)

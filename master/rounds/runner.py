@@ -1,6 +1,6 @@
 """One scheduling round: read the store, decide, persist, push.
 
-1. Read the store into the scheduling views (master/snapshot.py): the jobs, what they
+1. Read the store into the scheduling views (master/rounds/snapshot.py): the jobs, what they
    hold, the leases that may still run on lost nodes, the jobs completed since the last
    round.
 2. Decide with :func:`master.scheduling.round.decide_round`, the pure function the
@@ -31,9 +31,11 @@ from datetime import UTC, datetime
 
 import structlog
 
-from master.dispatch import Dispatcher, Outgoing
-from master.lifecycle import StopOrder
-from master.metrics import MasterMetrics
+from master.jobs.lifecycle import StopOrder
+from master.nodes.dispatch import Dispatcher, Outgoing
+from master.process.metrics import MasterMetrics
+from master.process.transactions import Transactor
+from master.rounds.snapshot import ReadMemo, RoundInput, read_round_input
 from master.scheduling.diff import Action, ActionKind, preemption_reason
 from master.scheduling.plan import Allocation
 from master.scheduling.policy import Policy
@@ -46,8 +48,6 @@ from master.scheduling.round import (
 )
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
-from master.snapshot import ReadMemo, RoundInput, read_round_input
-from master.transactions import Transactor
 from store import UnitOfWork
 from store.domain import Job, NewTask, Task
 from store.states import JobState, NodeState, TaskState, is_terminal

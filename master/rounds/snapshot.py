@@ -7,14 +7,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from master.holds import read_holds
+from master.jobs.holds import read_holds
+from master.jobs.usage import run_seconds
 from master.scheduling.churn import DEFAULT_RESTART_S
 from master.scheduling.fairshare import FairShareConfig, UserShare, decayed_usage, report
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.round import CompletedJob, LostLease
 from master.scheduling.throughput import ThroughputModel, plausible_rate
 from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
-from master.usage import run_seconds
 from protos.bounds import PRIORITY_MAX, PRIORITY_MIN
 from store import UnitOfWork
 from store.domain import Job, Node, Task, ThroughputMeasurement, UsageRecord
@@ -171,7 +171,7 @@ def service_received(
     records: Iterable[UsageRecord], now: datetime
 ) -> dict[int, tuple[dict[str, float], float]]:
     """Per job, the GPU-seconds its attempts received on each GPU type and the seconds it
-    ran (:func:`master.usage.run_seconds`), from the accounting records: what las and hare
+    ran (:func:`master.jobs.usage.run_seconds`), from the accounting records: what las and hare
     order jobs by, the same figures the simulator keeps."""
     by_job: dict[int, list[UsageRecord]] = defaultdict(list)
     for record in records:

@@ -168,7 +168,7 @@ class Leadership:
         self._lock_file = LockFile(path) if path is not None else None
         self._on_lost = on_lost
         self._clock = clock
-        # SQLite: the process's writers queue on one lock (master.transactions); the lease's
+        # SQLite: the process's writers queue on one lock (master.process.transactions); the lease's
         # writes join that queue instead of making a unit of work fail as "database is
         # locked" halfway through.
         self._write_lock: AbstractContextManager[object] = write_lock or contextlib.nullcontext()

@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 
 import structlog
 
-from master.dispatch import Dispatcher
 from master.errors import InvalidArgumentError
-from master.lifecycle import StopOrder, release_tasks
-from master.transactions import Transactor
-from master.usage import run_seconds
+from master.jobs.lifecycle import StopOrder, release_tasks
+from master.jobs.usage import run_seconds
+from master.nodes.dispatch import Dispatcher
+from master.process.transactions import Transactor
 from protos.durations import format_duration
 from store import UnitOfWork
 from store.domain import Job, JobSpec, UsageRecord

@@ -11,30 +11,30 @@ from datetime import UTC, datetime
 
 import structlog
 
-from master.dispatch import Dispatcher
 from master.errors import InvalidArgumentError, PermissionDeniedError, UnavailableError
-from master.groupcommit import GroupCommitter
-from master.lifecycle import (
+from master.jobs.lifecycle import (
     StopOrder,
     fail_attempt,
     lose_job_placement,
     release_finished_job,
     release_tasks,
 )
-from master.limits import SubmitRateLimiter
-from master.notifications import check_url
-from master.scheduling.memory import memory_by_type
-from master.scheduling.throughput import ThroughputModel, plausible_rate
-from master.settings import Settings
-from master.submissions import Stored, Submission, store
-from master.timelimits import apply_time_limit
-from master.transactions import Transactor
-from master.validation import (
+from master.jobs.limits import SubmitRateLimiter
+from master.jobs.notifications import check_url
+from master.jobs.submissions import Stored, Submission, store
+from master.jobs.timelimits import apply_time_limit
+from master.jobs.validation import (
     ClusterFacts,
     spec_digest,
     validate_idempotency_key,
     validate_spec,
 )
+from master.nodes.dispatch import Dispatcher
+from master.process.groupcommit import GroupCommitter
+from master.process.transactions import Transactor
+from master.scheduling.memory import memory_by_type
+from master.scheduling.throughput import ThroughputModel, plausible_rate
+from master.settings import Settings
 from protos.arrays import parse_array
 from protos.hadar.v1 import common_pb2
 from store import UnitOfWork

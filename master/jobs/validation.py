@@ -13,9 +13,9 @@ from pathlib import PurePath, PurePosixPath
 
 from master import fields
 from master.errors import InvalidArgumentError
-from master.notifications import check_states
+from master.jobs.notifications import check_states
+from master.jobs.workloads import workload_info
 from master.scheduling.memory import fits, format_memory
-from master.workloads import workload_info
 from protos import bounds
 from protos.hadar.v1 import common_pb2
 from protos.numbers import MAX_RETRIES, TIME_LIMIT_MAX_S

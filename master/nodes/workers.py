@@ -39,7 +39,7 @@ class WorkerClients:
         attempts: int,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
-        # With credentials every worker is called over TLS (see master.tls).
+        # With credentials every worker is called over TLS (see master.service.tls).
         self._credentials = credentials
         self._metadata = (("authorization", f"Bearer {cluster_token}"),) if cluster_token else ()
         self._timeout_s = timeout_s
@@ -47,7 +47,7 @@ class WorkerClients:
         self._lock = threading.Lock()
         self._channels: dict[str, tuple[grpc.Channel, Any]] = {}
         # The epoch every order carries, or raises when this master may not send orders
-        # (master.leadership.Leadership.fence); None: epoch 0, no election (tests).
+        # (master.process.leadership.Leadership.fence); None: epoch 0, no election (tests).
         self.epoch: Callable[[], int] | None = None
         # Told when a worker refuses an order as fenced: a newer master is active.
         self.on_fenced: Callable[[str], None] | None = None

@@ -23,12 +23,12 @@ from typing import Any
 
 import structlog
 
-from master import notifications
-from master.events import ChangeSignal
-from master.metrics import MasterMetrics
+from master.jobs import notifications
+from master.jobs.usage import gpu_seconds, run_seconds
+from master.process.events import ChangeSignal
+from master.process.metrics import MasterMetrics
+from master.process.transactions import Transactor
 from master.settings import Settings
-from master.transactions import Transactor
-from master.usage import gpu_seconds, run_seconds
 from store import UnitOfWork
 from store.domain import Job, Notification
 

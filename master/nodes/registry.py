@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from master.dispatch import Dispatcher
 from master.errors import FailedPreconditionError
-from master.lifecycle import StopOrder, lose_job_placement, lose_node
-from master.metrics import MasterMetrics
+from master.jobs.lifecycle import StopOrder, lose_job_placement, lose_node
+from master.nodes.dispatch import Dispatcher
+from master.nodes.task_index import ActiveTaskIndex
+from master.process.metrics import MasterMetrics
+from master.process.transactions import Transactor
 from master.settings import Settings
-from master.task_index import ActiveTaskIndex
-from master.transactions import Transactor
 from store import UnitOfWork
 from store.domain import Gpu, Node, Task
 from store.states import GpuHealth, NodeState, TaskState, is_terminal

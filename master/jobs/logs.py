@@ -18,8 +18,8 @@ from typing import Any
 import grpc
 
 from master.errors import InvalidArgumentError, LogsNotFoundError, UnavailableError
-from master.transactions import Transactor
-from master.workers import WorkerClients, WorkerUnreachableError
+from master.nodes.workers import WorkerClients, WorkerUnreachableError
+from master.process.transactions import Transactor
 from protos.hadar.v1 import common_pb2, worker_pb2
 from store import UnitOfWork
 from store.domain import Job, JobEvent, Task

@@ -1,6 +1,6 @@
 """Jobs held back from the scheduling policies: unmet dependencies and array caps.
 
-A held job is not offered to the policy at all (master/snapshot.py leaves it out of the
+A held job is not offered to the policy at all (master/rounds/snapshot.py leaves it out of the
 round's views), so every policy, present or future, sees the same rules:
 
 - A job with dependencies (sbatch --dependency) waits until each one is satisfied:
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from master.transactions import Transactor
+from master.process.transactions import Transactor
 from store import UnitOfWork
 from store.domain import Job
 from store.job_memo import JobMemo

@@ -15,9 +15,9 @@ import structlog
 from sqlalchemy.exc import OperationalError
 
 from master.errors import InvalidArgumentError, MasterError
-from master.limits import pending_limit_error
-from master.transactions import Transactor
-from master.validation import DEPENDENCY_FIELDS
+from master.jobs.limits import pending_limit_error
+from master.jobs.validation import DEPENDENCY_FIELDS
+from master.process.transactions import Transactor
 from store import UnitOfWork
 from store.domain import Job, NewJob
 from store.errors import ConflictError, StoreError

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from master.transactions import Transactor
+from master.process.transactions import Transactor
 
 TaskKey = tuple[int, int, int]  # (job id, task index, lease): one placement of a task
 

@@ -13,8 +13,8 @@ import time
 from collections.abc import Mapping
 
 from master.errors import PermissionDeniedError, UnauthenticatedError
-from master.jobs import Caller
-from master.transactions import Transactor
+from master.jobs.manager import Caller
+from master.process.transactions import Transactor
 from store.repositories.tokens import hash_token
 
 AUTHORIZATION = "authorization"

@@ -1,0 +1,3 @@
+"""Nodes: the worker registry (registration, heartbeats, lost nodes, drains) and the
+pushes of assignments to workers.
+"""
