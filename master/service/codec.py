@@ -179,24 +179,26 @@ class ListedJobs:
 
     def __init__(self, size: int = 40_000) -> None:
         self._size = size
-        # id(job) -> (job, its message, the message with private parts hidden). The job is
+        # id(job) -> (job, its messages by whether private parts are hidden). The job is
         # kept so that its id cannot be reused while the entry exists.
-        self._encoded: dict[int, tuple[domain.Job, common_pb2.Job, common_pb2.Job]] = {}
+        self._encoded: dict[int, tuple[domain.Job, dict[bool, common_pb2.Job]]] = {}
         self._lock = threading.Lock()
 
     def pb(self, job: domain.Job, *, hidden: bool) -> common_pb2.Job:
         entry = self._encoded.get(id(job))
         if entry is None or entry[0] is not job:
-            whole = job_to_pb(job)
-            concealed = common_pb2.Job()
-            concealed.CopyFrom(whole)
-            entry = (job, whole, hide_private(concealed))
+            entry = (job, {})
             with self._lock:
                 while len(self._encoded) >= self._size:
                     # Oldest first: enough for any queue shorter than the memo.
                     del self._encoded[next(iter(self._encoded))]
                 self._encoded[id(job)] = entry
-        return entry[2] if hidden else entry[1]
+        message = entry[1].get(hidden)
+        if message is None:
+            # Two calls may both encode it; either message is the same.
+            message = job_to_pb(job)
+            entry[1][hidden] = hide_private(message) if hidden else message
+        return message
 
 
 def event_to_pb(event: domain.JobEvent) -> common_pb2.JobEvent:

@@ -1,0 +1,64 @@
+"""Listings remember each job's encoding per privacy view: the same message for the same
+job object, another for an equal job read anew, private parts hidden only in the hidden
+view, and at most `size` jobs remembered."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from master.service.codec import ListedJobs, hide_private, job_to_pb
+from store.domain import Job, JobSpec
+from store.states import JobState, ProgramKind
+
+
+def job(job_id: int, reason: str = "waiting") -> Job:
+    spec = JobSpec(
+        name=f"j{job_id}",
+        num_gpus=1,
+        iterations=10,
+        program_kind=ProgramKind.COMMAND,
+        argv=("python", "train.py", "--key=secret"),
+        env=(("TOKEN", "secret"),),
+        workdir="/home/alice",
+    )
+    return Job(
+        id=job_id,
+        user="alice",
+        spec=spec,
+        state=JobState.PENDING,
+        reason=reason,
+        iterations_done=0,
+        checkpoint_iterations=0,
+        attained_service=0.0,
+        retries=0,
+        exit_code=None,
+        preemptions=0,
+        migrations=0,
+        submitted_at=datetime(2026, 1, 1, tzinfo=UTC),
+        started_at=None,
+        finished_at=None,
+        version=1,
+    )
+
+
+def test_each_view_is_encoded_once_and_hides_only_when_asked() -> None:
+    listed = ListedJobs()
+    one = job(1)
+    whole, concealed = listed.pb(one, hidden=False), listed.pb(one, hidden=True)
+    assert whole == job_to_pb(one)
+    assert concealed == hide_private(job_to_pb(one))
+    assert "secret" in str(whole) and "secret" not in str(concealed)
+    assert listed.pb(one, hidden=False) is whole
+    assert listed.pb(one, hidden=True) is concealed
+
+
+def test_a_changed_job_is_encoded_anew_and_old_entries_make_room() -> None:
+    listed = ListedJobs(size=2)
+    first = job(1)
+    before = listed.pb(first, hidden=False)
+    changed = job(1, reason="placed on n1")
+    assert listed.pb(changed, hidden=False).reason == "placed on n1"
+    listed.pb(job(2), hidden=False)
+    # Three jobs in a memo of two: the first one's entry went, its encoding is made again.
+    again = listed.pb(first, hidden=False)
+    assert again == before and again is not before
