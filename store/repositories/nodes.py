@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import case, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from store.domain import Gpu, Node
@@ -150,19 +150,38 @@ class NodeRepository:
             .options(selectinload(NodeRow.gpus))
             .order_by(NodeRow.name)
         )
-        written = 0
+        times: dict[str, datetime] = {}
+        utilization: dict[str, dict[int, float]] = {}
         for row in self._session.scalars(query):
             if row.state == NodeState.UNREACHABLE.value:
                 continue
             at, gpus = beats[row.name]
-            row.last_heartbeat = max(row.last_heartbeat, at)
-            utilization = {g.index: g.utilization for g in gpus}
-            for target in row.gpus:
-                if target.index in utilization:
-                    target.utilization = utilization[target.index]
-            written += 1
-        self._session.flush()
-        return written
+            times[row.name] = max(row.last_heartbeat, at)
+            known = {target.index for target in row.gpus}
+            reported = {g.index: g.utilization for g in gpus if g.index in known}
+            if reported:
+                utilization[row.name] = reported
+        # Whole statements, not the rows changed one by one: the ORM would send those as
+        # one batch (a pipeline, with psycopg), and a master frozen while such a batch
+        # waits for a lock leaves its transaction where PostgreSQL's idle-in-transaction
+        # timeout cannot end it, keeping a standby out for as long as it stays frozen.
+        if times:
+            self._session.execute(
+                update(NodeRow)
+                .where(NodeRow.name.in_(list(times)))
+                .values(last_heartbeat=case(times, value=NodeRow.name))
+                .execution_options(synchronize_session=False)
+            )
+        for name, values in utilization.items():
+            self._session.execute(
+                update(GpuRow)
+                .where(GpuRow.node_name == name, GpuRow.index.in_(list(values)))
+                .values(utilization=case(values, value=GpuRow.index))
+                .execution_options(synchronize_session=False)
+            )
+        # The rows read above are stale now; nothing in this unit of work reads them again.
+        self._session.expire_all()
+        return len(times)
 
     def set_state(self, name: str, state: NodeState, reason: str = "") -> Node:
         row = self._row(name)

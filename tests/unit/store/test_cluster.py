@@ -148,3 +148,38 @@ def test_addresses_and_liveness_read_without_gpus(db: Database) -> None:
             {0: GpuHealth.HEALTHY, 1: GpuHealth.HEALTHY},
         )
         assert uow.nodes.liveness("ghost") is None
+
+
+def test_heard_writes_many_nodes_liveness_in_one_call(db: Database) -> None:
+    """A batch of heartbeats moves each node's time forward (never back), writes the
+    reported GPUs' utilization (not health, and not GPUs the node does not have), and
+    leaves unreachable and unknown nodes alone."""
+    register(db, "a", now=T0)
+    register(db, "b", now=T0 + timedelta(seconds=60))
+    register(db, "c", now=T0)
+    with db.transaction() as uow:
+        uow.nodes.set_state("c", NodeState.UNREACHABLE, "lost")
+    reported = [
+        Gpu(index=0, type="v100", health=GpuHealth.UNHEALTHY, utilization=0.25),
+        Gpu(index=7, type="v100", utilization=0.5),
+    ]
+    with db.transaction() as uow:
+        written = uow.nodes.heard(
+            {
+                "a": (T0 + timedelta(seconds=30), reported),
+                "b": (T0 + timedelta(seconds=30), [Gpu(index=1, type="v100", utilization=1.0)]),
+                "c": (T0 + timedelta(seconds=30), reported),
+                "ghost": (T0 + timedelta(seconds=30), reported),
+            }
+        )
+        assert written == 2
+    with db.transaction() as uow:
+        a, b, c = (uow.nodes.get(name) for name in ("a", "b", "c"))
+    assert a.last_heartbeat == T0 + timedelta(seconds=30)
+    assert [(g.utilization, g.health) for g in a.gpus] == [
+        (0.25, GpuHealth.HEALTHY),
+        (0.0, GpuHealth.HEALTHY),
+    ]
+    assert b.last_heartbeat == T0 + timedelta(seconds=60)
+    assert [g.utilization for g in b.gpus] == [0.0, 1.0]
+    assert c.last_heartbeat == T0 and [g.utilization for g in c.gpus] == [0.0, 0.0]
