@@ -39,7 +39,7 @@ from protos.arrays import parse_array
 from protos.hadar.v1 import common_pb2
 from store import UnitOfWork
 from store.domain import Job, JobEvent, NewJob, Task
-from store.states import ExitKind, JobState, NodeState, TaskState, is_terminal
+from store.states import ExitKind, JobState, TaskState, is_terminal
 
 log = structlog.get_logger(__name__)
 
@@ -103,6 +103,7 @@ class JobManager:
         self._tx = tx
         self._nodes_version = nodes_version
         self._facts_cache: tuple[int, float, ClusterFacts] | None = None
+        self._facts_lock = threading.Lock()
         self._dispatcher = dispatcher
         self._settings = settings
         self._base_model = base_model
@@ -128,35 +129,44 @@ class JobManager:
     # -- people ----------------------------------------------------------------------------
 
     def cluster_facts(self, uow: UnitOfWork) -> ClusterFacts:
-        gpus: dict[str, int] = {}
-        memory: list[tuple[str, int]] = []
-        workloads: set[str] = set()
-        for node in uow.nodes.all():
-            if node.state is NodeState.UNREACHABLE:
-                continue
-            workloads.update(node.workloads)
-            for gpu in node.gpus:
-                gpus[gpu.type] = gpus.get(gpu.type, 0) + 1
-                memory.append((gpu.type, gpu.memory_bytes))
+        gpus, workloads = uow.nodes.capacity()
+        count: dict[str, int] = {}
+        for gpu_type, _ in gpus:
+            count[gpu_type] = count.get(gpu_type, 0) + 1
         return ClusterFacts(
-            gpus_by_type=gpus,
+            gpus_by_type=count,
             workloads=frozenset(workloads),
-            gpu_memory_by_type=memory_by_type(memory),
+            gpu_memory_by_type=memory_by_type(gpus),
         )
 
     def _facts(self) -> ClusterFacts:
         """Cluster facts for validation, re-read only when nodes changed (registration,
-        loss, drain) or after a few seconds."""
+        loss, drain) or after a few seconds: by one caller at a time, since every
+        submission arriving while they are stale would otherwise read them too (at 100
+        submissions a second, a registration storm made that most of the master's CPU)."""
+        fresh = self._fresh_facts()
+        if fresh is not None:
+            return fresh
+        with self._facts_lock:
+            fresh = self._fresh_facts()  # read by the caller this one waited for
+            if fresh is not None:
+                return fresh
+            version = self._nodes_version()
+            now = time.monotonic()
+            facts = self._tx.read(self.cluster_facts)
+            with self._report_lock:
+                self._facts_cache = (version, now, facts)
+            return facts
+
+    def _fresh_facts(self) -> ClusterFacts | None:
         version = self._nodes_version()
-        now = time.monotonic()
         with self._report_lock:
             cached = self._facts_cache
-        if cached is not None and cached[0] == version and now - cached[1] < FACTS_TTL_S:
-            return cached[2]
-        facts = self._tx.read(self.cluster_facts)
-        with self._report_lock:
-            self._facts_cache = (version, now, facts)
-        return facts
+        if cached is None or cached[0] != version:
+            return None
+        if time.monotonic() - cached[1] >= FACTS_TTL_S:
+            return None
+        return cached[2]
 
     def submit(
         self, caller: Caller, spec: common_pb2.JobSpec, idempotency_key: str = ""

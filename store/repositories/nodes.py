@@ -39,6 +39,20 @@ class NodeRepository:
         query = select(NodeRow).order_by(NodeRow.name)
         return [convert.node(row) for row in self._session.scalars(query)]
 
+    def capacity(self) -> tuple[list[tuple[str, int]], set[str]]:
+        """The GPUs (type, memory) and workloads of every node not lost, as plain columns:
+        read for each submission's validation, so no node or GPU objects are built."""
+        alive = NodeRow.state != NodeState.UNREACHABLE.value
+        gpus = self._session.execute(
+            select(GpuRow.type, GpuRow.memory_bytes)
+            .join(NodeRow, GpuRow.node_name == NodeRow.name)
+            .where(alive)
+        )
+        workloads: set[str] = set()
+        for (names,) in self._session.execute(select(NodeRow.workloads).where(alive)):
+            workloads.update(names or ())
+        return [(gpu_type, memory) for gpu_type, memory in gpus], workloads
+
     def addresses(self) -> dict[str, tuple[str, NodeState]]:
         """name -> (address, state) of every node, without loading GPUs."""
         rows = self._session.execute(select(NodeRow.name, NodeRow.address, NodeRow.state))

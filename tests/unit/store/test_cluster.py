@@ -183,3 +183,23 @@ def test_heard_writes_many_nodes_liveness_in_one_call(db: Database) -> None:
     assert b.last_heartbeat == T0 + timedelta(seconds=60)
     assert [g.utilization for g in b.gpus] == [0.0, 1.0]
     assert c.last_heartbeat == T0 and [g.utilization for g in c.gpus] == [0.0, 0.0]
+
+
+def test_capacity_lists_the_gpus_and_workloads_of_nodes_not_lost(db: Database) -> None:
+    """What submissions are validated against: every GPU (type, memory) and workload of the
+    nodes that are not unreachable; a drained node still counts (it comes back)."""
+    register(db, "a", gpus=2)
+    register(db, "b", gpus=1)
+    with db.transaction() as uow:
+        uow.nodes.upsert(
+            "c", address="c:7000", gpus=[Gpu(index=0, type="k80")], workloads=["lstm"], now=T0
+        )
+        uow.nodes.upsert(
+            "d", address="d:7000", gpus=[Gpu(index=0, type="a100")], workloads=["bert"], now=T0
+        )
+        uow.nodes.set_state("c", NodeState.DRAINED, "maintenance")
+        uow.nodes.set_state("d", NodeState.UNREACHABLE, "lost")
+    with db.transaction() as uow:
+        gpus, workloads = uow.nodes.capacity()
+    assert sorted(gpus) == [("k80", 0)] + [("v100", 16 << 30)] * 3
+    assert workloads == {"lstm", "resnet"}
