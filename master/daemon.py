@@ -656,17 +656,16 @@ class Master:
 
     def _gauges(self) -> ClusterGauges:
         def read(uow: UnitOfWork) -> ClusterGauges:
-            busy = {(t.node, i) for t in uow.tasks.active() for i in t.gpu_indices}
+            busy = uow.tasks.busy_gpus()
             gpus: dict[tuple[str, str], int] = {}
-            for node in uow.nodes.all():
-                for gpu in node.gpus:
-                    if (node.name, gpu.index) in busy:
-                        state = "busy"
-                    elif node.state is NodeState.READY and gpu.health is GpuHealth.HEALTHY:
-                        state = "idle"
-                    else:
-                        state = "unavailable"
-                    gpus[(state, gpu.type)] = gpus.get((state, gpu.type), 0) + 1
+            for node, index, gpu_type, node_state, gpu_health in uow.nodes.gpu_slots():
+                if (node, index) in busy:
+                    state = "busy"
+                elif node_state is NodeState.READY and gpu_health is GpuHealth.HEALTHY:
+                    state = "idle"
+                else:
+                    state = "unavailable"
+                gpus[(state, gpu_type)] = gpus.get((state, gpu_type), 0) + 1
             used = uow.usage.ended_totals()
             now = datetime.now(UTC)
             for record in uow.usage.running():
@@ -684,11 +683,8 @@ class Master:
 def _waiting_jobs_and_idle_gpus(uow: UnitOfWork) -> tuple[bool, bool]:
     if not uow.jobs.query(states=[JobState.PENDING, JobState.PREEMPTED], limit=1):
         return False, False
-    busy = {(t.node, i) for t in uow.tasks.active() for i in t.gpu_indices}
+    busy = uow.tasks.busy_gpus()
     return True, any(
-        node.state is NodeState.READY
-        and gpu.health is GpuHealth.HEALTHY
-        and (node.name, gpu.index) not in busy
-        for node in uow.nodes.all()
-        for gpu in node.gpus
+        state is NodeState.READY and health is GpuHealth.HEALTHY and (node, index) not in busy
+        for node, index, _, state, health in uow.nodes.gpu_slots()
     )

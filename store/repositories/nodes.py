@@ -53,6 +53,17 @@ class NodeRepository:
             workloads.update(names or ())
         return [(gpu_type, memory) for gpu_type, memory in gpus], workloads
 
+    def gpu_slots(self) -> list[tuple[str, int, str, NodeState, GpuHealth]]:
+        """(node, index, type, node state, health) of every GPU, read as plain columns: for
+        the checks and gauges that look at every GPU often and need nothing else."""
+        query = select(
+            GpuRow.node_name, GpuRow.index, GpuRow.type, NodeRow.state, GpuRow.health
+        ).join(NodeRow, GpuRow.node_name == NodeRow.name)
+        return [
+            (node, index, gpu_type, NodeState(state), GpuHealth(health))
+            for node, index, gpu_type, state, health in self._session.execute(query)
+        ]
+
     def addresses(self) -> dict[str, tuple[str, NodeState]]:
         """name -> (address, state) of every node, without loading GPUs."""
         rows = self._session.execute(select(NodeRow.name, NodeRow.address, NodeRow.state))

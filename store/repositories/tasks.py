@@ -94,6 +94,15 @@ class TaskRepository:
         )
         return self._many(query)
 
+    def busy_gpus(self) -> set[tuple[str, int]]:
+        """(node, GPU index) of every GPU an active task holds, read as plain columns."""
+        query = select(TaskRow.node_name, TaskRow.gpu_indices).where(
+            TaskRow.state.not_in(_FINISHED)
+        )
+        return {
+            (node, index) for node, indices in self._session.execute(query) for index in indices
+        }
+
     def placements(self) -> dict[tuple[int, int, int], str]:
         """(job id, task index, lease) -> node of every active task, in one query that
         loads no rows (for the master's index of what runs where)."""
