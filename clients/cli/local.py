@@ -141,6 +141,31 @@ def _run(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(str(exc), ExitCode.ERROR, "see the logs in the state dir") from exc
 
 
+def runnable_hctl(argv0: str, path_hctl: str | None, cwd: Path) -> str:
+    """How to run this hctl from the user's shell: `hctl` when PATH finds this same
+    program, else its path (relative when under the working directory, as `.venv/bin/hctl`
+    after `make setup`), so that the lines printed for the user run as printed."""
+    import shlex
+
+    me = Path(argv0).resolve()
+    if path_hctl is not None and Path(path_hctl).resolve() == me:
+        return "hctl"
+    if me.name != "hctl":
+        return "hctl"  # not started as the hctl program (e.g. in-process): nothing better
+    try:
+        shown = str(me.relative_to(cwd.resolve()))
+    except ValueError:
+        shown = str(me)
+    return shlex.quote(shown)
+
+
+def _hctl() -> str:
+    import shutil
+    import sys
+
+    return runnable_hctl(sys.argv[0] if sys.argv else "", shutil.which("hctl"), Path.cwd())
+
+
 def _up(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
     from clients.localcluster import invoking_user, parse_worker_groups
 
@@ -162,14 +187,15 @@ def _up(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
     # hctl elsewhere.
     shadowing = [name for name in (ENV_MASTER, ENV_TOKEN) if os.environ.get(name)]
     unset = f"  unset {' '.join(shadowing)}\n" if shadowing else ""
+    hctl = _hctl()
     ctx.out.print(
         f"\nuse it from this shell (as {invoking_user()}, an admin of this cluster):\n"
         f"{unset}"
         f"  export {ENV_CONFIG}={cluster.config_path}\n"
-        "  hctl submit --workload resnet --gpus 2 --iterations 300\n"
-        "  hctl queue\n"
+        f"  {hctl} submit --workload resnet --gpus 2 --iterations 300\n"
+        f"  {hctl} queue\n"
         "stop it with:\n"
-        f"  hctl local down --state-dir {cluster.state_dir}"
+        f"  {hctl} local down --state-dir {cluster.state_dir}"
     )
     return ExitCode.OK
 
