@@ -90,7 +90,7 @@ def job_progress(job: Job) -> str:
 def progress_line(job: Job, now: datetime) -> str:
     """``hctl show``'s progress for a job whose program reports none: how it ended (its
     exit code) and how long it ran, or that it runs until it exits."""
-    ran = format_duration(run_time(job, now))
+    ran = format_duration(time_run(job, now))
     if job.state.terminal:
         code = "" if job.exit_code is None else f" (exit {job.exit_code})"
         return f"{job.state.value.lower()}{code} after {ran}"
@@ -171,6 +171,15 @@ def run_time(job: Job, now: datetime) -> float | None:
         return None
     end = job.finished_at or now
     return max(0.0, (end - job.started_at).total_seconds())
+
+
+def time_run(job: Job, now: datetime) -> float | None:
+    """How long the job has run, summed over its attempts, as its time limit counts it
+    (GetJob fills it); the span since its first start where that is not known. One
+    screen must not give one job two run times."""
+    if job.run_seconds > 0:
+        return job.run_seconds
+    return run_time(job, now)
 
 
 @dataclass(frozen=True, slots=True)

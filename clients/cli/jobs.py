@@ -622,7 +622,7 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         f"({fmt.format_age(job.submitted_at, now)}); "
         f"started {fmt.format_time(job.started_at, now)}; "
         f"finished {fmt.format_time(job.finished_at, now)}; "
-        f"ran {fmt.format_duration(fmt.run_time(job, now))}",
+        f"ran {fmt.format_duration(fmt.time_run(job, now))}",
     )
     info.add_row("limit", fmt.time_limit_line(job))
     if spec.array_job_id:

@@ -239,3 +239,20 @@ def test_a_job_that_reports_no_progress_shows_its_exit_code_and_run_time():
     managed = replace(script, reports_progress=True, iterations_done=400)
     assert fmt.job_progress(managed) == "40% 400/1000"
     assert fmt.estimate_eta(managed, NOW) is not None
+
+
+def test_show_gives_one_run_time_the_limit_counts_not_the_span_since_the_first_start() -> None:
+    """A job preempted once ran 26 s in its attempts but 28 s passed since its first start:
+    `hctl show` says 26 s wherever it says how long the job ran."""
+    job = make_job(
+        spec=JobSpec("prep", Program.command(["bash", "prep.sh"]), iterations=5, num_gpus=1),
+        state=JobState.COMPLETED,
+        exit_code=0,
+        started_at=NOW - timedelta(seconds=28),
+        finished_at=NOW,
+        run_seconds=26.0,
+    )
+    assert fmt.time_run(job, NOW) == 26.0
+    assert fmt.progress_line(job, NOW) == "completed (exit 0) after 26s"
+    assert "ran 26s in all attempts" in fmt.time_limit_line(job)
+    assert fmt.time_run(replace(job, run_seconds=0.0), NOW) == 28.0
