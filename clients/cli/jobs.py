@@ -1117,7 +1117,9 @@ COMMANDS = [
         aliases=("ls",),
         description="List jobs by id with their state, GPUs, placement or the reason they "
         "wait, run time and progress. Without -t or --all only active jobs (pending, running, "
-        "preempted) are listed.",
+        "preempted) are listed. NODE/REASON reads `gpu-01[0,1],gpu-02[3]`: each node with "
+        "the GPU indices the job holds there; `+17` after a node's GPUs: they are shared with "
+        "job 17 (both train there, each by gradient accumulation).",
         epilog="examples:\n"
         "  hctl queue --me\n"
         "  hctl queue -t pending,preempted -u alice\n"
