@@ -98,6 +98,16 @@ COMMANDS: tuple[Listing, ...] = (
         "run a real cluster on this machine (up, down, status, demo)",
     ),
     Listing(
-        "clients.cli.completion", "completion", (), "Print a shell completion script (bash or zsh)"
+        "clients.cli.completion",
+        "completion",
+        (),
+        "Print a shell completion script (bash, zsh or fish)",
+    ),
+    Listing(
+        "clients.cli.completion",
+        "__complete",
+        (),
+        "Print words for shell completion: your job ids, nodes, GPU types or workloads",
+        listed=False,
     ),
 )

@@ -117,7 +117,7 @@ def test_unknown_states_are_usage_errors():
         (["show"], "the following arguments are required: JOB"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         (["queue", "--me", "-u", "bob"], "not allowed with argument"),
-        (["completion", "fish"], "invalid choice: 'fish'"),
+        (["completion", "tcsh"], "invalid choice: 'tcsh'"),
         (["wait", "1", "--timeout", "-5"], "--timeout: -5 is out of range: more than 0"),
         (
             ["submit", "--workload", "r", "--iterations", "1", "--priority", "5e-324"],
