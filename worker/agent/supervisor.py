@@ -484,13 +484,15 @@ class Supervisor:
         # then nominal, and the runtime splits the default batch evenly by itself.
         global_batch = spec.batch_size
         common = dict(self._config.base_env)
-        if run_as is not None:
-            common.update(HOME=run_as.home, USER=run_as.name, LOGNAME=run_as.name)
         # Python buffers output to a file in blocks, and a process that is killed (a cancel
         # sends SIGKILL) loses what its buffer held: whatever a job printed must reach its
         # log. A job that sets the variable itself keeps its own value.
         common["PYTHONUNBUFFERED"] = "1"
         common.update(spec.env)
+        if run_as is not None:
+            # Who the job runs as is this agent's to say: an exported shell environment
+            # (hctl's --export ALL) brings its own HOME and USER, of whoever ran hctl.
+            common.update(HOME=run_as.home, USER=run_as.name, LOGNAME=run_as.name)
         common.update(
             {
                 # As a shell that changed into it would say.

@@ -120,3 +120,19 @@ def test_a_contract_error_is_reported_as_such(tmp_path: Path) -> None:
     reports = {r.job_id: r for r in rig.state.pending_exits()}
     assert reports[1].kind == common_pb2.EXIT_KIND_FAILED and reports[1].contract_error
     assert reports[2].kind == common_pb2.EXIT_KIND_FAILED and not reports[2].contract_error
+
+
+def test_a_root_agent_names_the_jobs_user_whatever_the_exported_shell_said(
+    tmp_path: Path,
+) -> None:
+    """HOME, USER and LOGNAME are those of the account the job runs as, even when the
+    submitted environment (an exported shell's) carries others; its other variables stay."""
+    rig = Rig(tmp_path, root=True)
+    exported = {"HOME": "/root", "USER": "root", "LOGNAME": "root", "LR": "0.1"}
+    assignment = command(1, 1, env=exported)
+    assignment.user = "alice"
+    assert rig.supervisor.apply(assignment).outcome == APPLIED
+    (process,) = rig.launcher.processes
+    env = process.spec.env
+    assert (env["HOME"], env["USER"], env["LOGNAME"]) == ("/home/alice", "alice", "alice")
+    assert env["LR"] == "0.1"
