@@ -51,6 +51,13 @@ def timeout_reason(limit_s: int, ran_s: float) -> str:
     )
 
 
+def stop_due(spec: JobSpec, ran_s: float) -> bool:
+    """Whether a job that ran `ran_s` seconds is to be stopped for its limit now. A job
+    warned before its stop (sbatch --signal) is stopped that much early: its worker sends
+    the warning at once and SIGTERM when the limit is reached."""
+    return ran_s + spec.warn_before_s >= spec.time_limit_s
+
+
 def over_limit(uow: UnitOfWork, now: datetime) -> list[tuple[Job, float]]:
     """Jobs still running or waiting to run again whose run time reached their limit, with
     that run time."""
@@ -63,9 +70,7 @@ def over_limit(uow: UnitOfWork, now: datetime) -> list[tuple[Job, float]]:
     due = []
     for job in jobs:
         ran = run_seconds(used.get(job.id, ()), now)
-        # A job warned before its stop (sbatch --signal) is stopped that much early: its
-        # worker sends the warning at once and SIGTERM when the limit is reached.
-        if ran + job.spec.warn_before_s >= job.spec.time_limit_s:
+        if stop_due(job.spec, ran):
             due.append((job, ran))
     return due
 
