@@ -387,19 +387,23 @@ def parse_env_assignments(items: list[str], environ: Mapping[str, str]) -> dict[
     return env
 
 
-def resolve_locally(values: dict[str, Any], cwd: Path, environ: Mapping[str, str]) -> None:
+def resolve_locally(values: dict[str, Any], cwd: Path | None, environ: Mapping[str, str]) -> None:
     """What only the submitting side knows, filled in as sbatch does: a command or script
     runs in the directory it was submitted from (a relative workdir is relative to it) with
     the submitting environment (`export`, default ALL; NONE for a built-in workload) under
-    the explicit `env`. Each error names its flag or key."""
+    the explicit `env`. `cwd` None: the current directory cannot be read. Each error names
+    its flag or key."""
     program = next((key for key in PROGRAM_KEYS if values.get(key)), "command")
     local = program != "workload"
-    workdir = values.get("workdir")
-    if workdir is None or workdir == "":
-        if local:
-            values["workdir"] = str(cwd)
-    elif not Path(workdir).is_absolute():
-        values["workdir"] = os.path.normpath(cwd / workdir)
+    workdir = values.get("workdir") or ""
+    if (local and not workdir) or (workdir and not Path(workdir).is_absolute()):
+        if cwd is None:
+            raise SpecError(
+                "--workdir",
+                "the current directory cannot be read (was it deleted?); cd into the job's "
+                "directory or give --workdir as an absolute path",
+            )
+        values["workdir"] = os.path.normpath(cwd / workdir) if workdir else str(cwd)
     export = values.pop("export", "ALL" if local else "NONE")
     try:
         env = exported(export, environ)

@@ -404,6 +404,15 @@ def spec_values_from_flags(args: argparse.Namespace) -> dict[str, Any]:
     return checked
 
 
+def _current_directory() -> Path | None:
+    """Where hctl runs (a command's default workdir, and what a relative one is under);
+    None when it cannot be read (deleted since the shell entered it)."""
+    try:
+        return Path.cwd()
+    except OSError:
+        return None
+
+
 def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
     try:
         values: dict[str, Any] = load_job_file(args.file) if args.file else {}
@@ -414,7 +423,7 @@ def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
             for key in ("workload", "script", "command"):
                 values.pop(key, None)
         values.update(flags)
-        resolve_locally(values, Path.cwd(), os.environ)
+        resolve_locally(values, _current_directory(), os.environ)
         spec = build_spec(values)
     except SpecError as exc:
         raise CliError(str(exc), ExitCode.USAGE, "see `hctl submit --help`") from None

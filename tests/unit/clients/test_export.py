@@ -156,3 +156,15 @@ def test_bad_signals_say_what_is_wrong(text: str, words: str) -> None:
 def test_the_job_files_signal_key_sets_the_warning() -> None:
     spec = build_spec(normalize({"command": "ls", "signal": "USR1@30", "preemptible": True}))
     assert (spec.warn_signal, spec.warn_before_s, spec.preemptible) == (10, 30, True)
+
+
+def test_a_current_directory_that_cannot_be_read_needs_an_absolute_workdir() -> None:
+    """Without a readable current directory a command needs --workdir, absolute; with one
+    it goes on."""
+    with pytest.raises(SpecError, match="cannot be read"):
+        resolve_locally(normalize({"command": "ls"}), None, {})
+    with pytest.raises(SpecError, match="cannot be read"):
+        resolve_locally(normalize({"command": "ls", "workdir": "data"}), None, {})
+    values = normalize({"command": "ls", "workdir": "/data/run"})
+    resolve_locally(values, None, {})
+    assert values["workdir"] == "/data/run"
