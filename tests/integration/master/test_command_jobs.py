@@ -3,6 +3,7 @@ work and warning signal, preemptible commands, and failures no retry can pass.""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -129,3 +130,36 @@ def test_a_contract_error_fails_the_job_without_a_retry(cluster: Cluster) -> Non
     assert failed.retries == 0
     assert "ContractError" in failed.reason and "not retried" in failed.reason
     assert "--batch-size" in failed.failure_output
+
+
+def test_a_warned_jobs_lost_lease_is_held_its_warning_longer(cluster: Cluster) -> None:
+    """A lost node's worker warns a preemptible command when its lease ends unrenewed and
+    sends SIGTERM only the warning's time later: the master starts the job elsewhere only
+    once that time has passed as well as the usual hold."""
+    master = cluster.master(heartbeat_timeout_s=2.0)
+    first = cluster.worker(master, "n1", num_gpus=1)
+    api = cluster.api(master)
+    job = api.SubmitJob(
+        hadar_pb2.SubmitJobRequest(
+            spec=command(preemptible=True, warn_signal=10, warn_before_s=300)
+        )
+    ).job
+    master.run_round()
+    wait_for(lambda: job.id in first.running_jobs(), what="START on n1")
+    second = cluster.worker(master, "n2", num_gpus=1)
+    second.start_heartbeats()
+    before = datetime.now(UTC)
+
+    def lost() -> bool:
+        master.check_nodes(force=True)
+        nodes = {n.name: n.state for n in api.ListNodes(hadar_pb2.ListNodesRequest()).nodes}
+        return bool(nodes["n1"] == common_pb2.NODE_STATE_UNREACHABLE)
+
+    wait_for(lost, what="n1 lost")
+    after = datetime.now(UTC)
+    hold = timedelta(seconds=master.settings.lost_lease_hold_s)
+    held = master.rounds.run(now=after + hold + timedelta(seconds=5))
+    assert held.started == ()
+    assert "(lost) ends at" in api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job.reason
+    placed = master.rounds.run(now=before + hold + timedelta(seconds=301) + (after - before))
+    assert placed.started == (job.id,)
