@@ -112,6 +112,8 @@ def spec_to_proto(spec: JobSpec) -> common_pb2.JobSpec:
         notify_url=spec.notify_url,
         notify_on=[job_state_number(s) for s in spec.notify_on],
         no_notify=spec.no_notify,
+        warn_signal=spec.warn_signal,
+        warn_before_s=spec.warn_before_s,
     )
     if spec.preemptible is not None:
         message.preemptible = spec.preemptible
@@ -158,6 +160,8 @@ def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:
         array=message.array,
         array_job_id=message.array_job_id,
         array_index=message.array_index if message.HasField("array_index") else None,
+        warn_signal=message.warn_signal,
+        warn_before_s=message.warn_before_s,
         dependencies=tuple(
             [Dependency("afterok", i) for i in message.after_ok]
             + [Dependency("afterany", i) for i in message.after_any]

@@ -134,7 +134,9 @@ class JobSpec:
 
     name: str
     program: Program
-    iterations: int
+    # Training iterations; for an opaque command optional (0: unknown, it runs until it
+    # exits).
+    iterations: int = 0
     num_gpus: int = 1
     batch_size: int = 0
     priority: float = 1.0
@@ -172,6 +174,10 @@ class JobSpec:
     notify_on: tuple[JobState, ...] = ()
     # No notification at all, not even to the owner's default webhook.
     no_notify: bool = False
+    # sbatch --signal: the signal number the job's processes get `warn_before_s` seconds
+    # before a preemption or its time limit stops them (0: none; see protos.warnsignal).
+    warn_signal: int = 0
+    warn_before_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)

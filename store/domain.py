@@ -63,6 +63,10 @@ class JobSpec:
     notify_on: tuple[JobState, ...] = ()
     # Not even the owner's default webhook is told of this job's end.
     no_notify: bool = False
+    # sbatch --signal: the signal number its processes get `warn_before_s` seconds before a
+    # preemption or its time limit stops them; 0: none.
+    warn_signal: int = 0
+    warn_before_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,6 +166,9 @@ class JobRow(Base):
     notify_on: Mapped[list[str]] = mapped_column(JSON, default=list)
     # Not even the owner's default webhook: the job asked for no notification at all.
     no_notify: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The warning signal before a stop (sbatch --signal) and how long before; 0: none.
+    warn_signal: Mapped[int] = mapped_column(Integer, default=0)
+    warn_before_s: Mapped[int] = mapped_column(Integer, default=0)
     # Life.
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")

@@ -49,7 +49,8 @@ def _describe(job: Job, previous: JobState | None) -> str:
     if previous is not None and previous is not job.state:
         state = f"{previous.value} -> {state}"
     where = fmt.node_or_reason(job)
-    progress = fmt.format_progress(job.iterations_done, job.spec.iterations)
+    # A command's iterations (none, or the scheduler's estimate) say nothing of its progress.
+    progress = fmt.job_progress(job)
     text = f"job {job.id} ({job.spec.name}): {state}"
     if where and where != "-":
         text += f" {where}"

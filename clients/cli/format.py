@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -96,7 +97,24 @@ def progress_line(job: Job, now: datetime) -> str:
         return f"{job.state.value.lower()}{code} after {ran}"
     if job.state is JobState.RUNNING:
         return f"not reported by the program; running for {ran}, until it exits"
+    if job.spec.preemptible:
+        return (
+            "not reported by the program; it runs until it exits, again from the start "
+            "if it is preempted"
+        )
     return "not reported by the program; it runs until it exits where it is placed"
+
+
+# More variables than this (an exported shell environment) are counted, not listed.
+ENV_SHOWN_MAX = 8
+
+
+def env_line(env: Mapping[str, str], job_id: int) -> str:
+    """``hctl show``'s environment: its variables when few, else how many and where to
+    read them all."""
+    if len(env) <= ENV_SHOWN_MAX:
+        return " ".join(f"{k}={v}" for k, v in env.items())
+    return f"{len(env)} variables (`hctl show {job_id} --json` lists them)"
 
 
 def format_count(value: int) -> str:

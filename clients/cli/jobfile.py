@@ -4,14 +4,22 @@ The file's keys (all optional except the amount of work and what to run)::
 
     name = "resnet-lr0.1"            # default: the workload or script name
     gpus = 2                         # GPUs (data-parallel workers), default 1
-    iterations = 5000                # training iterations (global batches); required
+    iterations = 5000                # training iterations (global batches); required but
+                                     # for a command (absent: it runs until it exits)
     batch_size = 128                 # global batch; 0 or absent: the workload's default
     priority = 1.0                   # weight in fairness policies, 0.001 to 1000
     gpu_types = ["v100", "a100-40gb"]  # allowed GPU types; absent: any
-    preemptible = true               # absent: true for managed jobs, false for commands
+    preemptible = true               # absent: true for managed jobs, false for commands;
+                                     # a preemptible command is requeued and run again
+    signal = "USR1@60"               # sbatch --signal: warn with SIGUSR1 60 s before a
+                                     # preemption or the time limit stops the job
     shareable = false                # may share GPUs by gradient accumulation
     elastic = false                  # may run as averaged copies on idle servers
-    workdir = "/home/alice/proj"
+    workdir = "/home/alice/proj"     # relative: to where hctl runs; absent: that directory
+                                     # (for commands and scripts)
+    export = "ALL"                   # the environment sent, as sbatch --export: ALL (the
+                                     # default for commands and scripts), NONE (the default
+                                     # for workloads), or NAME,NAME=VALUE,...
     checkpoint_dir = "/shared/ckpt/alice"
     job_type = "ResNet-18 (batch size 128)"   # key for the throughput model
     gpu_memory = "12GiB"             # memory each GPU must have; smaller GPUs are never used
@@ -40,7 +48,7 @@ The file's keys (all optional except the amount of work and what to run)::
     script = ["python", "train.py"]  # a script using the runtime helper (managed)
     command = "bash run.sh"          # an opaque command (a string is split like a shell)
 
-    [env]
+    [env]                            # set on top of what `export` sends
     LEARNING_RATE = "0.1"
 
 Flags given on the command line override the file's values.
@@ -48,12 +56,14 @@ Flags given on the command line override the file's values.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
 from clients.cli.format import parse_size
+from clients.environment import ExportError, check_size, checked_name, exported, lookup
 from clients.types import Dependency, JobSpec, JobState, Program, ProgramKind
 from protos.arrays import parse_array, parse_dependency, parse_job_ids
 from protos.bounds import (
@@ -71,8 +81,8 @@ from protos.numbers import (
     NumberRange,
     check_int,
 )
+from protos.warnsignal import parse_signal
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Far more than any job needs: the master accepts at most 64 KiB of command line and 64 KiB
 # of environment. A larger file is refused before it is parsed.
 MAX_JOB_FILE_BYTES = 1024 * 1024
@@ -133,6 +143,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "notify": (str,),
     "notify_on": (str, list),
     "env": (dict,),
+    "export": (str, list),
+    "signal": (str,),
     "workload": (str,),
     "script": (list, str),
     "command": (list, str),
@@ -210,6 +222,16 @@ def _normalize_value(key: str, raw: Any) -> Any:
         return [t.strip() for t in items if t.strip()]
     if key == "env":
         return parse_env_table(raw)
+    if key == "export":
+        items = raw if isinstance(raw, list) else [raw]
+        if not items or not all(isinstance(item, str) for item in items):
+            raise SpecError(key, "must be ALL, NONE or a list of NAME or NAME=VALUE strings")
+        return ",".join(items)
+    if key == "signal":
+        try:
+            return parse_signal(raw)
+        except ValueError as exc:
+            raise SpecError(key, str(exc)) from None
     if key == "gpu_memory":
         try:
             return parse_gpu_memory(raw)
@@ -343,25 +365,53 @@ def parse_notify_on(raw: str | list[Any], field: str = "notify_on") -> list[JobS
 def parse_env_table(table: Mapping[str, Any]) -> dict[str, str]:
     env: dict[str, str] = {}
     for name, value in table.items():
-        if not ENV_NAME.match(name):
-            raise SpecError("env", f"{name!r} is not a valid variable name")
         if not isinstance(value, str | int | float) or isinstance(value, bool):
             raise SpecError("env", f"{name} must be a string")
-        env[name] = str(value)
+        try:
+            env[checked_name(name, "env")] = str(value)
+        except ExportError as exc:
+            raise SpecError(exc.origin, exc.message) from None
     return env
 
 
-def parse_env_assignments(items: list[str]) -> dict[str, str]:
-    """``--env K=V`` flags; a later value for the same name wins."""
+def parse_env_assignments(items: list[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """``--env NAME=VALUE`` flags, and ``--env NAME`` for NAME's value in `environ` (the
+    submitting shell's); a later value for the same name wins."""
     env: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep:
-            raise SpecError("--env", f"{item!r} is not NAME=VALUE")
-        if not ENV_NAME.match(name):
-            raise SpecError("--env", f"{name!r} is not a valid variable name")
-        env[name] = value
+        try:
+            env[checked_name(name, "--env")] = value if sep else lookup(name, environ, "--env")
+        except ExportError as exc:
+            raise SpecError(exc.origin, exc.message) from None
     return env
+
+
+def resolve_locally(values: dict[str, Any], cwd: Path | None, environ: Mapping[str, str]) -> None:
+    """What only the submitting side knows, filled in as sbatch does: a command or script
+    runs in the directory it was submitted from (a relative workdir is relative to it) with
+    the submitting environment (`export`, default ALL; NONE for a built-in workload) under
+    the explicit `env`. `cwd` None: the current directory cannot be read. Each error names
+    its flag or key."""
+    program = next((key for key in PROGRAM_KEYS if values.get(key)), "command")
+    local = program != "workload"
+    workdir = values.get("workdir") or ""
+    if (local and not workdir) or (workdir and not Path(workdir).is_absolute()):
+        if cwd is None:
+            raise SpecError(
+                "--workdir",
+                "the current directory cannot be read (was it deleted?); cd into the job's "
+                "directory or give --workdir as an absolute path",
+            )
+        values["workdir"] = os.path.normpath(cwd / workdir) if workdir else str(cwd)
+    export = values.pop("export", "ALL" if local else "NONE")
+    try:
+        env = exported(export, environ)
+        env.update(values.get("env", {}))
+        check_size(env, "--export")
+    except ExportError as exc:
+        raise SpecError(exc.origin, exc.message) from None
+    values["env"] = env
 
 
 def default_name(program: Program) -> str:
@@ -393,10 +443,15 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
         program = Program.command(values["command"])
     iterations = values.get("iterations")
     if iterations is None:
-        raise SpecError(
-            "iterations", "required: the amount of work in training iterations (--iterations N)"
-        )
-    if iterations <= 0:
+        if kind != "command":
+            raise SpecError(
+                "iterations",
+                "required for a workload or script: the amount of work in training iterations "
+                "(--iterations N)",
+            )
+        # A command's work is unknown: it runs until it exits.
+        iterations = 0
+    elif iterations <= 0:
         raise SpecError("iterations", f"must be positive, got {iterations}")
     gpus = values.get("gpus", 1)
     if gpus < 1:
@@ -444,6 +499,8 @@ def build_spec(values: Mapping[str, Any]) -> JobSpec:
         notify_url=notify_url,
         notify_on=notify_on,
         no_notify=no_notify,
+        warn_signal=values["signal"][0] if "signal" in values else 0,
+        warn_before_s=values["signal"][1] if "signal" in values else 0,
     )
 
 

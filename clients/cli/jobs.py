@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +26,7 @@ from clients.cli.jobfile import (
     parse_env_assignments,
     parse_gpu_memory,
     parse_time_limit,
+    resolve_locally,
 )
 from clients.cli.printable import printable_line
 from clients.errors import DeadlineExceeded, NotFound, PermissionDenied, Unavailable
@@ -54,6 +56,7 @@ from protos.numbers import (
     int_type,
     seconds_type,
 )
+from protos.warnsignal import format_signal, parse_signal
 
 if TYPE_CHECKING:
     # rich and the client load when a command prints or calls the master, not when `hctl`
@@ -161,7 +164,8 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         metavar="COMMAND",
         help="after `--`: the command line; without --script an opaque command that runs to "
-        "completion where first placed",
+        "completion where first placed (unless --preemptible), in the directory you submit "
+        "from and with your environment, as sbatch runs a batch script",
     )
     what.add_argument("-f", "--file", type=Path, metavar="JOB.TOML", help="read the spec from TOML")
     spec = parser.add_argument_group("resources and work")
@@ -179,7 +183,8 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         "--iterations",
         type=int_type(1, ITERATIONS_MAX),
         metavar="N",
-        help="training iterations (required)",
+        help="training iterations (required for --workload and --script; for a command an "
+        "optional estimate: without it the command runs until it exits)",
     )
     spec.add_argument(
         "--batch-size",
@@ -193,12 +198,30 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         metavar="W",
         help=f"weight in fair policies, {PRIORITY_RANGE} (default 1)",
     )
-    spec.add_argument(
+    preempt = spec.add_mutually_exclusive_group()
+    preempt.add_argument(
         "--no-preempt",
         dest="preemptible",
         action="store_const",
         const=False,
         help="never stop or move the job once it runs",
+    )
+    preempt.add_argument(
+        "--preemptible",
+        dest="preemptible",
+        action="store_const",
+        const=True,
+        help="a command may be stopped for others, requeued and run again from scratch in the "
+        "same directory with the same environment (it resumes if it checkpoints itself); "
+        "managed jobs are preemptible by default",
+    )
+    spec.add_argument(
+        "--signal",
+        type=checked_text(parse_signal),
+        metavar="SIG[@SECONDS]",
+        help="as sbatch --signal: send SIG (a name such as USR1, or a number) SECONDS "
+        "(default 60, at most 600) before a preemption or the time limit stops the job; "
+        "SIGTERM follows then, SIGKILL after the grace",
     )
     spec.add_argument(
         "--shareable",
@@ -253,8 +276,26 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         "timeout), all (also cancelled), states, comma-separated, or none (not even your "
         "default webhook, e.g. for the jobs of a sweep)",
     )
-    spec.add_argument("--env", action="append", metavar="K=V", help="environment; repeatable")
-    spec.add_argument("--workdir", metavar="DIR", help="working directory on the worker")
+    spec.add_argument(
+        "--export",
+        metavar="ALL|NONE|VARS",
+        help="the environment the job gets, as sbatch --export: ALL (your whole environment; "
+        "the default for commands and scripts), NONE (only the worker's; the default for "
+        "--workload), or NAME,NAME=VALUE,... (only these; ALL,NAME=VALUE adds to ALL). "
+        "Variables the runtime sets (HADAR_*, CUDA_VISIBLE_DEVICES, RANK...) are never sent",
+    )
+    spec.add_argument(
+        "--env",
+        action="append",
+        metavar="NAME[=VALUE]",
+        help="set a variable on top of --export (NAME alone: its value here); repeatable",
+    )
+    spec.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="working directory on the worker; relative to the current directory "
+        "(default for commands and scripts: the current directory)",
+    )
     spec.add_argument(
         "--checkpoint-dir",
         metavar="DIR",
@@ -340,6 +381,8 @@ def spec_values_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         "array": args.array,
         "notify": args.notify,
         "notify_on": args.notify_on,
+        "export": args.export,
+        "signal": args.signal,
         "workload": args.workload,
     }
     for key in ("after_ok", "after_any", "after_fail"):
@@ -357,8 +400,17 @@ def spec_values_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         values["script" if args.script else "command"] = list(args.argv)
     checked = normalize(values, origin="flags")
     if args.env:
-        checked["env"] = parse_env_assignments(args.env)
+        checked["env"] = parse_env_assignments(args.env, os.environ)
     return checked
+
+
+def _current_directory() -> Path | None:
+    """Where hctl runs (a command's default workdir, and what a relative one is under);
+    None when it cannot be read (deleted since the shell entered it)."""
+    try:
+        return Path.cwd()
+    except OSError:
+        return None
 
 
 def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
@@ -371,6 +423,7 @@ def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
             for key in ("workload", "script", "command"):
                 values.pop(key, None)
         values.update(flags)
+        resolve_locally(values, _current_directory(), os.environ)
         spec = build_spec(values)
     except SpecError as exc:
         raise CliError(str(exc), ExitCode.USAGE, "see `hctl submit --help`") from None
@@ -615,7 +668,13 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
             "output", f"stdout {spec.output or '-'}; stderr {spec.error or spec.output or '-'}"
         )
     if spec.env:
-        info.add_row("env", " ".join(f"{k}={v}" for k, v in spec.env.items()))
+        info.add_row("env", fmt.env_line(spec.env, job.id))
+    if spec.warn_signal:
+        info.add_row(
+            "signal",
+            f"{format_signal(spec.warn_signal, spec.warn_before_s)}: warned "
+            f"{spec.warn_before_s} s before a preemption or its time limit stops it",
+        )
     info.add_row(
         "times",
         f"submitted {fmt.format_time(job.submitted_at, now)} "

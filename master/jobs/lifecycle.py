@@ -92,13 +92,15 @@ def fail_attempt(
     exit_code: int | None,
     max_retries: int,
     retryable: bool = True,
+    not_retried: str = "",
     round: int = 0,
     now: datetime | None = None,
 ) -> tuple[Job, list[StopOrder]]:
     """A task of the job failed: stop its other tasks, then retry (PREEMPTED) or give up.
 
     `max_retries` is the cluster's default (the job's spec may set its own limit);
-    `retryable=False` fails the job at once, for a failure no retry can avoid. An attempt
+    `retryable=False` fails the job at once, for a failure no retry can avoid, saying why
+    in `not_retried` (default: no placement can run it). An attempt
     ends once: when the job no longer runs (another task's failure ended this attempt
     already), only the remaining tasks are stopped.
     """
@@ -122,7 +124,7 @@ def fail_attempt(
         why = (
             f"no retries left ({limit} allowed)"
             if retryable
-            else "not retried: no placement can run it"
+            else not_retried or "not retried: no placement can run it"
         )
         updated = uow.jobs.transition(
             job.id,

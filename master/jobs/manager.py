@@ -78,6 +78,8 @@ class TaskExit:
     signal: int
     iterations_done: int
     message: str
+    # The runtime refused the job's setup: no retry can pass.
+    contract_error: bool = False
 
 
 def completion_reason(job: Job, exit_code: int | None) -> str:
@@ -526,12 +528,21 @@ class JobManager:
                 # kept beside the reason, which every user of the cluster may read.
                 lines = report.message.strip().splitlines() if report.message else []
                 uow.jobs.set_failure_output(job.id, lines[-1][:FAILURE_OUTPUT_MAX] if lines else "")
+                contract = report.contract_error
                 _, orders = fail_attempt(
                     uow,
                     job,
-                    reason=f"{what} on {report.node}",
+                    reason=f"{what} on {report.node}"
+                    + (": the job's runtime refused its setup (ContractError)" if contract else ""),
                     exit_code=report.exit_code,
                     max_retries=self._settings.max_retries,
+                    retryable=not contract,
+                    not_retried=(
+                        "not retried: every attempt would fail the same way; `hctl show "
+                        f"{job.id}` has the runtime's error and its fix"
+                        if contract
+                        else ""
+                    ),
                     now=now,
                 )
                 return True, orders

@@ -5,7 +5,9 @@ acknowledgement of a placement to the end of that placement, the longest task of
 attempt counting once. Waiting in the queue, or preempted between attempts, does not count.
 A job whose run time reaches its limit is stopped the way a preemption stops it (SIGTERM: a
 managed job saves a checkpoint, an opaque command gets the grace to finish, then SIGKILL)
-and ends TIMEOUT. The daemon runs `TimeLimitEnforcer.check` on a timer, between rounds.
+and ends TIMEOUT. A job with a warning signal (sbatch --signal SIG@SECONDS) is stopped
+SECONDS before its limit: its worker sends the signal then, and SIGTERM at the limit. The
+daemon runs `TimeLimitEnforcer.check` on a timer, between rounds.
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ def timeout_reason(limit_s: int, ran_s: float) -> str:
     )
 
 
+def stop_due(spec: JobSpec, ran_s: float) -> bool:
+    """Whether a job that ran `ran_s` seconds is to be stopped for its limit now. A job
+    warned before its stop (sbatch --signal) is stopped that much early: its worker sends
+    the warning at once and SIGTERM when the limit is reached."""
+    return ran_s + spec.warn_before_s >= spec.time_limit_s
+
+
 def over_limit(uow: UnitOfWork, now: datetime) -> list[tuple[Job, float]]:
     """Jobs still running or waiting to run again whose run time reached their limit, with
     that run time."""
@@ -61,7 +70,7 @@ def over_limit(uow: UnitOfWork, now: datetime) -> list[tuple[Job, float]]:
     due = []
     for job in jobs:
         ran = run_seconds(used.get(job.id, ()), now)
-        if ran >= job.spec.time_limit_s:
+        if stop_due(job.spec, ran):
             due.append((job, ran))
     return due
 

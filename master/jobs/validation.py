@@ -16,7 +16,7 @@ from master.errors import InvalidArgumentError
 from master.jobs.notifications import check_states
 from master.jobs.workloads import workload_info
 from master.scheduling.memory import fits, format_memory
-from protos import bounds
+from protos import bounds, jobenv, warnsignal
 from protos.hadar.v1 import common_pb2
 from protos.numbers import MAX_RETRIES, TIME_LIMIT_MAX_S
 from store.domain import JobSpec
@@ -31,10 +31,10 @@ GPU_TYPE_MAX = 64
 ALLOWED_GPU_TYPES_MAX = 64
 ARGV_MAX_ITEMS = 4096
 ARGV_MAX_BYTES = 64 * 1024
-ENV_MAX_ITEMS = 1024
-ENV_MAX_BYTES = 64 * 1024
+ENV_MAX_ITEMS = jobenv.MAX_ITEMS
+ENV_MAX_BYTES = jobenv.MAX_BYTES
 PATH_MAX_BYTES = 4096
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = jobenv.NAME
 # The replacements a worker makes in an output file name (worker/agent/tasklogs.py).
 OUTPUT_PATTERN = re.compile(r"%(.?)", re.DOTALL)
 OUTPUT_REPLACEMENTS = frozenset("jux%")
@@ -88,9 +88,13 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
     fields.printable(name, "spec.name")
     if not 1 <= spec.num_gpus <= bounds.NUM_GPUS_MAX:
         raise InvalidArgumentError("spec.num_gpus", f"must be 1 to {bounds.NUM_GPUS_MAX}")
-    if not 1 <= spec.iterations <= bounds.ITERATIONS_MAX:
+    # An opaque command may leave its amount of work unknown (0): it runs until it exits.
+    least = 0 if spec.WhichOneof("program") == "command" else 1
+    if not least <= spec.iterations <= bounds.ITERATIONS_MAX:
         raise InvalidArgumentError(
-            "spec.iterations", f"must be 1 to {bounds.ITERATIONS_MAX} (10^12)"
+            "spec.iterations",
+            f"must be 1 to {bounds.ITERATIONS_MAX} (10^12)"
+            + (" (0: unknown, for a command)" if least == 0 else ""),
         )
     if spec.batch_size > bounds.BATCH_SIZE_MAX:
         raise InvalidArgumentError(
@@ -144,11 +148,9 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         )
 
     managed = kind is not ProgramKind.COMMAND
+    # A command asked to be preemptible is stopped and started again from scratch.
     preemptible = spec.preemptible if spec.HasField("preemptible") else managed
-    if preemptible and not managed:
-        raise InvalidArgumentError(
-            "spec.preemptible", "opaque commands run to completion and cannot be preempted"
-        )
+    _check_warning(spec)
     if spec.shareable and not managed:
         raise InvalidArgumentError("spec.shareable", "opaque commands cannot share GPUs")
     if spec.forkable and not managed:
@@ -209,6 +211,9 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
             )
         if "\0" in spec.env[key]:
             raise InvalidArgumentError(f"spec.env[{key!r}]", "must not contain NUL characters")
+        owned = jobenv.runtime_owned(key)
+        if owned:
+            raise InvalidArgumentError(f"spec.env[{key!r}]", f"{owned}; leave it out of the env")
     workdir = _directory("spec.workdir", spec.workdir)
     checkpoint_dir = _directory("spec.checkpoint_dir", spec.checkpoint_dir)
 
@@ -281,7 +286,25 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         notify_url=spec.notify_url.strip(),
         notify_on=notify_on,
         no_notify=spec.no_notify,
+        warn_signal=spec.warn_signal,
+        warn_before_s=spec.warn_before_s,
     )
+
+
+def _check_warning(spec: common_pb2.JobSpec) -> None:
+    """sbatch --signal's warning: a catchable signal and a time, or neither."""
+    if not spec.warn_signal:
+        if spec.warn_before_s:
+            raise InvalidArgumentError(
+                "spec.warn_before_s", "a warning time needs a warn_signal to send"
+            )
+        return
+    problem = warnsignal.check_signal(spec.warn_signal)
+    if problem:
+        raise InvalidArgumentError("spec.warn_signal", problem)
+    problem = warnsignal.check_before(spec.warn_before_s)
+    if problem:
+        raise InvalidArgumentError("spec.warn_before_s", problem)
 
 
 def notify_states(values: Iterable[int], field: str) -> tuple[JobState, ...]:

@@ -16,6 +16,7 @@ from master.scheduling.round import CompletedJob, LostLease
 from master.scheduling.throughput import ThroughputModel, plausible_rate
 from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
 from protos.bounds import PRIORITY_MAX, PRIORITY_MIN
+from protos.warnsignal import MAX_BEFORE_S
 from store import UnitOfWork
 from store.domain import Job, Node, Task, ThroughputMeasurement, UsageRecord
 from store.job_memo import JobMemo
@@ -24,6 +25,12 @@ from store.states import GpuHealth, JobState, NodeState, ProgramKind, TaskState
 
 # Tasks that make up a job's current placement (acknowledged or about to be).
 PLACED_STATES = (TaskState.ASSIGNED, TaskState.STARTING, TaskState.RUNNING)
+
+
+# A command submitted without its amount of work (iterations 0) is planned as a job of this
+# many iterations: it never reports progress, so only its length relative to other jobs
+# matters to a policy, and a middling one neither favours nor starves it.
+UNKNOWN_WORK_ITERATIONS = 1000
 
 
 def preemptible(job: Job) -> bool:
@@ -137,12 +144,16 @@ def lost_leases(
         return {}
     unreachable = [n.name for n in nodes if n.state is NodeState.UNREACHABLE]
     held: dict[int, LostLease] = {}
-    for task in uow.tasks.lost_on_nodes(unreachable, now - timedelta(seconds=hold_s)):
+    since = now - timedelta(seconds=hold_s + MAX_BEFORE_S)
+    for task in uow.tasks.lost_on_nodes(unreachable, since):
         if task.finished_at is None:
             continue
-        ends = task.finished_at + timedelta(seconds=hold_s)
         job = jobs.get(task.job_id)
-        if ends <= now or job is None:
+        if job is None:
+            continue
+        # A job warned before its stop (sbatch --signal) gets SIGTERM only that much later.
+        ends = task.finished_at + timedelta(seconds=hold_s + job.spec.warn_before_s)
+        if ends <= now:
             continue
         known = held.get(task.job_id)
         if known is None or ends.timestamp() > known.ends_at:
@@ -200,7 +211,7 @@ def job_view(
         id=job.id,
         job_type=spec.job_type,
         num_gpus=spec.num_gpus,
-        total_iterations=float(spec.iterations),
+        total_iterations=float(spec.iterations or UNKNOWN_WORK_ITERATIONS),
         iterations_done=float(job.iterations_done),
         batch_size=max(1, spec.batch_size),
         # A job stored before priorities were bounded is planned at the nearest bound.

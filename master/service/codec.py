@@ -88,6 +88,8 @@ def spec_to_pb(spec: domain.JobSpec) -> common_pb2.JobSpec:
         notify_url=endpoint(spec.notify_url) if spec.notify_url else "",
         notify_on=[JOB_STATE_TO_PB[s] for s in spec.notify_on],
         no_notify=spec.no_notify,
+        warn_signal=spec.warn_signal,
+        warn_before_s=spec.warn_before_s,
     )
     if spec.array_index is not None:
         out.array_index = spec.array_index

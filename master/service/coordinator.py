@@ -175,6 +175,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 # A process may write anything to stderr: keep the report, drop what the
                 # store cannot hold (NULs, more than a tail).
                 message=request.message.replace("\0", "\ufffd")[-EXIT_MESSAGE_MAX:],
+                contract_error=request.contract_error,
             )
         )
         return coordinator_pb2.TaskExitedResponse(accepted=accepted)

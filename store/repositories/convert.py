@@ -59,6 +59,8 @@ def job_spec(row: JobRow) -> JobSpec:
         notify_url=row.notify_url,
         notify_on=tuple(JobState(s) for s in row.notify_on or ()),
         no_notify=row.no_notify,
+        warn_signal=row.warn_signal or 0,
+        warn_before_s=row.warn_before_s or 0,
     )
 
 
@@ -92,6 +94,8 @@ def fill_spec(row: JobRow, spec: JobSpec) -> None:
     row.notify_url = spec.notify_url
     row.notify_on = [s.value for s in spec.notify_on]
     row.no_notify = spec.no_notify
+    row.warn_signal = spec.warn_signal
+    row.warn_before_s = spec.warn_before_s
 
 
 def job(row: JobRow) -> Job:

@@ -139,7 +139,8 @@ def test_alices_command_and_environment_appear_nowhere_bob_looks(lab: Lab, alice
     assert shown["spec"]["env"] == {} and shown["spec"]["program"]["argv"] == []
     assert "private" in outputs[1] or ALICE in outputs[1]
     mine = json.loads(lab.hctl(ALICE, "show", "--json", str(alices_job)).stdout)["job"]
-    assert mine["spec"]["env"] == {"API_KEY": SECRET}
+    # Hers: --env's variable on top of her exported shell environment.
+    assert mine["spec"]["env"]["API_KEY"] == SECRET
     assert f"{SECRET}-in-argv" in mine["spec"]["program"]["argv"][-1]
 
 

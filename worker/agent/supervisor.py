@@ -12,7 +12,10 @@ time on the master's clock). A preemptible task whose lease ends without a renew
 master is down, or cannot reach this node) is stopped like a STOP would stop it: asked to
 checkpoint, killed after the grace period; its exit report says why. The master relies on
 this: it places a lost node's jobs elsewhere only after their leases (and grace) are over.
-Opaque commands are never preempted, so an expired lease does not stop them either.
+Opaque commands are not preempted unless their spec says they may be, so an expired lease
+stops only those that may. A task whose spec asks for a warning signal (sbatch --signal
+SIG@SECONDS) gets it that many seconds before SIGTERM on every stop but a kill (cancel) or a
+failed rank's.
 """
 
 from __future__ import annotations
@@ -138,6 +141,8 @@ class Task:
     processes: list[RankProcess] = field(default_factory=list)
     stop_requested: bool = False
     stop_reason: str = ""
+    # Warned before a stop (sbatch --signal): when SIGTERM follows the warning.
+    term_at: float | None = None
     kill_at: float | None = None
     killed: bool = False
     # (rank, status) of the first process that failed on its own.
@@ -154,6 +159,15 @@ class Task:
     @property
     def key(self) -> tuple[int, int]:
         return (self.job_id, self.lease)
+
+    @property
+    def warning(self) -> tuple[int, float]:
+        """The signal its processes get before a stop, and how many seconds before SIGTERM
+        (0, 0: none)."""
+        spec = self.assignment.spec
+        if spec.warn_signal and spec.warn_before_s:
+            return spec.warn_signal, float(spec.warn_before_s)
+        return 0, 0.0
 
     @property
     def preemptible(self) -> bool:
@@ -321,7 +335,9 @@ class Supervisor:
                     "only cancelling the job (StopTask) stops it"
                 )
         for task in running:
-            self._request_stop(task, graceful=True, grace_s=a.grace_s, reason="stop assignment")
+            self._request_stop(
+                task, graceful=True, grace_s=a.grace_s, reason="stop assignment", warn=True
+            )
         return APPLIED, "stopping"
 
     def _current(self, job_id: int) -> Task | None:
@@ -468,15 +484,19 @@ class Supervisor:
         # then nominal, and the runtime splits the default batch evenly by itself.
         global_batch = spec.batch_size
         common = dict(self._config.base_env)
-        if run_as is not None:
-            common.update(HOME=run_as.home, USER=run_as.name, LOGNAME=run_as.name)
         # Python buffers output to a file in blocks, and a process that is killed (a cancel
         # sends SIGKILL) loses what its buffer held: whatever a job printed must reach its
         # log. A job that sets the variable itself keeps its own value.
         common["PYTHONUNBUFFERED"] = "1"
         common.update(spec.env)
+        if run_as is not None:
+            # Who the job runs as is this agent's to say: an exported shell environment
+            # (hctl's --export ALL) brings its own HOME and USER, of whoever ran hctl.
+            common.update(HOME=run_as.home, USER=run_as.name, LOGNAME=run_as.name)
         common.update(
             {
+                # As a shell that changed into it would say.
+                "PWD": str(workdir),
                 "MASTER_ADDR": a.rendezvous.master_addr or "127.0.0.1",
                 "MASTER_PORT": str(a.rendezvous.master_port or free_port()),
                 "WORLD_SIZE": str(world_size),
@@ -488,7 +508,6 @@ class Supervisor:
                 contract.JOB_ID: str(a.job_id),
                 contract.TASK_INDEX: str(a.task_index),
                 contract.LEASE: str(a.lease),
-                contract.TOTAL_ITERATIONS: str(spec.iterations),
                 contract.ITERATIONS_DONE: str(a.iterations_done),
                 contract.ITERATION_BUDGET: str(a.iteration_budget),
                 contract.ACCUMULATION_STEPS: str(max(1, a.accumulation_steps)),
@@ -502,6 +521,9 @@ class Supervisor:
         )
         if global_batch:
             common[contract.GLOBAL_BATCH_SIZE] = str(global_batch)
+        if spec.iterations:
+            # 0: a command that did not say how much work it does.
+            common[contract.TOTAL_ITERATIONS] = str(spec.iterations)
         lease_file = self._write_lease_file(task)
         if lease_file is not None:
             common[contract.LEASE_FILE] = str(lease_file)
@@ -516,6 +538,7 @@ class Supervisor:
                 env[contract.PROGRESS_FILE] = str(
                     task.task_dir / f"progress-rank{local_rank}.jsonl"
                 )
+                env[contract.ERROR_FILE] = str(contract_error_file(task.task_dir, local_rank))
                 if a.local_batch_sizes and global_batch:
                     env[contract.LOCAL_BATCH_SIZE] = str(a.local_batch_sizes[local_rank])
                 pace = self._gpus[gpu_index].fake_pace
@@ -626,10 +649,17 @@ class Supervisor:
                 t for t in self._tasks.values() if t.job_id == job_id and lease in (0, t.lease)
             ]
             for task in tasks:
-                self._request_stop(task, graceful=graceful, grace_s=grace_s, reason=reason)
+                self._request_stop(
+                    task, graceful=graceful, grace_s=grace_s, reason=reason, warn=True
+                )
             return bool(tasks)
 
-    def _request_stop(self, task: Task, graceful: bool, grace_s: float, reason: str) -> None:
+    def _request_stop(
+        self, task: Task, graceful: bool, grace_s: float, reason: str, *, warn: bool = False
+    ) -> None:
+        """Stops the task's processes: SIGTERM, then SIGKILL after the grace (at once when
+        not `graceful`). With `warn` (a preemption, its time limit, its lease's end) a task
+        that asked for a warning signal gets it first and SIGTERM only its time later."""
         if task.phase == Phase.WAITING:
             # Never started: it exits at once, as stopped.
             task.stop_requested = True
@@ -642,6 +672,14 @@ class Supervisor:
             task.stop_requested = True
             task.stop_reason = reason
             task.phase = Phase.STOPPING
+            warning, before_s = task.warning if warn and graceful else (0, 0.0)
+            if warning:
+                log.info("task_warned", job=task.job_id, lease=task.lease, signal=warning)
+                for process in task.alive():
+                    process.handle.signal_group(warning)
+                task.term_at = now + before_s
+                task.kill_at = task.term_at + grace
+                return
             for process in task.alive():
                 process.handle.signal_group(signal.SIGTERM if graceful else signal.SIGKILL)
             if not graceful:
@@ -672,6 +710,11 @@ class Supervisor:
                 alive = task.alive()
                 if not alive:
                     self._finish(task)
+                elif task.term_at is not None and now >= task.term_at and not task.killed:
+                    # The warning's time is up: stopped now as without one.
+                    task.term_at = None
+                    for process in alive:
+                        process.handle.signal_group(signal.SIGTERM)
                 elif task.kill_at is not None and now >= task.kill_at and not task.killed:
                     self._kill(task)
             for task in list(self._tasks.values()):
@@ -714,7 +757,9 @@ class Supervisor:
             task.lease_expired = True
             reason = self._expiry_reason(task, ends, wall)
             log.warning("lease_expired", job=task.job_id, lease=task.lease, reason=reason)
-            self._request_stop(task, graceful=True, grace_s=task.assignment.grace_s, reason=reason)
+            self._request_stop(
+                task, graceful=True, grace_s=task.assignment.grace_s, reason=reason, warn=True
+            )
 
     def _expiry_reason(self, task: Task, ends: float, wall: float) -> str:
         """Why a lease ran out, in words: when it ended, and what kept its renewal away."""
@@ -753,7 +798,9 @@ class Supervisor:
             if task.adopted:
                 # No status to judge by: the progress file tells how it ended.
                 continue
-            expected = task.stop_requested and code in (-signal.SIGTERM, -signal.SIGKILL)
+            # A program ended by its warning signal ended as it was asked to.
+            asked = (-signal.SIGTERM, -signal.SIGKILL, -task.warning[0])
+            expected = task.stop_requested and code in asked
             if code != 0 and not expected and task.failure is None:
                 task.failure = (process.rank, code)
                 # The other ranks would wait forever on the collective the failed one left.
@@ -791,6 +838,8 @@ class Supervisor:
                 failed.stdout_path, self._config.failure_tail_lines
             )
             report.message = f"rank {rank}: {what}" + (f"\n{tail}" if tail else "")
+            # The runtime found the job's setup wrong: a retry would fail the same way.
+            report.contract_error = contract_error_file(task.task_dir, failed.local_rank).exists()
         elif task.killed:
             report.kind = common_pb2.EXIT_KIND_KILLED
             report.signal = signal.SIGKILL
@@ -989,6 +1038,11 @@ class Supervisor:
         with self._lock:
             for task in list(self._tasks.values()):
                 self._request_stop(task, graceful=graceful, grace_s=grace_s, reason=reason)
+
+
+def contract_error_file(task_dir: Path, local_rank: int) -> Path:
+    """Where a rank's runtime writes an uncaught ContractError (HADAR_ERROR_FILE)."""
+    return task_dir / f"contract-error-rank{local_rank}.txt"
 
 
 def free_port() -> int:

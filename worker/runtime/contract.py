@@ -63,6 +63,9 @@ SEED = "HADAR_SEED"
 DETERMINISTIC = "HADAR_DETERMINISTIC"
 # Seconds between "progress" records (default 1.0); checkpoints and exits always write one.
 PROGRESS_INTERVAL_S = "HADAR_PROGRESS_INTERVAL_S"
+# A file the runtime writes an uncaught ContractError's message to before the process exits:
+# the agent then reports the failure as one no retry can pass (the job's setup is wrong).
+ERROR_FILE = "HADAR_ERROR_FILE"
 # Where the job runs its model: "cuda" (default when CUDA is available: cuda:LOCAL_RANK of the
 # GPUs the agent made visible) or "cpu" (fake GPUs, or forcing CPU on a GPU machine).
 DEVICE = "HADAR_DEVICE"

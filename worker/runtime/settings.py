@@ -2,16 +2,69 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 
 from worker.runtime import contract
 
 
 class ContractError(ValueError):
-    """An environment variable of the contract is missing or malformed."""
+    """An environment variable of the contract is missing or malformed: the job's setup is
+    wrong, so running it again fails the same way. Uncaught under the agent, it fails the
+    job without a retry (see :func:`report_contract_errors`)."""
+
+
+# How to supply a variable the runtime needs and did not get.
+_FIXES = {
+    contract.GLOBAL_BATCH_SIZE: "submit the job with --batch-size N (batch_size in a job "
+    "file), or give the script a default: default_batch_size=N to TrainingRun.from_env and "
+    "RuntimeSettings.from_env",
+    contract.TOTAL_ITERATIONS: "submit the job with --iterations N, or give the script a "
+    "default: default_iterations=N to TrainingRun.from_env and RuntimeSettings.from_env",
+    "RANK": "the worker sets it for each process; run the script under the worker or "
+    "torchrun, or leave WORLD_SIZE unset for a single process",
+    "MASTER_ADDR": "the worker sets it for each process; run the script under the worker or "
+    "torchrun, or leave WORLD_SIZE unset for a single process",
+    "MASTER_PORT": "the worker sets it for each process; run the script under the worker or "
+    "torchrun, or leave WORLD_SIZE unset for a single process",
+}
+
+
+def report_contract_errors(error_file: Path | None) -> None:
+    """Once per process: an uncaught ContractError's message goes to `error_file` (the
+    agent's HADAR_ERROR_FILE) before Python prints it and exits, so the agent can tell the
+    master that retrying is pointless. Other exceptions are left as they were."""
+    global _REPORTING
+    if error_file is None or _REPORTING:
+        return
+    _REPORTING = True
+    previous = sys.excepthook
+
+    def hook(
+        kind: type[BaseException], error: BaseException, traceback: TracebackType | None
+    ) -> None:
+        if isinstance(error, ContractError):
+            record_contract_error(error_file, error)
+        previous(kind, error, traceback)
+
+    sys.excepthook = hook
+
+
+def record_contract_error(error_file: Path | None, error: ContractError) -> None:
+    """Writes `error` to the agent's error file (see :func:`report_contract_errors`)."""
+    if error_file is None:
+        return
+    # Unwritable, the failure is still reported, as one a retry might pass.
+    with contextlib.suppress(OSError):
+        error_file.write_text(f"{error}\n", encoding="utf-8")
+
+
+_REPORTING = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +110,16 @@ class RuntimeSettings:
         default_iterations: int | None = None,
     ) -> RuntimeSettings:
         reader = _Reader(env)
+        report_contract_errors(reader.path(contract.ERROR_FILE))
         total = reader.integer(contract.TOTAL_ITERATIONS, default_iterations, minimum=1)
         global_batch = reader.integer(contract.GLOBAL_BATCH_SIZE, default_batch_size, minimum=0)
         if global_batch == 0:
             # The job spec's "0 means the workload's default".
             if default_batch_size is None:
-                raise ContractError(f"{contract.GLOBAL_BATCH_SIZE} is 0 and there is no default")
+                raise ContractError(
+                    f"{contract.GLOBAL_BATCH_SIZE} is 0 and there is no default: "
+                    + _FIXES[contract.GLOBAL_BATCH_SIZE]
+                )
             global_batch = default_batch_size
         local_batch = reader.optional_integer(contract.LOCAL_BATCH_SIZE, minimum=1)
         if local_batch is not None and local_batch > global_batch:
@@ -128,6 +185,11 @@ def _distributed(reader: _Reader) -> DistributedSettings | None:
     )
 
 
+def _not_set(name: str) -> str:
+    fix = _FIXES.get(name)
+    return f"{name} is not set" + (f": {fix}" if fix else "")
+
+
 class _Reader:
     def __init__(self, env: Mapping[str, str]) -> None:
         self._env = env
@@ -135,7 +197,7 @@ class _Reader:
     def text(self, name: str) -> str:
         value = self._env.get(name, "")
         if not value:
-            raise ContractError(f"{name} is not set")
+            raise ContractError(_not_set(name))
         return value
 
     def optional_integer(self, name: str, *, minimum: int) -> int | None:
@@ -155,7 +217,7 @@ class _Reader:
         if value is not None:
             return value
         if default is None:
-            raise ContractError(f"{name} is not set")
+            raise ContractError(_not_set(name))
         return default
 
     def number(self, name: str, default: float) -> float:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
+from worker.runtime import contract
 from worker.runtime.checkpoint import CheckpointError
-from worker.runtime.settings import ContractError
+from worker.runtime.settings import ContractError, record_contract_error
 from worker.workloads.registry import WORKLOADS, UnknownWorkloadError
 from worker.workloads.runner import train_managed
 
@@ -43,6 +46,8 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     try:
         run = train_managed(args.name, env, default_iterations=args.iterations)
     except (UnknownWorkloadError, ContractError, CheckpointError) as error:
+        if isinstance(error, ContractError):
+            record_contract_error(_error_file(env), error)
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(
@@ -51,6 +56,11 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
         file=sys.stderr,
     )
     return 0
+
+
+def _error_file(env: Mapping[str, str] | None) -> Path | None:
+    raw = (os.environ if env is None else env).get(contract.ERROR_FILE, "")
+    return Path(raw) if raw else None
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ class CommandProgram(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "num_gpus", "iterations", "batch_size", "priority", "allowed_gpu_types", "preemptible", "shareable", "workload", "script", "command", "env", "workdir", "checkpoint_dir", "job_type", "gpu_memory_bytes", "max_retries", "output", "error", "forkable", "time_limit_s", "array", "array_job_id", "array_index", "after_ok", "after_any", "after_fail", "notify_url", "notify_on", "no_notify")
+    __slots__ = ("name", "num_gpus", "iterations", "batch_size", "priority", "allowed_gpu_types", "preemptible", "shareable", "workload", "script", "command", "env", "workdir", "checkpoint_dir", "job_type", "gpu_memory_bytes", "max_retries", "output", "error", "forkable", "time_limit_s", "array", "array_job_id", "array_index", "after_ok", "after_any", "after_fail", "notify_url", "notify_on", "no_notify", "warn_signal", "warn_before_s")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +171,8 @@ class JobSpec(_message.Message):
     NOTIFY_URL_FIELD_NUMBER: _ClassVar[int]
     NOTIFY_ON_FIELD_NUMBER: _ClassVar[int]
     NO_NOTIFY_FIELD_NUMBER: _ClassVar[int]
+    WARN_SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    WARN_BEFORE_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     num_gpus: int
     iterations: int
@@ -201,7 +203,9 @@ class JobSpec(_message.Message):
     notify_url: str
     notify_on: _containers.RepeatedScalarFieldContainer[JobState]
     no_notify: bool
-    def __init__(self, name: _Optional[str] = ..., num_gpus: _Optional[int] = ..., iterations: _Optional[int] = ..., batch_size: _Optional[int] = ..., priority: _Optional[float] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., preemptible: _Optional[bool] = ..., shareable: _Optional[bool] = ..., workload: _Optional[_Union[WorkloadProgram, _Mapping]] = ..., script: _Optional[_Union[ScriptProgram, _Mapping]] = ..., command: _Optional[_Union[CommandProgram, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., job_type: _Optional[str] = ..., gpu_memory_bytes: _Optional[int] = ..., max_retries: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ..., forkable: _Optional[bool] = ..., time_limit_s: _Optional[int] = ..., array: _Optional[str] = ..., array_job_id: _Optional[int] = ..., array_index: _Optional[int] = ..., after_ok: _Optional[_Iterable[int]] = ..., after_any: _Optional[_Iterable[int]] = ..., after_fail: _Optional[_Iterable[int]] = ..., notify_url: _Optional[str] = ..., notify_on: _Optional[_Iterable[_Union[JobState, str]]] = ..., no_notify: _Optional[bool] = ...) -> None: ...
+    warn_signal: int
+    warn_before_s: int
+    def __init__(self, name: _Optional[str] = ..., num_gpus: _Optional[int] = ..., iterations: _Optional[int] = ..., batch_size: _Optional[int] = ..., priority: _Optional[float] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., preemptible: _Optional[bool] = ..., shareable: _Optional[bool] = ..., workload: _Optional[_Union[WorkloadProgram, _Mapping]] = ..., script: _Optional[_Union[ScriptProgram, _Mapping]] = ..., command: _Optional[_Union[CommandProgram, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., job_type: _Optional[str] = ..., gpu_memory_bytes: _Optional[int] = ..., max_retries: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ..., forkable: _Optional[bool] = ..., time_limit_s: _Optional[int] = ..., array: _Optional[str] = ..., array_job_id: _Optional[int] = ..., array_index: _Optional[int] = ..., after_ok: _Optional[_Iterable[int]] = ..., after_any: _Optional[_Iterable[int]] = ..., after_fail: _Optional[_Iterable[int]] = ..., notify_url: _Optional[str] = ..., notify_on: _Optional[_Iterable[_Union[JobState, str]]] = ..., no_notify: _Optional[bool] = ..., warn_signal: _Optional[int] = ..., warn_before_s: _Optional[int] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("job_id", "task_index", "node", "gpu_indices", "gpu_type", "lease", "state", "rank_offset", "local_batch_size", "accumulation_steps", "shared_with_job_id")

@@ -119,7 +119,7 @@ class ReportProgressResponse(_message.Message):
     def __init__(self, acks: _Optional[_Iterable[_Union[ProgressAck, _Mapping]]] = ...) -> None: ...
 
 class TaskExitedRequest(_message.Message):
-    __slots__ = ("node", "job_id", "task_index", "lease", "kind", "exit_code", "signal", "iterations_done", "message")
+    __slots__ = ("node", "job_id", "task_index", "lease", "kind", "exit_code", "signal", "iterations_done", "message", "contract_error")
     NODE_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,7 @@ class TaskExitedRequest(_message.Message):
     SIGNAL_FIELD_NUMBER: _ClassVar[int]
     ITERATIONS_DONE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_ERROR_FIELD_NUMBER: _ClassVar[int]
     node: str
     job_id: int
     task_index: int
@@ -138,7 +139,8 @@ class TaskExitedRequest(_message.Message):
     signal: int
     iterations_done: int
     message: str
-    def __init__(self, node: _Optional[str] = ..., job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., lease: _Optional[int] = ..., kind: _Optional[_Union[_common_pb2.ExitKind, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., iterations_done: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    contract_error: bool
+    def __init__(self, node: _Optional[str] = ..., job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., lease: _Optional[int] = ..., kind: _Optional[_Union[_common_pb2.ExitKind, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., iterations_done: _Optional[int] = ..., message: _Optional[str] = ..., contract_error: _Optional[bool] = ...) -> None: ...
 
 class TaskExitedResponse(_message.Message):
     __slots__ = ("accepted",)

@@ -219,6 +219,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         kind: common_pb2.ExitKind,
         exit_code: int | None = 0,
         message: str = "",
+        contract_error: bool = False,
     ) -> coordinator_pb2.TaskExitedResponse:
         with self._lock:
             mine = [t for t in self.tasks.values() if t.job_id == job_id]
@@ -234,6 +235,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
                 kind=kind,
                 iterations_done=task.iterations_done,
                 message=message,
+                contract_error=contract_error,
             )
             if exit_code is not None:
                 request.exit_code = exit_code

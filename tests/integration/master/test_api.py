@@ -68,7 +68,6 @@ def error_of(call: Callable[[], object]) -> Failure:
         ({"checkpoint_dir": "/scratch/\0/x"}, "spec.checkpoint_dir"),
         ({"workdir": "proj"}, "spec.workdir"),
         ({"workdir": "/home/alice/../bob"}, "spec.workdir"),
-        ({"command": ["train.sh"], "preemptible": True}, "spec.preemptible"),
     ],
 )
 def test_validation_errors_name_the_field(

@@ -115,7 +115,7 @@ def test_incomplete_or_contradictory_specs_name_the_field(values, field, message
         ({"gpus": "two"}, "expected an integer, got str"),
         ({"gpus": True}, "got a boolean"),
         ({"shareable": "yes"}, "expected true or false"),
-        ({"env": {"1BAD": "x"}}, "not a valid variable name"),
+        ({"env": {"1BAD": "x"}}, "not a variable name"),
         ({"script": []}, "non-empty command line"),
         ({"gpu_memory": "lots"}, "not a size"),
     ],
@@ -136,13 +136,17 @@ def test_missing_and_malformed_files_are_clear(tmp_path):
         load_job_file(bad)
 
 
-def test_env_assignments_need_a_name_and_an_equals_sign():
-    """--env K=V keeps everything after the first '=', and later values win."""
-    assert parse_env_assignments(["A=1", "B=x=y", "A=2"]) == {"A": "2", "B": "x=y"}
-    with pytest.raises(SpecError, match="NAME=VALUE"):
-        parse_env_assignments(["JUSTNAME"])
-    with pytest.raises(SpecError, match="valid variable name"):
-        parse_env_assignments(["9X=1"])
+def test_env_assignments_take_a_value_or_the_shells():
+    """--env K=V keeps everything after the first '=', and later values win; --env NAME
+    takes NAME's value from the submitting environment, and says so when it has none."""
+    assert parse_env_assignments(["A=1", "B=x=y", "A=2"], {}) == {"A": "2", "B": "x=y"}
+    assert parse_env_assignments(["PATH"], {"PATH": "/venv/bin:/usr/bin"}) == {
+        "PATH": "/venv/bin:/usr/bin"
+    }
+    with pytest.raises(SpecError, match="JUSTNAME is not set in your environment"):
+        parse_env_assignments(["JUSTNAME"], {})
+    with pytest.raises(SpecError, match="not a variable name"):
+        parse_env_assignments(["9X=1"], {})
 
 
 @given(

@@ -3,12 +3,13 @@ the cluster's settings, and usage reports clipped to a period."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from master.errors import InvalidArgumentError
-from master.jobs.timelimits import apply_time_limit, timeout_reason
+from master.jobs.timelimits import apply_time_limit, stop_due, timeout_reason
 from master.jobs.usage import Grouping, UsageGroup, gpu_seconds, run_seconds, summarize
 from master.settings import Settings, SettingsError
 from store.domain import JobSpec, UsageRecord
@@ -136,3 +137,13 @@ def test_usage_by_day_cuts_attempts_at_utc_midnight() -> None:
         )
         == []
     )
+
+
+def test_a_warned_job_is_stopped_its_warning_before_the_limit() -> None:
+    """With --signal SIG@30 a 600 s limit starts the stop at 570 s of run time, so the
+    worker's SIGTERM, 30 s after the warning, falls on the limit; without one, at 600 s."""
+    warned = dataclasses.replace(spec(600), warn_signal=10, warn_before_s=30)
+    assert not stop_due(warned, 569.9)
+    assert stop_due(warned, 570.0)
+    assert not stop_due(spec(600), 599.9)
+    assert stop_due(spec(600), 600.0)
