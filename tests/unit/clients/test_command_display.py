@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from clients.cli import format as fmt
 from clients.cli.changes import ChangeLines
-from clients.types import JobSpec, JobState, Program
+from clients.types import Job, JobSpec, JobState, Program
 from tests.unit.clients.test_format import NOW, make_job, make_task
 
 
-def command_job(**changes: object):
+def command_job(**changes: Any) -> Job:
     spec = JobSpec("train", Program.command(["python", "train.py"]), preemptible=True)
     return replace(make_job(spec=spec), **changes)
 
