@@ -5,12 +5,22 @@ left the node for its retention period); the store knows every attempt's tasks a
 An attempt is one placement of the job: the tasks that share a lease. Every task of an
 attempt is asked, whether it still runs or has ended, so a job that just finished shows
 every rank, not only those of the tasks not yet reported.
+
+Following a job follows the job, not one attempt: it waits for a pending job to be placed,
+relays each attempt until its tasks have stopped on their workers (so the `hadar:` line a
+worker writes when it stops a task arrives too), then waits for the next attempt, and ends
+once the job has ended and its last attempt is relayed. A follower costs the master no
+thread of the serving pool beyond its own stream's (which admission caps), reads the store
+only when jobs change, at most a few times a second, and a client that reads slowly only
+slows its own workers' streams: the relay's queue is bounded and its threads give up once
+the stream is over.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,13 +29,18 @@ import grpc
 
 from master.errors import InvalidArgumentError, LogsNotFoundError, UnavailableError
 from master.nodes.workers import WorkerClients, WorkerUnreachableError
+from master.process.events import ChangeSignal
 from master.process.transactions import Transactor
 from protos.hadar.v1 import common_pb2, worker_pb2
 from store import UnitOfWork
-from store.domain import Job, JobEvent, Task
-from store.states import JobState
+from store.domain import Job, JobEvent, Node, Task
+from store.states import JobState, NodeState, is_terminal
 
 POLL_S = 1.0
+# A follower re-reads the job at most this often, however often jobs change.
+FOLLOW_READ_GAP_S = 0.25
+# How soon a worker is asked again for a task it has not started yet.
+RETRY_START_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +87,50 @@ def _holds_rank(task: Task, rank: int) -> bool:
     return task.rank_offset <= rank < task.rank_offset + len(task.gpu_indices)
 
 
+def _never_ran(task: Task) -> bool:
+    """Taken back before its worker acknowledged or reported it: no output anywhere."""
+    return not task.active and task.acknowledged_at is None and task.exit_kind is None
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """What a relay reads of the store at once: the job, its attempts, the nodes."""
+
+    job: Job
+    attempts: list[Attempt]
+    nodes: dict[str, Node]
+
+
+def _opening(job_id: int, attempt: Attempt, attempts: int) -> common_pb2.LogChunk:
+    return common_pb2.LogChunk(
+        job_id=job_id,
+        attempt=attempt.number,
+        lease=attempt.lease,
+        start_failure=attempt.start_failure,
+        attempts=attempts,
+        nodes=sorted({t.node for t in attempt.tasks}),
+    )
+
+
 class LogRelay:
-    def __init__(self, tx: Transactor, workers: WorkerClients) -> None:
+    def __init__(
+        self, tx: Transactor, workers: WorkerClients, changes: ChangeSignal | None = None
+    ) -> None:
         self._tx = tx
         self._workers = workers
+        # Wakes a follower waiting for a job's next attempt; without it, it polls.
+        self._changes = changes
+
+    def _view(self, job_id: int) -> _View:
+        def read(uow: UnitOfWork) -> _View:
+            job = uow.jobs.get(job_id)
+            found = attempts_of(job, uow.tasks.for_job(job.id), uow.jobs.events(job.id))
+            return _View(job, found, {n.name: n for n in uow.nodes.all()})
+
+        return self._tx.read(read)
+
+    def _task_now(self, task: Task) -> Task | None:
+        return self._tx.read(lambda uow: uow.tasks.find(task.job_id, task.task_index, task.lease))
 
     def stream(
         self,
@@ -87,27 +142,24 @@ class LogRelay:
         attempt: int | None,
         active: Callable[[], bool],
     ) -> Iterator[common_pb2.LogChunk]:
-        """Every attempt's output in order (or only `attempt`; only the current one when
-        following), each opened by a chunk with no data that names it. A task whose output
-        cannot be read (its worker is down, or no longer has it) does not hold back the
-        others: the first such failure is raised once everything readable has been sent."""
+        """Every attempt's output in order (or only `attempt`; when following, the current
+        one and each later one until the job ends), each opened by a chunk with no data that
+        names it. A task whose output cannot be read (its worker is down, or no longer has
+        it) does not hold back the others: the first such failure is raised once everything
+        readable has been sent."""
         if attempt is not None and attempt < 1:
             raise InvalidArgumentError("attempt", "attempts count from 1")
-
-        def read(uow: UnitOfWork) -> tuple[list[Attempt], dict[str, str]]:
-            job = uow.jobs.get(job_id)
-            found = attempts_of(job, uow.tasks.for_job(job.id), uow.jobs.events(job.id))
-            return found, {n.name: n.address for n in uow.nodes.all()}
-
-        attempts, addresses = self._tx.read(read)
+        if follow and attempt is None:
+            yield from self._follow(job_id, tail_lines, rank, active)
+            return
+        view = self._view(job_id)
+        attempts, nodes = view.attempts, view.nodes
         if attempt is not None:
             if attempt > len(attempts):
                 raise LogsNotFoundError(
                     f"job {job_id} has no attempt {attempt} (it has had {len(attempts)})"
                 )
             chosen = [attempts[attempt - 1]]
-        elif follow:
-            chosen = attempts[-1:]
         else:
             chosen = attempts
         if (
@@ -118,13 +170,7 @@ class LogRelay:
             raise LogsNotFoundError(f"job {job_id} has no rank {rank}")
         failures: list[Exception] = []
         for current in chosen:
-            yield common_pb2.LogChunk(
-                job_id=job_id,
-                attempt=current.number,
-                lease=current.lease,
-                start_failure=current.start_failure,
-                attempts=len(attempts),
-            )
+            yield _opening(job_id, current, len(attempts))
             if current.start_failure:
                 continue
             tasks = [t for t in current.tasks if rank is None or _holds_rank(t, rank)]
@@ -133,7 +179,7 @@ class LogRelay:
                 job_id,
                 current,
                 tasks,
-                addresses,
+                nodes,
                 follow and last,
                 rank,
                 tail_lines,
@@ -145,12 +191,72 @@ class LogRelay:
         if failures:
             raise failures[0]
 
+    def _follow(
+        self, job_id: int, tail_lines: int, rank: int | None, active: Callable[[], bool]
+    ) -> Iterator[common_pb2.LogChunk]:
+        """The current attempt, then every later one as the job gets it, until the job has
+        ended and its last attempt has been relayed."""
+        failures: list[Exception] = []
+        relayed: int | None = None
+        generation = self._changes.generation if self._changes is not None else 0
+        read_at = -FOLLOW_READ_GAP_S
+        while active():
+            gap = FOLLOW_READ_GAP_S - (time.monotonic() - read_at)
+            if gap > 0:
+                time.sleep(gap)
+            read_at = time.monotonic()
+            view = self._view(job_id)
+            attempts = view.attempts
+            if relayed is None:
+                # Start with the current attempt (the latest), as `tail -f` starts at the end.
+                relayed = max(len(attempts) - 1, 0)
+                latest = attempts[-1:]
+                if (
+                    rank is not None
+                    and latest
+                    and not any(_holds_rank(t, rank) for t in latest[0].tasks)
+                ):
+                    raise LogsNotFoundError(f"job {job_id} has no rank {rank}")
+            if relayed < len(attempts):
+                current = attempts[relayed]
+                relayed += 1
+                yield _opening(job_id, current, len(attempts))
+                if current.start_failure:
+                    continue
+                tasks = [t for t in current.tasks if rank is None or _holds_rank(t, rank)]
+                for chunk in self._relay(
+                    job_id,
+                    current,
+                    tasks,
+                    view.nodes,
+                    True,
+                    rank,
+                    tail_lines,
+                    active,
+                    failures,
+                ):
+                    chunk.attempt = current.number
+                    yield chunk
+                continue
+            if is_terminal(view.job.state):
+                break
+            if self._changes is None:
+                time.sleep(POLL_S)
+                continue
+            if self._changes.closed:
+                raise UnavailableError(
+                    f"the master is stopping; follow job {job_id} again once it is back"
+                )
+            generation = self._changes.wait(generation, POLL_S)
+        if failures:
+            raise failures[0]
+
     def _relay(
         self,
         job_id: int,
         attempt: Attempt,
         tasks: Sequence[Task],
-        addresses: Mapping[str, str],
+        nodes: Mapping[str, Node],
         follow: bool,
         rank: int | None,
         tail_lines: int,
@@ -158,42 +264,77 @@ class LogRelay:
         failures: list[Exception],
     ) -> Iterator[common_pb2.LogChunk]:
         """The output of the attempt's tasks, from all their workers at once; why a task's
-        output could not be read is added to `failures`."""
+        output could not be read is added to `failures`. Following, a task its worker has
+        not started yet is asked for again until it starts or is taken back."""
         chunks: queue.Queue[common_pb2.LogChunk | Exception | None] = queue.Queue(maxsize=256)
         calls: list[Any] = []
         lock = threading.Lock()
+        over = threading.Event()
+
+        def put(item: common_pb2.LogChunk | Exception | None) -> bool:
+            # Bounded: a slow reader slows its workers' streams, and once the relay is over
+            # nothing waits here for a reader that is gone.
+            while not over.is_set():
+                try:
+                    chunks.put(item, timeout=POLL_S)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def read_task(task: Task) -> None:
+            where = f"attempt {attempt.number} of job {job_id} on {task.node}"
+            node = nodes.get(task.node)
+            if node is None:
+                raise WorkerUnreachableError(task.node, "node unknown")
+            if node.state is NodeState.UNREACHABLE:
+                # Asking would wait for a connection that does not come.
+                put(
+                    UnavailableError(
+                        f"logs of {where}: node {task.node} is unreachable ({node.reason}); "
+                        "its output stays there until the node is back"
+                    )
+                )
+                return
+            sub = worker_pb2.StreamTaskLogsRequest(
+                job_id=job_id, follow=follow, tail_lines=tail_lines, lease=attempt.lease
+            )
+            if rank is not None:
+                sub.rank = rank
+            while not over.is_set():
+                try:
+                    call = self._workers.stream_logs(node.address, sub)
+                    with lock:
+                        calls.append(call)
+                    for chunk in call:
+                        if not put(chunk):
+                            return
+                    return
+                except grpc.RpcError as exc:
+                    code = exc.code()
+                    if code != grpc.StatusCode.NOT_FOUND:
+                        if code != grpc.StatusCode.CANCELLED:
+                            put(UnavailableError(f"logs of {where}: {exc.details()}"))
+                        return
+                    now = self._task_now(task) or task
+                    if _never_ran(now):
+                        return
+                    if not now.active:
+                        put(LogsNotFoundError(f"no output of {where}: {exc.details()}"))
+                        return
+                    # Not started there yet (or waiting for its previous lease to stop):
+                    # nothing to show so far, which is no error.
+                    if not follow or over.wait(RETRY_START_S):
+                        return
 
         def pump(task: Task) -> None:
             try:
-                address = addresses.get(task.node)
-                if address is None:
-                    raise WorkerUnreachableError(task.node, "node unknown")
-                sub = worker_pb2.StreamTaskLogsRequest(
-                    job_id=job_id, follow=follow, tail_lines=tail_lines, lease=attempt.lease
-                )
-                if rank is not None:
-                    sub.rank = rank
-                call = self._workers.stream_logs(address, sub)
-                with lock:
-                    calls.append(call)
-                for chunk in call:
-                    chunks.put(chunk)
-            except grpc.RpcError as exc:
-                code = exc.code()
-                where = f"attempt {attempt.number} of job {job_id} on {task.node}"
-                if code == grpc.StatusCode.NOT_FOUND and task.active:
-                    # Not started there yet (or waiting for its previous lease to stop):
-                    # nothing to show, which is no error.
-                    pass
-                elif code == grpc.StatusCode.NOT_FOUND:
-                    chunks.put(LogsNotFoundError(f"no output of {where}: {exc.details()}"))
-                elif code != grpc.StatusCode.CANCELLED:
-                    chunks.put(UnavailableError(f"logs of {where}: {exc.details()}"))
+                read_task(task)
             except WorkerUnreachableError as exc:
                 where = f"attempt {attempt.number} of job {job_id} on {task.node}"
-                chunks.put(UnavailableError(f"logs of {where}: {exc}"))
+                put(UnavailableError(f"logs of {where}: {exc}"))
             finally:
-                chunks.put(None)
+                put(None)
 
         threads = [threading.Thread(target=pump, args=(t,), daemon=True) for t in tasks]
         for thread in threads:
@@ -212,6 +353,7 @@ class LogRelay:
                 else:
                     yield item
         finally:
+            over.set()
             with lock:
                 for call in calls:
                     call.cancel()

@@ -366,16 +366,35 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         self, request: worker_pb2.StreamTaskLogsRequest, context: grpc.ServicerContext
     ) -> Iterator[common_pb2.LogChunk]:
         self._check(context)
-        data = self.lease_logs.get((request.job_id, request.lease))
-        if data is None:
-            data = self.log_lines.get(request.job_id)
-        if data is None:
+
+        def output() -> bytes | None:
+            data = self.lease_logs.get((request.job_id, request.lease))
+            return data if data is not None else self.log_lines.get(request.job_id)
+
+        def running() -> bool:
+            with self._lock:
+                return any(
+                    t.job_id == request.job_id and t.lease == request.lease
+                    for t in self.tasks.values()
+                )
+
+        if output() is None and not (request.follow and running()):
             # As a real worker answers for a job it has no task of.
             context.abort(grpc.StatusCode.NOT_FOUND, f"no task of job {request.job_id} here")
-        if data:
-            yield common_pb2.LogChunk(
-                job_id=request.job_id, node=self.name, data=data, lease=request.lease
-            )
+        # Following, as a real worker does: what is added to the lease's output while its
+        # task runs, then the rest once it has ended.
+        sent = 0
+        while True:
+            live = request.follow and running()
+            data = output() or b""
+            if len(data) > sent:
+                yield common_pb2.LogChunk(
+                    job_id=request.job_id, node=self.name, data=data[sent:], lease=request.lease
+                )
+                sent = len(data)
+            if not live or not context.is_active():
+                return
+            time.sleep(0.05)
 
     def GetWorkerStatus(
         self, request: worker_pb2.GetWorkerStatusRequest, context: grpc.ServicerContext
