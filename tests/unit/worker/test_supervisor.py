@@ -662,9 +662,9 @@ def test_a_preempting_stop_writes_one_hadar_line_with_the_checkpoint_it_resumes_
     ("reason", "graceful", "expected"),
     [
         (
-            "time limit of 1h reached (ran 1h 0m)",
+            "time limit 1h reached after 1h of run time",
             True,
-            "hadar: time limit of 1h reached (ran 1h 0m); last checkpoint at iteration 300",
+            "hadar: time limit 1h reached after 1h of run time; last checkpoint at iteration 300",
         ),
         ("cancelled by alice: wrong data", False, "hadar: cancelled by alice: wrong data"),
     ],
