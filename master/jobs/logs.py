@@ -41,6 +41,8 @@ POLL_S = 1.0
 FOLLOW_READ_GAP_S = 0.25
 # How soon a worker is asked again for a task it has not started yet.
 RETRY_START_S = 0.5
+# Names the threads that read one task's output from its worker.
+PUMP_THREAD = "log-relay"
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,8 +275,9 @@ class LogRelay:
 
         def put(item: common_pb2.LogChunk | Exception | None) -> bool:
             # Bounded: a slow reader slows its workers' streams, and once the relay is over
-            # nothing waits here for a reader that is gone.
-            while not over.is_set():
+            # or its caller gone (whose stream may never be resumed to close the relay),
+            # nothing waits here.
+            while not over.is_set() and active():
                 try:
                     chunks.put(item, timeout=POLL_S)
                     return True
@@ -303,11 +306,14 @@ class LogRelay:
                 sub.rank = rank
             while not over.is_set():
                 try:
-                    call = self._workers.stream_logs(node.address, sub)
+                    self._workers.connect(node.address)
+                    # A grpc call: iterated for chunks, and cancellable.
+                    call: Any = self._workers.stream_logs(node.address, sub)
                     with lock:
                         calls.append(call)
                     for chunk in call:
                         if not put(chunk):
+                            call.cancel()
                             return
                     return
                 except grpc.RpcError as exc:
@@ -336,7 +342,12 @@ class LogRelay:
             finally:
                 put(None)
 
-        threads = [threading.Thread(target=pump, args=(t,), daemon=True) for t in tasks]
+        threads = [
+            threading.Thread(
+                target=pump, args=(t,), name=f"{PUMP_THREAD}-{job_id}-{t.node}", daemon=True
+            )
+            for t in tasks
+        ]
         for thread in threads:
             thread.start()
         remaining = len(threads)

@@ -387,11 +387,13 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         while True:
             live = request.follow and running()
             data = output() or b""
-            if len(data) > sent:
+            while len(data) > sent:
+                # At most 64 KiB a chunk, as a real worker reads.
+                part = data[sent : sent + 65536]
                 yield common_pb2.LogChunk(
-                    job_id=request.job_id, node=self.name, data=data[sent:], lease=request.lease
+                    job_id=request.job_id, node=self.name, data=part, lease=request.lease
                 )
-                sent = len(data)
+                sent += len(part)
             if not live or not context.is_active():
                 return
             time.sleep(0.05)

@@ -8,6 +8,7 @@ import time
 
 import grpc
 
+from master.jobs.logs import PUMP_THREAD
 from protos.hadar.v1 import common_pb2, hadar_pb2, worker_pb2
 from tests.integration.master.conftest import Cluster
 from tests.integration.master.fakes import wait_for
@@ -231,3 +232,85 @@ def test_following_waits_for_a_pending_job_and_goes_on_across_a_migration_until_
         (1, b"step 1\n"),
         (2, b"step 2\n"),
     ]
+
+
+def test_a_follower_that_reads_nothing_holds_up_nobody_and_its_relay_ends_with_it(
+    cluster: Cluster,
+) -> None:
+    """A client follows a job that writes far more than it reads: the relay's buffers
+    fill and the worker's stream waits, while the master still answers other calls and
+    runs rounds at once. When the client goes, the threads reading from the worker end."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    worker.lease_logs[(job.id, worker.applied[-1].lease)] = b"x" * (48 << 20)
+    call = api.StreamLogs(hadar_pb2.StreamLogsRequest(job_id=job.id, follow=True))
+
+    def relaying() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith(f"{PUMP_THREAD}-{job.id}-")]
+
+    wait_for(relaying, what="the relay to read from the worker")
+    time.sleep(1.0)  # long enough for every buffer on the way to fill
+    started = time.monotonic()
+    other = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    assert api.GetJob(hadar_pb2.GetJobRequest(job_id=other.id)).job.id == other.id
+    master.run_round()
+    assert time.monotonic() - started < 5.0
+    assert relaying(), "the relay gave up while its client was still there"
+    call.cancel()
+    wait_for(lambda: not relaying(), timeout=15, what="the relay's threads to end")
+
+
+def test_an_unreachable_nodes_output_is_reported_at_once_not_waited_for(cluster: Cluster) -> None:
+    """The attempt ran on a node now UNREACHABLE (it answers nothing): reading the job's
+    output, followed or not, ends at once UNAVAILABLE saying that node is unreachable and
+    keeps the output, rather than hanging on a connection that does not come."""
+    master = cluster.master(heartbeat_timeout_s=2.0)
+    first = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in first.running_jobs(), what="START")
+    first.lease_logs[(job.id, first.applied[-1].lease)] = b"attempt one\n"
+    first.freeze()
+
+    def lost() -> bool:
+        master.check_nodes(force=True)
+        nodes = api.ListNodes(hadar_pb2.ListNodesRequest()).nodes
+        return any(n.name == "n1" and n.state == common_pb2.NODE_STATE_UNREACHABLE for n in nodes)
+
+    wait_for(lost, what="n1 to be unreachable")
+    api.CancelJob(hadar_pb2.CancelJobRequest(job_id=job.id))
+    for follow in (False, True):
+        started = time.monotonic()
+        request = hadar_pb2.StreamLogsRequest(job_id=job.id, follow=follow)
+        failure = error_of(lambda: list(api.StreamLogs(request, timeout=30)))  # noqa: B023
+        assert failure.code == grpc.StatusCode.UNAVAILABLE
+        assert "node n1 is unreachable" in failure.details, failure.details
+        assert "attempt 1 of job" in failure.details
+        assert time.monotonic() - started < 5.0
+
+
+def test_following_a_pending_job_that_is_cancelled_ends_without_output(cluster: Cluster) -> None:
+    """A job cancelled before it was ever placed: its follower, waiting, ends cleanly with
+    nothing to show."""
+    master = cluster.master()
+    cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    received: list[common_pb2.LogChunk] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        request = hadar_pb2.StreamLogsRequest(job_id=job.id, follow=True)
+        received.extend(api.StreamLogs(request, timeout=30))
+        done.set()
+
+    threading.Thread(target=follow, daemon=True).start()
+    assert not done.wait(1.0), "the follow of a pending job ended"
+    api.CancelJob(hadar_pb2.CancelJobRequest(job_id=job.id))
+    assert done.wait(10.0), "the follow did not end with the job"
+    assert received == []
