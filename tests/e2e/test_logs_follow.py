@@ -38,14 +38,14 @@ from worker.runtime import TrainingRun, seed_everything
 seed_everything(0)
 model = nn.Linear(4, 2)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-run = TrainingRun.from_env(model, optimizer, default_batch_size=8, default_iterations=40)
+run = TrainingRun.from_env(model, optimizer, default_batch_size=8, default_iterations=30)
 for step in run.steps():
     for micro in step.micro_batches():
         x = torch.randn(micro.size, 4)
         y = torch.zeros(micro.size, dtype=torch.long)
         micro.backward(F.cross_entropy(run.model(x), y))
     print(f"tick {step.iteration} {time.time():.3f}")
-    time.sleep(0.25)
+    time.sleep(0.2)
 """
 
 
@@ -118,7 +118,7 @@ def test_logs_follow_waits_for_a_pending_job_and_follows_it_across_a_drain(
         JobSpec(
             name="ticker",
             program=Program.script([sys.executable, str(script)]),
-            iterations=40,
+            iterations=30,
             dependencies=(Dependency("afterok", blocker),),
         )
     )
@@ -159,7 +159,7 @@ def test_logs_follow_waits_for_a_pending_job_and_follows_it_across_a_drain(
     before = [int(line.split()[1]) for line in stdout[:second_at] if line.startswith("tick ")]
     after = [int(line.split()[1]) for line in stdout[second_at:] if line.startswith("tick ")]
     assert before and after, stdout
-    assert after[-1] == 39 and set(range(40)) <= set(before) | set(after)
+    assert after[-1] == 29 and set(range(30)) <= set(before) | set(after)
     (note,) = [line for line in stderr if line.startswith("hadar: ")]
     assert re.fullmatch(
         rf"hadar: preempted in round \d+ \(node {node} is draining\); "
