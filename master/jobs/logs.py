@@ -304,7 +304,7 @@ class LogRelay:
             )
             if rank is not None:
                 sub.rank = rank
-            while not over.is_set():
+            while not over.is_set() and active():
                 try:
                     self._workers.connect(node.address)
                     # A grpc call: iterated for chunks, and cancellable.
