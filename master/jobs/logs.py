@@ -37,8 +37,10 @@ from store.domain import Job, JobEvent, Node, Task
 from store.states import JobState, NodeState, is_terminal
 
 POLL_S = 1.0
-# A follower re-reads the job at most this often, however often jobs change.
+# A waiting follower looks for its job's next event at most this often, however often
+# jobs change, and re-reads the whole job at least this often all the same.
 FOLLOW_READ_GAP_S = 0.25
+FOLLOW_REREAD_S = 30.0
 # How soon a worker is asked again for a task it has not started yet.
 RETRY_START_S = 0.5
 # Names the threads that read one task's output from its worker.
@@ -101,6 +103,8 @@ class _View:
     job: Job
     attempts: list[Attempt]
     nodes: dict[str, Node]
+    # The job's newest event: every new attempt, and the job's end, come with a later one.
+    last_event_id: int
 
 
 def _opening(job_id: int, attempt: Attempt, attempts: int) -> common_pb2.LogChunk:
@@ -126,8 +130,10 @@ class LogRelay:
     def _view(self, job_id: int) -> _View:
         def read(uow: UnitOfWork) -> _View:
             job = uow.jobs.get(job_id)
-            found = attempts_of(job, uow.tasks.for_job(job.id), uow.jobs.events(job.id))
-            return _View(job, found, {n.name: n for n in uow.nodes.all()})
+            events = uow.jobs.events(job.id)
+            found = attempts_of(job, uow.tasks.for_job(job.id), events)
+            last = events[-1].id if events else 0
+            return _View(job, found, {n.name: n for n in uow.nodes.all()}, last)
 
         return self._tx.read(read)
 
@@ -200,13 +206,7 @@ class LogRelay:
         ended and its last attempt has been relayed."""
         failures: list[Exception] = []
         relayed: int | None = None
-        generation = self._changes.generation if self._changes is not None else 0
-        read_at = -FOLLOW_READ_GAP_S
         while active():
-            gap = FOLLOW_READ_GAP_S - (time.monotonic() - read_at)
-            if gap > 0:
-                time.sleep(gap)
-            read_at = time.monotonic()
             view = self._view(job_id)
             attempts = view.attempts
             if relayed is None:
@@ -242,16 +242,31 @@ class LogRelay:
                 continue
             if is_terminal(view.job.state):
                 break
+            self._await_event(job_id, view.last_event_id, active)
+        if failures:
+            raise failures[0]
+
+    def _await_event(self, job_id: int, after: int, active: Callable[[], bool]) -> None:
+        """Returns once the job has an event after `after` (a new attempt, its end), or
+        after a while regardless. Waking on every change of every job, it asks the store
+        only for this job's events, a few times a second at most."""
+        since = time.monotonic()
+        generation = self._changes.generation if self._changes is not None else 0
+        while active() and time.monotonic() - since < FOLLOW_REREAD_S:
             if self._changes is None:
                 time.sleep(POLL_S)
-                continue
-            if self._changes.closed:
+            elif self._changes.closed:
                 raise UnavailableError(
                     f"the master is stopping; follow job {job_id} again once it is back"
                 )
-            generation = self._changes.wait(generation, POLL_S)
-        if failures:
-            raise failures[0]
+            else:
+                generation = self._changes.wait(generation, POLL_S)
+            newer = self._tx.read(
+                lambda uow: uow.jobs.events_after(after, job_ids=[job_id], limit=1)
+            )
+            if newer:
+                return
+            time.sleep(FOLLOW_READ_GAP_S)
 
     def _relay(
         self,
