@@ -34,7 +34,7 @@ from master.process.transactions import Transactor
 from protos.hadar.v1 import common_pb2, worker_pb2
 from store import UnitOfWork
 from store.domain import Job, JobEvent, Node, Task
-from store.states import JobState, NodeState, is_terminal
+from store.states import JobState, NodeState, TaskState, is_terminal
 
 POLL_S = 1.0
 # A waiting follower looks for its job's next event at most this often, however often
@@ -43,6 +43,9 @@ FOLLOW_READ_GAP_S = 0.25
 FOLLOW_REREAD_S = 30.0
 # How soon a worker is asked again for a task it has not started yet.
 RETRY_START_S = 0.5
+# How long a worker has to report a task's exit after its log stream ended, before the
+# stream is taken to have broken (the worker's agent restarted) and is read again.
+REPORT_GRACE_S = 3.0
 # Names the threads that read one task's output from its worker.
 PUMP_THREAD = "log-relay"
 
@@ -89,6 +92,20 @@ def _why_ended(job: Job, group: Sequence[Task], events: Sequence[JobEvent]) -> s
 
 def _holds_rank(task: Task, rank: int) -> bool:
     return task.rank_offset <= rank < task.rank_offset + len(task.gpu_indices)
+
+
+def _trim(chunk: common_pb2.LogChunk, relayed: dict[tuple[int, int], int]) -> bool:
+    """Drops from `chunk` what was relayed of its file already; False when nothing is left."""
+    key = (chunk.rank, chunk.stream)
+    have = relayed.get(key, 0)
+    end = chunk.offset + len(chunk.data)
+    if end <= have:
+        return False
+    if chunk.offset < have:
+        chunk.data = chunk.data[have - chunk.offset :]
+        chunk.offset = have
+    relayed[key] = end
+    return True
 
 
 def _never_ran(task: Task) -> bool:
@@ -139,6 +156,19 @@ class LogRelay:
 
     def _task_now(self, task: Task) -> Task | None:
         return self._tx.read(lambda uow: uow.tasks.find(task.job_id, task.task_index, task.lease))
+
+    def _still_runs(self, task: Task, over: threading.Event) -> bool:
+        """Whether the master still has the task running once its worker has had a while
+        to report an exit (False as soon as it has ended, or the relay is over)."""
+        deadline = time.monotonic() + REPORT_GRACE_S
+        while True:
+            now = self._task_now(task)
+            if now is None or now.state not in (TaskState.STARTING, TaskState.RUNNING):
+                return False
+            if time.monotonic() >= deadline:
+                return True
+            if over.wait(RETRY_START_S):
+                return False
 
     def stream(
         self,
@@ -319,7 +349,13 @@ class LogRelay:
             )
             if rank is not None:
                 sub.rank = rank
+            # Bytes relayed of each of the task's files, by (rank, stream): a stream read
+            # again from the start after a break sends each byte once.
+            relayed: dict[tuple[int, int], int] = {}
             while not over.is_set() and active():
+                if relayed:
+                    # Read again after a break: from the start, what was relayed dropped.
+                    sub.tail_lines, sub.offset = 0, 0
                 try:
                     self._workers.connect(node.address)
                     # A grpc call: iterated for chunks, and cancellable.
@@ -327,21 +363,32 @@ class LogRelay:
                     with lock:
                         calls.append(call)
                     for chunk in call:
-                        if not put(chunk):
+                        if _trim(chunk, relayed) and not put(chunk):
                             call.cancel()
                             return
-                    return
-                except grpc.RpcError as exc:
-                    code = exc.code()
+                    # A worker ends a follow once the task has ended there. When the master
+                    # still has it running, the worker's agent went away instead (it was
+                    # restarted, and adopts the task): read on from where the break was.
+                    if not follow or not self._still_runs(task, over):
+                        return
+                except (grpc.RpcError, WorkerUnreachableError) as exc:
+                    code = exc.code() if isinstance(exc, grpc.RpcError) else None
+                    detail = exc.details() if isinstance(exc, grpc.RpcError) else str(exc)
+                    if code == grpc.StatusCode.CANCELLED:
+                        return
                     if code != grpc.StatusCode.NOT_FOUND:
-                        if code != grpc.StatusCode.CANCELLED:
-                            put(UnavailableError(f"logs of {where}: {exc.details()}"))
+                        # Following a task that still runs, a worker that does not answer
+                        # (its agent restarting) is asked again until the master gives up
+                        # on the task.
+                        if follow and self._still_runs(task, over):
+                            continue
+                        put(UnavailableError(f"logs of {where}: {detail}"))
                         return
                     now = self._task_now(task) or task
                     if _never_ran(now):
                         return
                     if not now.active:
-                        put(LogsNotFoundError(f"no output of {where}: {exc.details()}"))
+                        put(LogsNotFoundError(f"no output of {where}: {detail}"))
                         return
                     # Not started there yet (or waiting for its previous lease to stop):
                     # nothing to show so far, which is no error.

@@ -314,3 +314,35 @@ def test_following_a_pending_job_that_is_cancelled_ends_without_output(cluster: 
     api.CancelJob(hadar_pb2.CancelJobRequest(job_id=job.id))
     assert done.wait(10.0), "the follow did not end with the job"
     assert received == []
+
+
+def test_a_follow_reads_on_without_repeats_when_the_workers_stream_breaks(
+    cluster: Cluster,
+) -> None:
+    """The worker's stream ends while the master still has the task running (its agent
+    restarted and adopted the task): the follow reads the task's output again and relays
+    only what it had not, so nothing is lost and nothing printed twice."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    key = (job.id, worker.applied[-1].lease)
+    worker.lease_logs[key] = b"before\n"
+    received: list[bytes] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        request = hadar_pb2.StreamLogsRequest(job_id=job.id, follow=True)
+        received.extend(c.data for c in api.StreamLogs(request, timeout=60) if c.data)
+        done.set()
+
+    threading.Thread(target=follow, daemon=True).start()
+    wait_for(lambda: received == [b"before\n"], what="the output so far")
+    worker.stream_epoch += 1
+    worker.lease_logs[key] = b"before\nafter\n"
+    wait_for(lambda: b"".join(received) == b"before\nafter\n", what="the output after the break")
+    worker.exit(job.id, common_pb2.EXIT_KIND_COMPLETED)
+    assert done.wait(15), "the follow did not end with the job"
+    assert b"".join(received) == b"before\nafter\n"
