@@ -9,7 +9,8 @@ every rank, not only those of the tasks not yet reported.
 Following a job follows the job, not one attempt: it waits for a pending job to be placed,
 relays each attempt until its tasks have stopped on their workers (so the `hadar:` line a
 worker writes when it stops a task arrives too), then waits for the next attempt, and ends
-once the job has ended and its last attempt is relayed. A follower costs the master no
+once the job has ended and its last attempt is relayed; a worker's stream that breaks while
+the task still runs is read again, each byte relayed once. A follower costs the master no
 thread of the serving pool beyond its own stream's (which admission caps), reads the store
 only when jobs change, at most a few times a second, and a client that reads slowly only
 slows its own workers' streams: the relay's queue is bounded and its threads give up once
