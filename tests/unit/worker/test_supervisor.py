@@ -707,3 +707,22 @@ def test_a_stop_of_the_workers_own_writes_nothing_into_the_log(tmp_path: Path) -
     assert rig.exits() == {(1, 2): common_pb2.EXIT_KIND_STOPPED}
     task_dir = rig.tmp_path / "state" / "tasks" / "job-1.task-0.lease-2"
     assert not (task_dir / "rank-0.err").exists()
+
+
+def test_a_lease_that_ran_out_is_written_into_the_log_with_where_the_job_resumes(
+    tmp_path: Path,
+) -> None:
+    """The worker's own stop at the end of an unrenewed lease is the scheduler's doing as
+    the job sees it: its `hadar:` line says why, and the master places the job again from
+    the checkpoint it saved."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(_expiring(1, 2, rig.clock.time() + 1))
+    _checkpointed(rig, 1, 2, 40)
+    rig.clock.advance(1)
+    rig.supervisor.poll()
+    rig.supervisor.poll()
+    line = _stderr_of(rig, 1, 2).splitlines()[-1]
+    assert line.startswith("hadar: lease 2 expired at "), line
+    assert line.endswith(
+        "without renewal: the master did not renew it; resumes from checkpoint at iteration 40"
+    ), line
