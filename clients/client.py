@@ -363,9 +363,11 @@ class HadarClient:
         timeout: float | None = None,
     ) -> Iterator[LogChunk]:
         """A job's output in chunks: every attempt in order (only ``attempt``, counted from
-        1, when given; only the current one when following), each opened by a chunk without
-        data that names it. Without ``follow`` the stream ends at the current end of the
-        logs and has the client's deadline; with ``follow`` it has none unless given."""
+        1, when given), each opened by a chunk without data that names it. Without
+        ``follow`` the stream ends at the current end of the logs and has the client's
+        deadline. With ``follow`` it follows the job: it waits for a pending job, starts
+        with the current attempt, goes on with each later one (after a preemption or
+        migration), ends once the job has ended, and has no deadline unless given."""
         request = hadar_pb2.StreamLogsRequest(job_id=job_id, follow=follow, tail_lines=tail_lines)
         if rank is not None:
             request.rank = rank

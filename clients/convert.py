@@ -334,6 +334,7 @@ def log_chunk(message: common_pb2.LogChunk) -> LogChunk:
         else LogStream.STDOUT,
         start_failure=message.start_failure,
         attempts=message.attempts,
+        nodes=tuple(message.nodes),
     )
 
 

@@ -525,5 +525,7 @@ class LogChunk:
     stream: LogStream = LogStream.STDOUT
     # On an attempt's opening chunk (no data): why the attempt never started, if it did not.
     start_failure: str = ""
-    # On an attempt's opening chunk: how many attempts the job has had.
+    # On an attempt's opening chunk: how many attempts the job has had (so far, when
+    # following), and the nodes the attempt was placed on.
     attempts: int = 0
+    nodes: tuple[str, ...] = ()

@@ -911,7 +911,11 @@ def _confirm(ctx: Context, user: str, jobs: Sequence[Job]) -> None:
 def _configure_logs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", type=job_ref, metavar="JOB", help="job id, or array element (12_3)")
     parser.add_argument(
-        "-f", "--follow", action="store_true", help="keep printing new output (current attempt)"
+        "-f",
+        "--follow",
+        action="store_true",
+        help="follow the job: wait while it is pending, print new output as it is written, "
+        "go on with each new attempt, exit 0 when the job has ended (`hctl wait` tells how)",
     )
     parser.add_argument(
         "--tail",
@@ -936,13 +940,15 @@ def _configure_logs(parser: argparse.ArgumentParser) -> None:
 
 class _LogPrinter:
     """Writes a job's output as it arrives: standard output to stdout, standard error to
-    stderr, a header before each attempt when the job has had several, and, with labels,
-    each line prefixed with where it came from."""
+    stderr, a header before each attempt when the job has had several (when following,
+    before every attempt: more may come), and, with labels, each line prefixed with where
+    it came from."""
 
-    def __init__(self, job: int, label: bool, headers: bool) -> None:
+    def __init__(self, job: int, label: bool, headers: bool, follow: bool = False) -> None:
         self._job = job
         self._label = label
         self._headers = headers
+        self._follow = follow
         self._pending: dict[tuple[int, str, int, LogStream], bytes] = {}
         self.attempts: list[LogChunk] = []
         self.received = False
@@ -978,8 +984,11 @@ class _LogPrinter:
             return
         self.flush()
         self.attempts.append(chunk)
-        if self._headers and chunk.attempts > 1:
-            what = f"attempt {chunk.attempt} of {chunk.attempts} (lease {chunk.lease})"
+        if self._headers and (self._follow or chunk.attempts > 1):
+            what = f"attempt {chunk.attempt}" + ("" if self._follow else f" of {chunk.attempts}")
+            if chunk.nodes:
+                what += f" on {', '.join(chunk.nodes)}"
+            what += f" (lease {chunk.lease})"
             if chunk.start_failure:
                 what += f": did not start: {chunk.start_failure}"
             # The header is hctl's, not the job's: what others wrote in it is escaped.
@@ -1002,8 +1011,13 @@ def _run_logs(args: argparse.Namespace, ctx: Context) -> int:
     client = ctx.client()
     with about_job(args.job, "read the logs of"):
         # Asked first, so that NOT_FOUND from the stream is about the output only.
-        job_id_ = resolve(client, args.job).id
-    printer = _LogPrinter(job_id_, args.label, headers=args.attempt is None)
+        job = resolve(client, args.job)
+    job_id_ = job.id
+    if args.follow and args.attempt is None and job.state in (JobState.PENDING, JobState.PREEMPTED):
+        what = "is pending" if job.state is JobState.PENDING else "waits to run again"
+        why = f" ({job.reason})" if job.reason else ""
+        ctx.note(f"job {args.job} {what}{why}; its output follows once it runs (Ctrl-C to stop)")
+    printer = _LogPrinter(job_id_, args.label, headers=args.attempt is None, follow=args.follow)
     try:
         for chunk in client.stream_logs(
             job_id_,
@@ -1209,9 +1223,13 @@ COMMANDS = [
         description="Print the output of a job's processes, relayed from its workers: "
         "standard output on stdout, standard error on stderr. Every attempt (each placement: "
         "after a preemption, migration, resize or retry the job runs again) is kept until "
-        "the workers' log retention has passed, and printed in order under a header when "
-        "there are several. Exit code 9: the job has no output because it did not start "
-        "(the reason is printed).",
+        "the workers' log retention has passed, and printed in order under a header naming "
+        "its nodes when there are several. The scheduler's own notices (preempted, "
+        "migrated, time limit, cancelled, requeued) are `hadar:` lines on stderr. With -f, "
+        "the job is followed, not one attempt: a pending job is waited for, output appears "
+        "as it is written, each new attempt follows under its header, and hctl exits 0 "
+        "once the job has ended. Exit code 9: the job has no output because it did not "
+        "start (the reason is printed).",
         epilog="examples:\n  hctl logs 42 --tail 50\n  hctl logs 42 -f --label\n"
         "  hctl logs 42 --attempt 1 2>/dev/null",
     ),

@@ -28,6 +28,8 @@ class StopOrder:
     lease: int
     reason: str
     checkpoint: bool = True
+    # The job runs again from its checkpoint: its output says from which.
+    resumes: bool = False
 
 
 def release_tasks(
@@ -36,9 +38,11 @@ def release_tasks(
     reason: str,
     *,
     checkpoint: bool = True,
+    resumes: bool = False,
     now: datetime | None = None,
 ) -> list[StopOrder]:
-    """Take tasks out of the job's placement and order their workers to stop them.
+    """Take tasks out of the job's placement and order their workers to stop them; the
+    worker writes `reason` into the job's output once each has stopped.
 
     Acknowledged tasks become STOPPING until their worker reports the exit; tasks the
     worker may never have received become LOST at once (nothing waits for them).
@@ -52,7 +56,9 @@ def release_tasks(
         elif task.state is not TaskState.STOPPING:
             uow.tasks.set_state(task.id, TaskState.STOPPING, now=now)
         orders.append(
-            StopOrder(task.node, task.job_id, task.task_index, task.lease, reason, checkpoint)
+            StopOrder(
+                task.node, task.job_id, task.task_index, task.lease, reason, checkpoint, resumes
+            )
         )
     return orders
 
@@ -144,7 +150,7 @@ def lose_job_placement(
 ) -> tuple[Job, list[StopOrder]]:
     """The job no longer runs where it was placed (lost node, unexpected stop): its other
     tasks stop and it waits to be placed again from its last checkpoint."""
-    orders = release_tasks(uow, uow.tasks.active_for_job(job.id), reason, now=now)
+    orders = release_tasks(uow, uow.tasks.active_for_job(job.id), reason, resumes=True, now=now)
     if job.state is JobState.RUNNING:
         job = uow.jobs.transition(
             job.id, JobState.PREEMPTED, kind=kind, reason=reason, count_preemption=True, at=now

@@ -280,7 +280,10 @@ class Dispatcher:
             user=job.user,
         )
 
-    def stop(self, task: Task, round_number: int) -> worker_pb2.TaskAssignment:
+    def stop(
+        self, task: Task, round_number: int, reason: str = "", *, resumes: bool = False
+    ) -> worker_pb2.TaskAssignment:
+        """A STOP; `reason` (the round's decision) goes into the job's output."""
         return worker_pb2.TaskAssignment(
             job_id=task.job_id,
             task_index=task.task_index,
@@ -290,6 +293,8 @@ class Dispatcher:
             gpu_type=task.gpu_type,
             round=round_number,
             grace_s=self._settings.grace_s,
+            reason=reason,
+            resumes=resumes,
         )
 
     # -- starts that are ready -----------------------------------------------------------
@@ -315,6 +320,9 @@ class Dispatcher:
             if not any(self._blocked(t, active) for t in group)
         }
         jobs = uow.jobs.get_many({job_id for job_id, _ in ready})
+        requeued = self._requeue_reasons(
+            uow, [j for j in jobs.values() if j.retries or j.preemptions]
+        )
         now = utcnow()
         out: list[Outgoing] = []
         for (job_id, lease), group in sorted(ready.items()):
@@ -324,12 +332,26 @@ class Dispatcher:
             ):
                 continue
             placement = placements[(job_id, lease)]
-            out.extend(
-                Outgoing(t.node, t.id, self.start(job, t, placement, addresses, round_number, now))
-                for t in group
-            )
+            for t in group:
+                start = self.start(job, t, placement, addresses, round_number, now)
+                start.reason = requeued.get(job_id, "")
+                out.append(Outgoing(t.node, t.id, start))
             log.debug("start ready", job_id=job_id, lease=lease)
         return out
+
+    @staticmethod
+    def _requeue_reasons(uow: UnitOfWork, jobs: Sequence[Job]) -> dict[int, str]:
+        """Why each job runs again, for the `hadar:` line that opens its new attempt's
+        output, when its last attempt ended by a failure or a loss: a stop the scheduler
+        ordered (a preemption) has its line in the last attempt's output already."""
+        events = uow.jobs.last_event_into([j.id for j in jobs], JobState.PREEMPTED)
+        return {
+            job_id: f"requeued after {event.reason}"
+            for job_id, event in events.items()
+            # Every way into PREEMPTED but the round's own ("preempted"): a retry, a
+            # lost node, a worker that no longer runs the lease.
+            if event.kind != "preempted"
+        }
 
     @staticmethod
     def _blocked(task: Task, active: Sequence[Task]) -> bool:
@@ -599,6 +621,7 @@ class Dispatcher:
             checkpoint=order.checkpoint,
             grace_s=self._settings.grace_s,
             reason=order.reason,
+            resumes=order.resumes,
         )
         try:
             self._clients.stop(address, request)

@@ -3,6 +3,7 @@ master has a worker CA), deadlines and bounded retries, the cluster token on eve
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -53,6 +54,9 @@ class WorkerClients:
         self.on_fenced: Callable[[str], None] | None = None
 
     def _stub(self, address: str) -> Any:
+        return self._entry(address)[1]
+
+    def _entry(self, address: str) -> tuple[grpc.Channel, Any]:
         with self._lock:
             entry = self._channels.get(address)
             if entry is None:
@@ -63,7 +67,7 @@ class WorkerClients:
                 )
                 entry = (channel, worker_pb2_grpc.WorkerStub(channel))  # type: ignore[no-untyped-call]
                 self._channels[address] = entry
-            return entry[1]
+            return entry
 
     def _call(self, address: str, fn: Callable[[Any], T]) -> T:
         delay = DISPATCH_BACKOFF_S
@@ -119,10 +123,41 @@ class WorkerClients:
         )
         return response
 
+    def connect(self, address: str) -> None:
+        """Returns once the worker at `address` is connected; raises WorkerUnreachableError
+        as soon as connecting fails, or after the call timeout without an answer (an
+        address that drops packets would otherwise hold a stream without deadline)."""
+        channel = self._entry(address)[0]
+        states: queue.Queue[grpc.ChannelConnectivity] = queue.Queue()
+        seen = states.put
+        channel.subscribe(seen, try_to_connect=True)
+        deadline = time.monotonic() + self._timeout_s
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WorkerUnreachableError(
+                        address, f"no connection within {self._timeout_s:g} s"
+                    )
+                try:
+                    state = states.get(timeout=left)
+                except queue.Empty:
+                    continue
+                if state is grpc.ChannelConnectivity.READY:
+                    return
+                if state in (
+                    grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+                    grpc.ChannelConnectivity.SHUTDOWN,
+                ):
+                    raise WorkerUnreachableError(address, "cannot connect")
+        finally:
+            channel.unsubscribe(seen)
+
     def stream_logs(
         self, address: str, request: worker_pb2.StreamTaskLogsRequest
     ) -> Iterator[common_pb2.LogChunk]:
-        """The worker's log stream; the returned call can be cancelled."""
+        """The worker's log stream; the returned call can be cancelled. It has no deadline
+        (a follow lasts as long as the job): :meth:`connect` first."""
         call: Iterator[common_pb2.LogChunk] = self._stub(address).StreamTaskLogs(
             request, metadata=self._metadata
         )

@@ -450,12 +450,24 @@ class RoundRunner:
                     )
             return outgoing, []
         if action.kind is ActionKind.STOP:
-            outgoing.extend(self._stop_tasks(uow, tasks, number))
+            why = preemption_reason(action, number)
+            draining = sorted(
+                {
+                    t.node
+                    for t in tasks
+                    if t.node in inp.nodes
+                    and inp.nodes[t.node].state in (NodeState.DRAINING, NodeState.DRAINED)
+                }
+            )
+            if draining and not action.displaced_by and not action.reason:
+                # Nothing else wanted its GPUs: the drain is why, in its output and history.
+                why += f" (node {', '.join(draining)} is draining)"
+            outgoing.extend(self._stop_tasks(uow, tasks, number, why))
             uow.jobs.transition(
                 job.id,
                 JobState.PREEMPTED,
                 kind="preempted",
-                reason=preemption_reason(action, number),
+                reason=why,
                 round=number,
                 count_preemption=True,
                 at=now,
@@ -463,12 +475,15 @@ class RoundRunner:
             )
             return outgoing, []
         assert action.allocation is not None
-        if action.kind in (ActionKind.MIGRATE, ActionKind.RESIZE):
-            outgoing.extend(self._stop_tasks(uow, tasks, number))
-        new_tasks = self._place(job.id, action.allocation, decision.tasks[job.id], number, lease)
         where = ", ".join(
             f"{node}:{len(action.allocation.slots_on(node))}" for node in action.allocation.nodes
         )
+        moved = f"{action.kind.value}d to {where} in round {number}" + (
+            f": {reason}" if reason else ""
+        )
+        if action.kind in (ActionKind.MIGRATE, ActionKind.RESIZE):
+            outgoing.extend(self._stop_tasks(uow, tasks, number, moved))
+        new_tasks = self._place(job.id, action.allocation, decision.tasks[job.id], number, lease)
         if action.kind is ActionKind.START and job.state is JobState.RUNNING:
             # Running but holding nothing (its last placement is being torn down): a
             # new placement, no state change.
@@ -494,8 +509,7 @@ class RoundRunner:
             uow.jobs.note(
                 job.id,
                 kind="migrated" if action.kind is ActionKind.MIGRATE else "resized",
-                reason=f"{action.kind.value}d to {where} in round {number}"
-                + (f": {reason}" if reason else ""),
+                reason=moved,
                 round=number,
                 at=now,
                 count_migration=action.kind is ActionKind.MIGRATE,
@@ -503,7 +517,11 @@ class RoundRunner:
             )
         return outgoing, new_tasks
 
-    def _stop_tasks(self, uow: UnitOfWork, tasks: list[Task], number: int) -> list[Outgoing]:
+    def _stop_tasks(
+        self, uow: UnitOfWork, tasks: list[Task], number: int, reason: str
+    ) -> list[Outgoing]:
+        """STOPs for the tasks of a job the round moves or preempts: it runs again from its
+        checkpoint, and `reason` tells its output why it stopped."""
         out: list[Outgoing] = []
         for task in tasks:
             if task.state is TaskState.ASSIGNED:
@@ -512,7 +530,11 @@ class RoundRunner:
                 uow.tasks.set_state(task.id, TaskState.LOST)
             elif task.state is not TaskState.STOPPING:
                 uow.tasks.set_state(task.id, TaskState.STOPPING)
-            out.append(Outgoing(task.node, task.id, self._dispatcher.stop(task, number)))
+            out.append(
+                Outgoing(
+                    task.node, task.id, self._dispatcher.stop(task, number, reason, resumes=True)
+                )
+            )
         return out
 
     @staticmethod

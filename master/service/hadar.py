@@ -283,7 +283,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             raise PermissionDeniedError(
                 f"job {job_id} belongs to {owner}: only its owner and admins may read its output"
             )
-        yield from LogRelay(self.parts.tx, self.parts.workers).stream(
+        yield from LogRelay(self.parts.tx, self.parts.workers, self.parts.changes).stream(
             job_id,
             follow=request.follow,
             tail_lines=request.tail_lines,

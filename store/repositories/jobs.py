@@ -679,6 +679,18 @@ class JobRepository:
         query = select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id)
         return [convert.job_event(row) for row in self._session.scalars(query)]
 
+    def last_event_into(self, job_ids: Collection[int], state: JobState) -> dict[int, JobEvent]:
+        """Each job's latest event that moved it into `state` (jobs without one left out)."""
+        if not job_ids:
+            return {}
+        latest = (
+            select(func.max(JobEventRow.id))
+            .where(JobEventRow.job_id.in_(list(job_ids)), JobEventRow.to_state == state.value)
+            .group_by(JobEventRow.job_id)
+        )
+        query = select(JobEventRow).where(JobEventRow.id.in_(latest))
+        return {row.job_id: convert.job_event(row) for row in self._session.scalars(query)}
+
     def events_after(
         self, after_id: int, *, job_ids: Sequence[int] = (), limit: int = 1000
     ) -> list[JobEvent]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -363,8 +364,9 @@ def test_a_cancelled_commands_output_is_in_hctl_logs_and_its_output_files(
     start_cluster: Callable[..., Cluster], tmp_path: Path
 ) -> None:
     """A command that printed and was then cancelled: `hctl logs` shows what it printed
-    (standard output on stdout, standard error on stderr), and the --output and --error
-    files in its workdir (%j expanded) hold the same."""
+    (standard output on stdout, standard error on stderr) and then, on stderr, the
+    worker's `hadar:` line saying who cancelled it; the --output and --error files in its
+    workdir (%j expanded) hold what the job printed."""
     cluster = start_cluster("v100:1")
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -384,10 +386,17 @@ def test_a_cancelled_commands_output_is_in_hctl_logs_and_its_output_files(
     wait_for(
         lambda: out.exists() and out.read_text() == "to stdout\n", 120, "the job's output file"
     )
-    result = cluster.hctl("cancel", str(job_id))
+    result = cluster.hctl("cancel", str(job_id), "--reason", "wrong data")
     assert result.returncode == 0, result.stderr
     cluster.wait_state(job_id, {JobState.CANCELLED}, timeout=60)
-    logs = cluster.hctl("logs", str(job_id))
-    assert (logs.returncode, logs.stdout) == (0, "to stdout\n"), logs.stderr
-    assert logs.stderr == "to stderr\n"
+    logs: list[subprocess.CompletedProcess[str]] = []
+
+    def noted() -> bool:
+        # The line is written once the worker has stopped the process.
+        logs.append(cluster.hctl("logs", str(job_id)))
+        return "hadar:" in logs[-1].stderr
+
+    wait_for(noted, 30, "the cancel's hadar: line")
+    assert (logs[-1].returncode, logs[-1].stdout) == (0, "to stdout\n"), logs[-1].stderr
+    assert re.fullmatch(r"to stderr\nhadar: cancelled by \S+: wrong data\n", logs[-1].stderr)
     assert err.read_text() == "to stderr\n"

@@ -266,11 +266,25 @@ class WorkerAgent:
         return result
 
     def stop_task(
-        self, job_id: int, lease: int, graceful: bool, grace_s: float, reason: str
+        self,
+        job_id: int,
+        lease: int,
+        graceful: bool,
+        grace_s: float,
+        reason: str,
+        *,
+        note: str = "",
+        resumes: bool = False,
     ) -> bool:
         log.info("stop_task", job=job_id, lease=lease, graceful=graceful, reason=reason)
         return self.supervisor.stop(
-            job_id, lease=lease, graceful=graceful, grace_s=grace_s, reason=reason
+            job_id,
+            lease=lease,
+            graceful=graceful,
+            grace_s=grace_s,
+            reason=reason,
+            note=note,
+            resumes=resumes,
         )
 
     def status(self) -> worker_pb2.GetWorkerStatusResponse:

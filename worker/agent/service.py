@@ -182,6 +182,9 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     graceful=request.checkpoint,
                     grace_s=request.grace_s,
                     reason=request.reason or "StopTask",
+                    # The master's reason is its decision about the job, for its output.
+                    note=request.reason,
+                    resumes=request.resumes,
                 )
         except FencedError as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))

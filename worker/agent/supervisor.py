@@ -47,7 +47,13 @@ from worker.agent.processes import (
 )
 from worker.agent.progressfile import ProgressTail, tail_lines
 from worker.agent.state import RunningTaskRecord, StateStore, write_atomically
-from worker.agent.tasklogs import job_of, output_file, stderr_log, stdout_log
+from worker.agent.tasklogs import (
+    append_scheduler_line,
+    job_of,
+    output_file,
+    stderr_log,
+    stdout_log,
+)
 from worker.agent.userdirs import UserDirectoryError
 from worker.agent.users import UnknownUserError, UserDirectory
 from worker.gpus import GpuInfo
@@ -155,6 +161,11 @@ class Task:
     adopted: bool = False
     # Stopped by this worker because its lease ended without renewal.
     lease_expired: bool = False
+    # What the scheduler decided about it, written to its log as a `hadar:` line once it
+    # has stopped (empty: a stop of the worker's own, written nowhere), and whether the job
+    # then runs again from its checkpoint.
+    note: str = ""
+    resumes: bool = False
 
     @property
     def key(self) -> tuple[int, int]:
@@ -335,8 +346,14 @@ class Supervisor:
                     "only cancelling the job (StopTask) stops it"
                 )
         for task in running:
+            if a.reason:
+                task.note, task.resumes = a.reason, a.resumes
             self._request_stop(
-                task, graceful=True, grace_s=a.grace_s, reason="stop assignment", warn=True
+                task,
+                graceful=True,
+                grace_s=a.grace_s,
+                reason=a.reason or "stop assignment",
+                warn=True,
             )
         return APPLIED, "stopping"
 
@@ -529,6 +546,9 @@ class Supervisor:
             common[contract.LEASE_FILE] = str(lease_file)
         argv = self._argv(task, workdir, common)
         stdout_copy, stderr_copy = self._output_copies(task, workdir)
+        if a.reason:
+            # Why the job runs again (a retry, a lost placement), before anything it prints.
+            self._write_note(task, a.reason + _resume_clause(task, a.iterations_done, True))
         try:
             for local_rank, gpu_index in enumerate(a.gpu_indices):
                 rank = a.rendezvous.rank_offset + local_rank
@@ -642,13 +662,19 @@ class Supervisor:
         graceful: bool = True,
         grace_s: float = 0.0,
         reason: str = "",
+        note: str = "",
+        resumes: bool = False,
     ) -> bool:
-        """Stops the job's task (only `lease` when non-zero); False when none runs."""
+        """Stops the job's task (only `lease` when non-zero); False when none runs. A
+        `note` (the scheduler's decision) is written to the task's log once it stopped; the
+        latest one wins, as it tells the job's fate (a cancel after a preemption)."""
         with self._lock:
             tasks = [
                 t for t in self._tasks.values() if t.job_id == job_id and lease in (0, t.lease)
             ]
             for task in tasks:
+                if note:
+                    task.note, task.resumes = note, resumes
                 self._request_stop(
                     task, graceful=graceful, grace_s=grace_s, reason=reason, warn=True
                 )
@@ -756,6 +782,8 @@ class Supervisor:
                 continue
             task.lease_expired = True
             reason = self._expiry_reason(task, ends, wall)
+            # The master places the job again once the lease (and grace) are over.
+            task.note, task.resumes = reason, True
             log.warning("lease_expired", job=task.job_id, lease=task.lease, reason=reason)
             self._request_stop(
                 task, graceful=True, grace_s=task.assignment.grace_s, reason=reason, warn=True
@@ -864,6 +892,9 @@ class Supervisor:
             report.message = f"terminated on request without a checkpoint ({task.stop_reason})"
         if task.lease_expired and not report.message:
             report.message = f"stopped: {task.stop_reason}"
+        if task.note and task.processes and report.kind != common_pb2.EXIT_KIND_COMPLETED:
+            # Before the task is forgotten: a log follower reads until then.
+            self._write_note(task, task.note + _resume_clause(task, report.iterations_done))
         self._tasks.pop(task.key, None)
         self._emit_exit(task, report)
 
@@ -889,6 +920,14 @@ class Supervisor:
                 "worker agent, ended without an exit record in their progress file"
                 + (f" ({task.stop_reason})" if task.stop_requested else "")
             )
+
+    def _write_note(self, task: Task, text: str) -> None:
+        """The scheduler's `hadar:` line, in the standard error log of the task's first
+        rank (one line per task, not one per rank)."""
+        try:
+            append_scheduler_line(task.task_dir, task.assignment.rendezvous.rank_offset, text)
+        except OSError as exc:
+            log.warning("could not write to the task's log", job=task.job_id, error=str(exc))
 
     def _emit_exit(self, task: Task, report: coordinator_pb2.TaskExitedRequest) -> None:
         report.node = self._config.node
@@ -1043,6 +1082,20 @@ class Supervisor:
 def contract_error_file(task_dir: Path, local_rank: int) -> Path:
     """Where a rank's runtime writes an uncaught ContractError (HADAR_ERROR_FILE)."""
     return task_dir / f"contract-error-rank{local_rank}.txt"
+
+
+def _resume_clause(task: Task, checkpoint: int, resumes: bool | None = None) -> str:
+    """Where the job goes on from, for its `hadar:` line: the checkpoint it resumes from,
+    or, when it does not run again, the last checkpoint it saved."""
+    if resumes if resumes is not None else task.resumes:
+        if not task.managed:
+            return "; runs again from the start"
+        if checkpoint:
+            return f"; resumes from checkpoint at iteration {checkpoint}"
+        return "; restarts from the beginning (no checkpoint yet)"
+    if task.managed and checkpoint:
+        return f"; last checkpoint at iteration {checkpoint}"
+    return ""
 
 
 def free_port() -> int:

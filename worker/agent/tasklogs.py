@@ -4,10 +4,16 @@ Each task (a job's presence on this node for one lease, i.e. one attempt) has a 
 ``<state_dir>/tasks/job-<id>.task-<index>.lease-<lease>`` holding one file per rank and
 stream: ``rank-<r>.out`` (standard output) and ``rank-<r>.err`` (standard error). Directories
 of earlier agents hold ``rank-<r>.log``, both streams together; they read as standard output.
+
+What the scheduler does to a task (stops it for a preemption, a migration, its time limit, a
+cancel; starts it again after a failed attempt) is written into its first rank's standard
+error as one ``hadar:`` line, as Slurm writes its own notices into a job's output, so that
+`hctl logs` tells the whole story without `hctl show`.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +27,7 @@ _STREAMS = {
     "err": common_pb2.LOG_STREAM_STDERR,
     "log": common_pb2.LOG_STREAM_STDOUT,
 }
+SCHEDULER_PREFIX = "hadar: "
 # sbatch's filename patterns that mean something for a Hadar job.
 _PATTERN_RE = re.compile(r"%(.)")
 
@@ -65,3 +72,22 @@ def output_file(pattern: str, *, job_id: int, user: str, name: str, workdir: Pat
     values = {"j": str(job_id), "u": user, "x": name, "%": "%"}
     expanded = _PATTERN_RE.sub(lambda m: values.get(m.group(1), m.group(0)), pattern)
     return workdir / expanded
+
+
+def scheduler_line(text: str) -> bytes:
+    """One ``hadar:`` line: control characters (a newline in a reason) never split it."""
+    clean = "".join(c if c.isprintable() else " " for c in text)
+    return f"{SCHEDULER_PREFIX}{clean}\n".encode()
+
+
+def append_scheduler_line(task_dir: Path, rank: int, text: str) -> None:
+    """Appends a ``hadar:`` line to the rank's standard error log (created owner-only when
+    the rank never wrote one). Appending never cuts a line the process writes at the same
+    time: both write with O_APPEND. Raises OSError."""
+    fd = os.open(
+        stderr_log(task_dir, rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+    )
+    try:
+        os.write(fd, scheduler_line(text))
+    finally:
+        os.close(fd)

@@ -352,7 +352,7 @@ class WorkerTask(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., lease: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., iterations_done: _Optional[int] = ..., pids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LogChunk(_message.Message):
-    __slots__ = ("job_id", "task_index", "rank", "node", "data", "offset", "lease", "stream", "attempt", "start_failure", "attempts")
+    __slots__ = ("job_id", "task_index", "rank", "node", "data", "offset", "lease", "stream", "attempt", "start_failure", "attempts", "nodes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -364,6 +364,7 @@ class LogChunk(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     START_FAILURE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     task_index: int
     rank: int
@@ -375,4 +376,5 @@ class LogChunk(_message.Message):
     attempt: int
     start_failure: str
     attempts: int
-    def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., rank: _Optional[int] = ..., node: _Optional[str] = ..., data: _Optional[bytes] = ..., offset: _Optional[int] = ..., lease: _Optional[int] = ..., stream: _Optional[_Union[LogStream, str]] = ..., attempt: _Optional[int] = ..., start_failure: _Optional[str] = ..., attempts: _Optional[int] = ...) -> None: ...
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., rank: _Optional[int] = ..., node: _Optional[str] = ..., data: _Optional[bytes] = ..., offset: _Optional[int] = ..., lease: _Optional[int] = ..., stream: _Optional[_Union[LogStream, str]] = ..., attempt: _Optional[int] = ..., start_failure: _Optional[str] = ..., attempts: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -192,8 +192,13 @@ class HadarServicer:
     def StreamLogs(self, request, context):
         """Streams a job's output, relayed from its workers: every attempt (placement) in order,
         each from all of its tasks whether they still run or not, each opened by a chunk with
-        no data that names the attempt (and why it never started, when it did not). Nothing
-        for a job never placed. UNAVAILABLE when a worker cannot be reached; NOT_FOUND when a
+        no data that names the attempt and its nodes (and why it never started, when it did
+        not). Nothing for a job never placed, unless following: a follow waits for the job to
+        be placed, goes on with each new attempt and ends once the job has ended and its last
+        attempt is relayed. The workers write the scheduler's decisions about a task (stops,
+        requeues) into its output as `hadar:` lines on standard error.
+        UNAVAILABLE when a worker cannot be reached (at once for a node known unreachable);
+        NOT_FOUND when a
         worker no longer has a task's output (past its retention) or the rank or attempt does
         not exist, or for an unknown job id. A task whose output cannot be read does not hold
         back the others: its error ends the stream once everything readable has been sent.

@@ -26,37 +26,37 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from protos.hadar.v1 import common_pb2 as protos_dot_hadar_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cprotos/hadar/v1/worker.proto\x12\x08hadar.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cprotos/hadar/v1/common.proto\"_\n\nRendezvous\x12\x13\n\x0bmaster_addr\x18\x01 \x01(\t\x12\x13\n\x0bmaster_port\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x13\n\x0brank_offset\x18\x04 \x01(\r\"\xef\x03\n\x0eTaskAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x12\n\ntask_index\x18\x02 \x01(\r\x12\r\n\x05lease\x18\x03 \x01(\x04\x12*\n\x06\x61\x63tion\x18\x04 \x01(\x0e\x32\x1a.hadar.v1.AssignmentAction\x12\x1f\n\x04spec\x18\x05 \x01(\x0b\x32\x11.hadar.v1.JobSpec\x12\x13\n\x0bgpu_indices\x18\x06 \x03(\r\x12\x10\n\x08gpu_type\x18\x07 \x01(\t\x12(\n\nrendezvous\x18\x08 \x01(\x0b\x32\x14.hadar.v1.Rendezvous\x12\x19\n\x11local_batch_sizes\x18\t \x03(\r\x12\x1a\n\x12\x61\x63\x63umulation_steps\x18\n \x01(\r\x12\x18\n\x10iteration_budget\x18\x0b \x01(\x04\x12\x17\n\x0fiterations_done\x18\x0c \x01(\x04\x12\x34\n\x10lease_expires_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nnum_copies\x18\x0e \x01(\r\x12\x12\n\ncopy_index\x18\x0f \x01(\r\x12\r\n\x05round\x18\x10 \x01(\x04\x12\x0f\n\x07grace_s\x18\x11 \x01(\x01\x12\x16\n\x0e\x63heckpoint_dir\x18\x12 \x01(\t\x12\x0c\n\x04user\x18\x13 \x01(\t\"m\n\x17\x41pplyAssignmentsRequest\x12\r\n\x05round\x18\x01 \x01(\x04\x12-\n\x0b\x61ssignments\x18\x02 \x03(\x0b\x32\x18.hadar.v1.TaskAssignment\x12\x14\n\x0cmaster_epoch\x18\x03 \x01(\x04\"\x9a\x01\n\x10\x41ssignmentResult\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x12\n\ntask_index\x18\x02 \x01(\r\x12\r\n\x05lease\x18\x03 \x01(\x04\x12,\n\x07outcome\x18\x04 \x01(\x0e\x32\x1b.hadar.v1.AssignmentOutcome\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x14\n\x0cunknown_user\x18\x06 \x01(\t\"G\n\x18\x41pplyAssignmentsResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.hadar.v1.AssignmentResult\"{\n\x0fStopTaskRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\r\n\x05lease\x18\x02 \x01(\x04\x12\x12\n\ncheckpoint\x18\x03 \x01(\x08\x12\x0f\n\x07grace_s\x18\x04 \x01(\x01\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x14\n\x0cmaster_epoch\x18\x06 \x01(\x04\"\'\n\x10StopTaskResponse\x12\x13\n\x0bwas_running\x18\x01 \x01(\x08\"\x86\x01\n\x15StreamTaskLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0e\n\x06\x66ollow\x18\x02 \x01(\x08\x12\x12\n\ntail_lines\x18\x03 \x01(\r\x12\x11\n\x04rank\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\r\n\x05lease\x18\x06 \x01(\x04\x42\x07\n\x05_rank\"\x18\n\x16GetWorkerStatusRequest\"\xdb\x01\n\x17GetWorkerStatusResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x1b\n\x04gpus\x18\x02 \x03(\x0b\x32\r.hadar.v1.Gpu\x12#\n\x05tasks\x18\x03 \x03(\x0b\x32\x14.hadar.v1.WorkerTask\x12\x15\n\ragent_version\x18\x04 \x01(\t\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0emaster_address\x18\x06 \x01(\t\x12\x11\n\tconnected\x18\x07 \x01(\x08*\x8c\x01\n\x10\x41ssignmentAction\x12!\n\x1d\x41SSIGNMENT_ACTION_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41SSIGNMENT_ACTION_START\x10\x01\x12\x1c\n\x18\x41SSIGNMENT_ACTION_EXTEND\x10\x02\x12\x1a\n\x16\x41SSIGNMENT_ACTION_STOP\x10\x03*\x94\x01\n\x11\x41ssignmentOutcome\x12\"\n\x1e\x41SSIGNMENT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x41SSIGNMENT_OUTCOME_APPLIED\x10\x01\x12\x1c\n\x18\x41SSIGNMENT_OUTCOME_STALE\x10\x02\x12\x1d\n\x19\x41SSIGNMENT_OUTCOME_FAILED\x10\x03\x32\xc7\x02\n\x06Worker\x12Y\n\x10\x41pplyAssignments\x12!.hadar.v1.ApplyAssignmentsRequest\x1a\".hadar.v1.ApplyAssignmentsResponse\x12\x41\n\x08StopTask\x12\x19.hadar.v1.StopTaskRequest\x1a\x1a.hadar.v1.StopTaskResponse\x12G\n\x0eStreamTaskLogs\x12\x1f.hadar.v1.StreamTaskLogsRequest\x1a\x12.hadar.v1.LogChunk0\x01\x12V\n\x0fGetWorkerStatus\x12 .hadar.v1.GetWorkerStatusRequest\x1a!.hadar.v1.GetWorkerStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cprotos/hadar/v1/worker.proto\x12\x08hadar.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cprotos/hadar/v1/common.proto\"_\n\nRendezvous\x12\x13\n\x0bmaster_addr\x18\x01 \x01(\t\x12\x13\n\x0bmaster_port\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x13\n\x0brank_offset\x18\x04 \x01(\r\"\x90\x04\n\x0eTaskAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x12\n\ntask_index\x18\x02 \x01(\r\x12\r\n\x05lease\x18\x03 \x01(\x04\x12*\n\x06\x61\x63tion\x18\x04 \x01(\x0e\x32\x1a.hadar.v1.AssignmentAction\x12\x1f\n\x04spec\x18\x05 \x01(\x0b\x32\x11.hadar.v1.JobSpec\x12\x13\n\x0bgpu_indices\x18\x06 \x03(\r\x12\x10\n\x08gpu_type\x18\x07 \x01(\t\x12(\n\nrendezvous\x18\x08 \x01(\x0b\x32\x14.hadar.v1.Rendezvous\x12\x19\n\x11local_batch_sizes\x18\t \x03(\r\x12\x1a\n\x12\x61\x63\x63umulation_steps\x18\n \x01(\r\x12\x18\n\x10iteration_budget\x18\x0b \x01(\x04\x12\x17\n\x0fiterations_done\x18\x0c \x01(\x04\x12\x34\n\x10lease_expires_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nnum_copies\x18\x0e \x01(\r\x12\x12\n\ncopy_index\x18\x0f \x01(\r\x12\r\n\x05round\x18\x10 \x01(\x04\x12\x0f\n\x07grace_s\x18\x11 \x01(\x01\x12\x16\n\x0e\x63heckpoint_dir\x18\x12 \x01(\t\x12\x0c\n\x04user\x18\x13 \x01(\t\x12\x0e\n\x06reason\x18\x14 \x01(\t\x12\x0f\n\x07resumes\x18\x15 \x01(\x08\"m\n\x17\x41pplyAssignmentsRequest\x12\r\n\x05round\x18\x01 \x01(\x04\x12-\n\x0b\x61ssignments\x18\x02 \x03(\x0b\x32\x18.hadar.v1.TaskAssignment\x12\x14\n\x0cmaster_epoch\x18\x03 \x01(\x04\"\x9a\x01\n\x10\x41ssignmentResult\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x12\n\ntask_index\x18\x02 \x01(\r\x12\r\n\x05lease\x18\x03 \x01(\x04\x12,\n\x07outcome\x18\x04 \x01(\x0e\x32\x1b.hadar.v1.AssignmentOutcome\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x14\n\x0cunknown_user\x18\x06 \x01(\t\"G\n\x18\x41pplyAssignmentsResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.hadar.v1.AssignmentResult\"\x8c\x01\n\x0fStopTaskRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\r\n\x05lease\x18\x02 \x01(\x04\x12\x12\n\ncheckpoint\x18\x03 \x01(\x08\x12\x0f\n\x07grace_s\x18\x04 \x01(\x01\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x14\n\x0cmaster_epoch\x18\x06 \x01(\x04\x12\x0f\n\x07resumes\x18\x07 \x01(\x08\"\'\n\x10StopTaskResponse\x12\x13\n\x0bwas_running\x18\x01 \x01(\x08\"\x86\x01\n\x15StreamTaskLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0e\n\x06\x66ollow\x18\x02 \x01(\x08\x12\x12\n\ntail_lines\x18\x03 \x01(\r\x12\x11\n\x04rank\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\r\n\x05lease\x18\x06 \x01(\x04\x42\x07\n\x05_rank\"\x18\n\x16GetWorkerStatusRequest\"\xdb\x01\n\x17GetWorkerStatusResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x1b\n\x04gpus\x18\x02 \x03(\x0b\x32\r.hadar.v1.Gpu\x12#\n\x05tasks\x18\x03 \x03(\x0b\x32\x14.hadar.v1.WorkerTask\x12\x15\n\ragent_version\x18\x04 \x01(\t\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0emaster_address\x18\x06 \x01(\t\x12\x11\n\tconnected\x18\x07 \x01(\x08*\x8c\x01\n\x10\x41ssignmentAction\x12!\n\x1d\x41SSIGNMENT_ACTION_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41SSIGNMENT_ACTION_START\x10\x01\x12\x1c\n\x18\x41SSIGNMENT_ACTION_EXTEND\x10\x02\x12\x1a\n\x16\x41SSIGNMENT_ACTION_STOP\x10\x03*\x94\x01\n\x11\x41ssignmentOutcome\x12\"\n\x1e\x41SSIGNMENT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x41SSIGNMENT_OUTCOME_APPLIED\x10\x01\x12\x1c\n\x18\x41SSIGNMENT_OUTCOME_STALE\x10\x02\x12\x1d\n\x19\x41SSIGNMENT_OUTCOME_FAILED\x10\x03\x32\xc7\x02\n\x06Worker\x12Y\n\x10\x41pplyAssignments\x12!.hadar.v1.ApplyAssignmentsRequest\x1a\".hadar.v1.ApplyAssignmentsResponse\x12\x41\n\x08StopTask\x12\x19.hadar.v1.StopTaskRequest\x1a\x1a.hadar.v1.StopTaskResponse\x12G\n\x0eStreamTaskLogs\x12\x1f.hadar.v1.StreamTaskLogsRequest\x1a\x12.hadar.v1.LogChunk0\x01\x12V\n\x0fGetWorkerStatus\x12 .hadar.v1.GetWorkerStatusRequest\x1a!.hadar.v1.GetWorkerStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.hadar.v1.worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ASSIGNMENTACTION']._serialized_start=1593
-  _globals['_ASSIGNMENTACTION']._serialized_end=1733
-  _globals['_ASSIGNMENTOUTCOME']._serialized_start=1736
-  _globals['_ASSIGNMENTOUTCOME']._serialized_end=1884
+  _globals['_ASSIGNMENTACTION']._serialized_start=1644
+  _globals['_ASSIGNMENTACTION']._serialized_end=1784
+  _globals['_ASSIGNMENTOUTCOME']._serialized_start=1787
+  _globals['_ASSIGNMENTOUTCOME']._serialized_end=1935
   _globals['_RENDEZVOUS']._serialized_start=105
   _globals['_RENDEZVOUS']._serialized_end=200
   _globals['_TASKASSIGNMENT']._serialized_start=203
-  _globals['_TASKASSIGNMENT']._serialized_end=698
-  _globals['_APPLYASSIGNMENTSREQUEST']._serialized_start=700
-  _globals['_APPLYASSIGNMENTSREQUEST']._serialized_end=809
-  _globals['_ASSIGNMENTRESULT']._serialized_start=812
-  _globals['_ASSIGNMENTRESULT']._serialized_end=966
-  _globals['_APPLYASSIGNMENTSRESPONSE']._serialized_start=968
-  _globals['_APPLYASSIGNMENTSRESPONSE']._serialized_end=1039
-  _globals['_STOPTASKREQUEST']._serialized_start=1041
-  _globals['_STOPTASKREQUEST']._serialized_end=1164
-  _globals['_STOPTASKRESPONSE']._serialized_start=1166
-  _globals['_STOPTASKRESPONSE']._serialized_end=1205
-  _globals['_STREAMTASKLOGSREQUEST']._serialized_start=1208
-  _globals['_STREAMTASKLOGSREQUEST']._serialized_end=1342
-  _globals['_GETWORKERSTATUSREQUEST']._serialized_start=1344
-  _globals['_GETWORKERSTATUSREQUEST']._serialized_end=1368
-  _globals['_GETWORKERSTATUSRESPONSE']._serialized_start=1371
-  _globals['_GETWORKERSTATUSRESPONSE']._serialized_end=1590
-  _globals['_WORKER']._serialized_start=1887
-  _globals['_WORKER']._serialized_end=2214
+  _globals['_TASKASSIGNMENT']._serialized_end=731
+  _globals['_APPLYASSIGNMENTSREQUEST']._serialized_start=733
+  _globals['_APPLYASSIGNMENTSREQUEST']._serialized_end=842
+  _globals['_ASSIGNMENTRESULT']._serialized_start=845
+  _globals['_ASSIGNMENTRESULT']._serialized_end=999
+  _globals['_APPLYASSIGNMENTSRESPONSE']._serialized_start=1001
+  _globals['_APPLYASSIGNMENTSRESPONSE']._serialized_end=1072
+  _globals['_STOPTASKREQUEST']._serialized_start=1075
+  _globals['_STOPTASKREQUEST']._serialized_end=1215
+  _globals['_STOPTASKRESPONSE']._serialized_start=1217
+  _globals['_STOPTASKRESPONSE']._serialized_end=1256
+  _globals['_STREAMTASKLOGSREQUEST']._serialized_start=1259
+  _globals['_STREAMTASKLOGSREQUEST']._serialized_end=1393
+  _globals['_GETWORKERSTATUSREQUEST']._serialized_start=1395
+  _globals['_GETWORKERSTATUSREQUEST']._serialized_end=1419
+  _globals['_GETWORKERSTATUSRESPONSE']._serialized_start=1422
+  _globals['_GETWORKERSTATUSRESPONSE']._serialized_end=1641
+  _globals['_WORKER']._serialized_start=1938
+  _globals['_WORKER']._serialized_end=2265
 # @@protoc_insertion_point(module_scope)

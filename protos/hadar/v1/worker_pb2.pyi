@@ -46,7 +46,7 @@ class Rendezvous(_message.Message):
     def __init__(self, master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., world_size: _Optional[int] = ..., rank_offset: _Optional[int] = ...) -> None: ...
 
 class TaskAssignment(_message.Message):
-    __slots__ = ("job_id", "task_index", "lease", "action", "spec", "gpu_indices", "gpu_type", "rendezvous", "local_batch_sizes", "accumulation_steps", "iteration_budget", "iterations_done", "lease_expires_at", "num_copies", "copy_index", "round", "grace_s", "checkpoint_dir", "user")
+    __slots__ = ("job_id", "task_index", "lease", "action", "spec", "gpu_indices", "gpu_type", "rendezvous", "local_batch_sizes", "accumulation_steps", "iteration_budget", "iterations_done", "lease_expires_at", "num_copies", "copy_index", "round", "grace_s", "checkpoint_dir", "user", "reason", "resumes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,8 @@ class TaskAssignment(_message.Message):
     GRACE_S_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RESUMES_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     task_index: int
     lease: int
@@ -85,7 +87,9 @@ class TaskAssignment(_message.Message):
     grace_s: float
     checkpoint_dir: str
     user: str
-    def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., lease: _Optional[int] = ..., action: _Optional[_Union[AssignmentAction, str]] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., gpu_type: _Optional[str] = ..., rendezvous: _Optional[_Union[Rendezvous, _Mapping]] = ..., local_batch_sizes: _Optional[_Iterable[int]] = ..., accumulation_steps: _Optional[int] = ..., iteration_budget: _Optional[int] = ..., iterations_done: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., num_copies: _Optional[int] = ..., copy_index: _Optional[int] = ..., round: _Optional[int] = ..., grace_s: _Optional[float] = ..., checkpoint_dir: _Optional[str] = ..., user: _Optional[str] = ...) -> None: ...
+    reason: str
+    resumes: bool
+    def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., lease: _Optional[int] = ..., action: _Optional[_Union[AssignmentAction, str]] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., gpu_type: _Optional[str] = ..., rendezvous: _Optional[_Union[Rendezvous, _Mapping]] = ..., local_batch_sizes: _Optional[_Iterable[int]] = ..., accumulation_steps: _Optional[int] = ..., iteration_budget: _Optional[int] = ..., iterations_done: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., num_copies: _Optional[int] = ..., copy_index: _Optional[int] = ..., round: _Optional[int] = ..., grace_s: _Optional[float] = ..., checkpoint_dir: _Optional[str] = ..., user: _Optional[str] = ..., reason: _Optional[str] = ..., resumes: _Optional[bool] = ...) -> None: ...
 
 class ApplyAssignmentsRequest(_message.Message):
     __slots__ = ("round", "assignments", "master_epoch")
@@ -120,20 +124,22 @@ class ApplyAssignmentsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[AssignmentResult, _Mapping]]] = ...) -> None: ...
 
 class StopTaskRequest(_message.Message):
-    __slots__ = ("job_id", "lease", "checkpoint", "grace_s", "reason", "master_epoch")
+    __slots__ = ("job_id", "lease", "checkpoint", "grace_s", "reason", "master_epoch", "resumes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     GRACE_S_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RESUMES_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     lease: int
     checkpoint: bool
     grace_s: float
     reason: str
     master_epoch: int
-    def __init__(self, job_id: _Optional[int] = ..., lease: _Optional[int] = ..., checkpoint: _Optional[bool] = ..., grace_s: _Optional[float] = ..., reason: _Optional[str] = ..., master_epoch: _Optional[int] = ...) -> None: ...
+    resumes: bool
+    def __init__(self, job_id: _Optional[int] = ..., lease: _Optional[int] = ..., checkpoint: _Optional[bool] = ..., grace_s: _Optional[float] = ..., reason: _Optional[str] = ..., master_epoch: _Optional[int] = ..., resumes: _Optional[bool] = ...) -> None: ...
 
 class StopTaskResponse(_message.Message):
     __slots__ = ("was_running",)

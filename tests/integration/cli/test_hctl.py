@@ -362,7 +362,8 @@ def test_a_script_job_and_a_job_file(hctl: Hctl, tmp_path):
 
 
 def test_logs_follow_until_the_job_ends(hctl: Hctl, cluster: Cluster):
-    """logs -f prints output as it is written and returns once the job has ended."""
+    """logs -f prints output as it is written, under a header naming the attempt and its
+    node (more attempts may follow), and returns 0 once the job has ended."""
     job = submit(hctl, "--workload", "resnet", "--iterations", "10")
     cluster.round()
     worker = cluster.worker_running(job)
@@ -375,7 +376,8 @@ def test_logs_follow_until_the_job_ends(hctl: Hctl, cluster: Cluster):
     follower.join(30)
     assert not follower.is_alive(), "logs -f did not return after the job ended"
     (result,) = results
-    assert (result.code, result.out) == (0, "step 1\nstep 2\n")
+    header = f"==> job {job} attempt 1 on {worker.node} (lease {worker.tasks[job].lease}) <==\n"
+    assert (result.code, result.out) == (0, header + "step 1\nstep 2\n")
 
 
 def test_a_completed_command_shows_exit_code_0_and_a_failed_one_its_code(

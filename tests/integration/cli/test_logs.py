@@ -34,7 +34,8 @@ def test_logs_show_every_attempt_under_a_header_and_one_with_attempt(
     hctl: Hctl, cluster: Cluster
 ) -> None:
     """After the job is placed again, the first attempt's output is still there: logs
-    prints every attempt in order under a header, --attempt N only that one, bare."""
+    prints every attempt in order under a header naming its node, --attempt N only that
+    one, bare."""
     job = submit(hctl, "--workload", "resnet", "--iterations", "10")
     cluster.round()
     first = cluster.worker_running(job)
@@ -49,9 +50,9 @@ def test_logs_show_every_attempt_under_a_header_and_one_with_attempt(
     everything = hctl("logs", str(job))
     assert everything.code == 0, everything.err
     assert everything.out == (
-        f"==> job {job} attempt 1 of 2 (lease {first_lease}) <==\n"
+        f"==> job {job} attempt 1 of 2 on {first.node} (lease {first_lease}) <==\n"
         "first run\n"
-        f"==> job {job} attempt 2 of 2 (lease {second_lease}) <==\n"
+        f"==> job {job} attempt 2 of 2 on {second.node} (lease {second_lease}) <==\n"
         "second run\n"
     )
     assert hctl("logs", str(job), "--attempt", "1").out == "first run\n"

@@ -73,6 +73,8 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     # START of these jobs is answered FAILED with this message (as a malformed assignment
     # or a spawn error is on a real worker).
     fail_starts: dict[int, str] = field(default_factory=dict)
+    # Bumped to end every log stream open now, as a worker's agent restarting ends them.
+    stream_epoch: int = 0
     # START of a job of one of these users is refused as a worker running as root refuses
     # a user without a Unix account on its node.
     unknown_users: frozenset[str] = frozenset()
@@ -368,16 +370,44 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         self, request: worker_pb2.StreamTaskLogsRequest, context: grpc.ServicerContext
     ) -> Iterator[common_pb2.LogChunk]:
         self._check(context)
-        data = self.lease_logs.get((request.job_id, request.lease))
-        if data is None:
-            data = self.log_lines.get(request.job_id)
-        if data is None:
+
+        def output() -> bytes | None:
+            data = self.lease_logs.get((request.job_id, request.lease))
+            return data if data is not None else self.log_lines.get(request.job_id)
+
+        def running() -> bool:
+            with self._lock:
+                return any(
+                    t.job_id == request.job_id and t.lease == request.lease
+                    for t in self.tasks.values()
+                )
+
+        if output() is None and not (request.follow and running()):
             # As a real worker answers for a job it has no task of.
             context.abort(grpc.StatusCode.NOT_FOUND, f"no task of job {request.job_id} here")
-        if data:
-            yield common_pb2.LogChunk(
-                job_id=request.job_id, node=self.name, data=data, lease=request.lease
-            )
+        # Following, as a real worker does: what is added to the lease's output while its
+        # task runs, then the rest once it has ended.
+        sent = 0
+        epoch = self.stream_epoch
+        while True:
+            if self.stream_epoch != epoch:
+                return  # as a stream ends when the worker's agent stops
+            live = request.follow and running()
+            data = output() or b""
+            while len(data) > sent:
+                # At most 64 KiB a chunk, as a real worker reads.
+                part = data[sent : sent + 65536]
+                yield common_pb2.LogChunk(
+                    job_id=request.job_id,
+                    node=self.name,
+                    data=part,
+                    lease=request.lease,
+                    offset=sent,
+                )
+                sent += len(part)
+            if not live or not context.is_active():
+                return
+            time.sleep(0.05)
 
     def GetWorkerStatus(
         self, request: worker_pb2.GetWorkerStatusRequest, context: grpc.ServicerContext

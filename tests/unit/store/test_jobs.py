@@ -101,6 +101,22 @@ def test_transition_records_event_with_reason_and_timestamps(db: Database) -> No
     assert events[2].reason == "preempted in round 4 for job 9"
 
 
+def test_the_latest_event_into_a_state_is_found_per_job(db: Database) -> None:
+    """Each job's newest event into the state asked for (a retry after a preemption: the
+    retry), jobs without one left out."""
+    twice, never = submit(db), submit(db, name="b")
+    with db.transaction() as uow:
+        uow.jobs.transition(twice, JobState.RUNNING, kind="scheduled", reason="placed")
+        uow.jobs.transition(twice, JobState.PREEMPTED, kind="preempted", reason="for job 9")
+        uow.jobs.transition(twice, JobState.RUNNING, kind="scheduled", reason="placed again")
+        uow.jobs.transition(twice, JobState.PREEMPTED, kind="retried", reason="exit code 1")
+    with db.transaction() as uow:
+        found = uow.jobs.last_event_into([twice, never], JobState.PREEMPTED)
+        assert uow.jobs.last_event_into([], JobState.PREEMPTED) == {}
+    assert list(found) == [twice]
+    assert (found[twice].kind, found[twice].reason) == ("retried", "exit code 1")
+
+
 @pytest.mark.parametrize("terminal", sorted(TERMINAL_JOB_STATES))
 def test_terminal_states_accept_no_transition(db: Database, terminal: JobState) -> None:
     """Nothing leaves a terminal state, and a refused transition stores no event."""

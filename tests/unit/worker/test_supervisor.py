@@ -21,6 +21,7 @@ from worker.agent.state import RunningTaskRecord, StateStore
 from worker.agent.supervisor import Supervisor, SupervisorConfig
 from worker.agent.users import FakeUsers
 from worker.gpus import FakeGpuProvider
+from worker.runtime.contract import ProgressRecord
 
 APPLIED = worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
 STALE = worker_pb2.ASSIGNMENT_OUTCOME_STALE
@@ -618,3 +619,110 @@ def test_an_expired_lease_says_why_in_the_report_and_the_log(tmp_path: Path) -> 
         "stopped: lease 4 expired at 22:13:50 UTC without renewal: this worker agent did "
         "not run for 40 s (stopped or suspended), so it could not take a renewal"
     )
+
+
+def _checkpointed(rig: Rig, job: int, lease: int, iterations: int) -> None:
+    """The task's rank 0 wrote that it saved a checkpoint at `iterations` and exited."""
+    task_dir = rig.tmp_path / "state" / "tasks" / f"job-{job}.task-0.lease-{lease}"
+    record = ProgressRecord("exit", iterations, 1.0, 32.0, 0.5, iterations, rig.clock.time())
+    (task_dir / "progress-rank0.jsonl").write_text(record.to_json() + "\n")
+
+
+def _stderr_of(rig: Rig, job: int, lease: int, rank: int = 0) -> str:
+    task_dir = rig.tmp_path / "state" / "tasks" / f"job-{job}.task-0.lease-{lease}"
+    return (task_dir / f"rank-{rank}.err").read_text()
+
+
+def test_a_preempting_stop_writes_one_hadar_line_with_the_checkpoint_it_resumes_from(
+    tmp_path: Path,
+) -> None:
+    """A STOP that carries the scheduler's reason: once the task has stopped, its first
+    rank's standard error ends with one `hadar:` line saying why and from which checkpoint
+    the job resumes; the other ranks get none, and no line appears before the stop is over."""
+    rig = Rig(tmp_path)
+    rig.launcher.on_sigterm = None
+    rig.supervisor.apply(start(1, 2, gpus=(0, 1)))
+    _checkpointed(rig, 1, 2, 1200)
+    stop = start(1, 2, gpus=(0, 1), action=STOP)
+    stop.reason, stop.resumes = "preempted in round 42 for job 17", True
+    assert rig.supervisor.apply(stop).outcome == APPLIED
+    rig.supervisor.poll()
+    task_dir = rig.tmp_path / "state" / "tasks" / "job-1.task-0.lease-2"
+    assert not (task_dir / "rank-0.err").exists()
+    for process in rig.launcher.processes:
+        process.exit(0)
+    rig.supervisor.poll()
+    assert _stderr_of(rig, 1, 2).splitlines()[-1] == (
+        "hadar: preempted in round 42 for job 17; resumes from checkpoint at iteration 1200"
+    )
+    assert not (task_dir / "rank-1.err").exists()
+
+
+@pytest.mark.parametrize(
+    ("reason", "graceful", "expected"),
+    [
+        (
+            "time limit 1h reached after 1h of run time",
+            True,
+            "hadar: time limit 1h reached after 1h of run time; last checkpoint at iteration 300",
+        ),
+        ("cancelled by alice: wrong data", False, "hadar: cancelled by alice: wrong data"),
+    ],
+)
+def test_a_stop_task_for_a_time_limit_or_a_cancel_writes_its_reason_into_the_log(
+    tmp_path: Path, reason: str, graceful: bool, expected: str
+) -> None:
+    """StopTask's reason is the master's decision: the task's log ends with it as a
+    `hadar:` line; a time limit (checkpoint first) names the last checkpoint, a cancel
+    (killed at once) only says who cancelled and why."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(1, 2))
+    if graceful:
+        _checkpointed(rig, 1, 2, 300)
+    assert rig.supervisor.stop(1, graceful=graceful, reason=reason, note=reason)
+    rig.supervisor.poll()
+    assert _stderr_of(rig, 1, 2).splitlines()[-1] == expected
+
+
+def test_a_requeued_start_opens_its_log_with_why_and_the_checkpoint(tmp_path: Path) -> None:
+    """A START with a reason (the job runs again after a failed attempt) writes it as the
+    first line of the new attempt's log, with the checkpoint it resumes from."""
+    rig = Rig(tmp_path)
+    requeued = start(1, 5, iterations_done=800)
+    requeued.reason = "requeued after rank 0: exit code 1; retry 1 of 3"
+    assert rig.supervisor.apply(requeued).outcome == APPLIED
+    assert _stderr_of(rig, 1, 5) == (
+        "hadar: requeued after rank 0: exit code 1; retry 1 of 3; "
+        "resumes from checkpoint at iteration 800\n"
+    )
+
+
+def test_a_stop_of_the_workers_own_writes_nothing_into_the_log(tmp_path: Path) -> None:
+    """Only the scheduler's decisions are written: a stop without a note (a failed rank's
+    siblings, the agent shutting down) leaves the job's output as it wrote it."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(1, 2))
+    rig.supervisor.stop(1, reason="worker shutting down")
+    rig.supervisor.poll()
+    assert rig.exits() == {(1, 2): common_pb2.EXIT_KIND_STOPPED}
+    task_dir = rig.tmp_path / "state" / "tasks" / "job-1.task-0.lease-2"
+    assert not (task_dir / "rank-0.err").exists()
+
+
+def test_a_lease_that_ran_out_is_written_into_the_log_with_where_the_job_resumes(
+    tmp_path: Path,
+) -> None:
+    """The worker's own stop at the end of an unrenewed lease is the scheduler's doing as
+    the job sees it: its `hadar:` line says why, and the master places the job again from
+    the checkpoint it saved."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(_expiring(1, 2, rig.clock.time() + 1))
+    _checkpointed(rig, 1, 2, 40)
+    rig.clock.advance(1)
+    rig.supervisor.poll()
+    rig.supervisor.poll()
+    line = _stderr_of(rig, 1, 2).splitlines()[-1]
+    assert line.startswith("hadar: lease 2 expired at "), line
+    assert line.endswith(
+        "without renewal: the master did not renew it; resumes from checkpoint at iteration 40"
+    ), line
