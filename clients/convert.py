@@ -213,6 +213,8 @@ def job(message: common_pb2.Job) -> Job:
         gpu_seconds=message.gpu_seconds,
         failure_output=message.failure_output,
         private_hidden=message.private_hidden,
+        held_by=message.held_by,
+        requeues=message.requeues,
     )
 
 

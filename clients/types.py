@@ -234,6 +234,10 @@ class Job:
     # True when the caller may see only what a queue shows of this job (it is another
     # user's): its command, environment, paths, webhook and failure_output are then empty.
     private_hidden: bool = False
+    # Who holds it back from scheduling (hctl hold); "" when nobody does.
+    held_by: str = ""
+    # Times it was requeued (hctl requeue).
+    requeues: int = 0
 
     @property
     def progress_measured(self) -> bool:
