@@ -666,7 +666,8 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
     info.add_row(
         "history",
         f"{job.preemptions} preemption(s), {job.migrations} migration(s), "
-        f"{retries}; {'exit' if job.state.terminal else 'last exit'} code {exit_code}; "
+        + (f"{job.requeues} requeue(s), " if job.requeues else "")
+        + f"{retries}; {'exit' if job.state.terminal else 'last exit'} code {exit_code}; "
         f"GPU time {fmt.format_gpu_hours(job.gpu_seconds)}; "
         f"attained service {job.attained_service:.1f} GPU-s",
     )
