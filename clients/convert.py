@@ -215,6 +215,7 @@ def job(message: common_pb2.Job) -> Job:
         private_hidden=message.private_hidden,
         held_by=message.held_by,
         requeues=message.requeues,
+        limit_run_seconds=message.limit_run_seconds,
     )
 
 

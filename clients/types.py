@@ -238,6 +238,9 @@ class Job:
     held_by: str = ""
     # Times it was requeued (hctl requeue).
     requeues: int = 0
+    # Run time its time limit counts: since its last requeue (get_job and describe_job
+    # only; 0 elsewhere).
+    limit_run_seconds: float = 0.0
 
     @property
     def progress_measured(self) -> bool:

@@ -191,6 +191,11 @@ class JobControl:
                     f"job {_job_ref(job)} COMPLETED; a completed job cannot be requeued "
                     "(submit it again to run it once more)"
                 )
+            if all(t.state is JobState.COMPLETED for t in targets):
+                raise FailedPreconditionError(
+                    f"every element of array {job.id} COMPLETED; completed jobs cannot be "
+                    "requeued (submit the array again to run it once more)"
+                )
             text = f"requeued by {caller.user}" + (f": {reason}" if reason else "")
             held_by = caller.user if hold else ""
             orders: list[StopOrder] = []

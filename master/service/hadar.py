@@ -150,6 +150,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         records = self.parts.tx.read(lambda uow: uow.usage.for_jobs([job.id]))
         now = datetime.now(UTC)
         out.run_seconds = run_seconds(records, now)
+        out.limit_run_seconds = max(0.0, out.run_seconds - job.requeued_run_s)
         out.gpu_seconds = gpu_seconds(records, now)
         events = self.parts.jobs.events(job.id) if request.include_events else []
         deliveries = (
