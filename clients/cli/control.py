@@ -145,14 +145,17 @@ def _run_requeue(args: argparse.Namespace, ctx: Context) -> int:
     def said(before: Job, after: Job) -> str:
         if before.state is after.state and after.state.value in ("pending", "preempted"):
             return "already waiting" + (" (held)" if after.held_by else "")
-        how = (
-            f"resumes from its checkpoint at iteration {after.checkpoint_iterations}"
-            if after.reports_progress
-            else "runs again from the start"
-        )
-        stop = "stopping it, then " if before.state.value == "running" else ""
+        running = before.state.value == "running"
+        if after.reports_progress:
+            how = (
+                "stopping it with a checkpoint, then it resumes from there"
+                if running
+                else f"resumes from its checkpoint at iteration {after.checkpoint_iterations}"
+            )
+        else:
+            how = ("stopping it, then it " if running else "") + "runs again from the start"
         held = f"; held until `hctl release {after.id}`" if after.held_by else ""
-        return f"requeued ({stop}{how}){held}"
+        return f"requeued ({how}){held}"
 
     return _each(
         args,

@@ -232,10 +232,11 @@ class JobControl:
 
     @staticmethod
     def _stop(uow: UnitOfWork, job: Job, reason: str, now: datetime) -> list[StopOrder]:
-        # A managed job saves a checkpoint, as on a preemption; a program that cannot
-        # resume gets SIGTERM and the grace to end.
+        # As a time limit stops a job: SIGTERM, then SIGKILL after the grace. A managed job
+        # saves a checkpoint meanwhile; a command gets the time to end cleanly, as Slurm's
+        # requeue gives a batch script.
         return release_tasks(
-            uow, uow.tasks.active_for_job(job.id), reason, checkpoint=job.reports_progress, now=now
+            uow, uow.tasks.active_for_job(job.id), reason, checkpoint=True, now=now
         )
 
     # -- update ------------------------------------------------------------------------

@@ -589,7 +589,7 @@ class JobRepository:
             row.iterations_done = 0
             row.checkpoint_iterations = 0
         row.held_by = held_by
-        row.reason = hold_reason(held_by, row.id) if held_by else f"requeued: {reason}"
+        row.reason = hold_reason(held_by, row.id) if held_by else reason
         self._add_event(row.id, when, from_state, JobState.PENDING, "requeued", reason, 0)
         self._flush(job_id)
         return convert.job(row)

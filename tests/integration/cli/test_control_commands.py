@@ -111,10 +111,12 @@ def test_requeue_a_running_command_runs_it_again_from_the_start(
 
     requeued = hctl("requeue", str(job), "--reason", "wrong input")
     assert requeued.code == 0, requeued.err
-    assert "requeued (stopping it, then runs again from the start)" in requeued.out
+    assert "requeued (stopping it, then it runs again from the start)" in requeued.out
     eventually(lambda: first.tasks[job].exited, "the stop to reach the worker")
+    assert shown(hctl, str(job))["reason"] == "requeued by alice: wrong input"
+    # Until the master has the stopped run's exit, the job is not placed again.
     eventually(
-        lambda: shown(hctl, str(job))["reason"] != "requeued: waiting for its previous run to stop",
+        lambda: not cluster.master.tx.read(lambda uow: uow.tasks.active_for_job(job)),
         "the previous run's exit to be recorded",
     )
     cluster.round()
