@@ -39,7 +39,7 @@ def _each(
     ctx: Context,
     verb: str,
     action: Action,
-    said: Callable[[Job, Job], str],
+    said: Callable[[Job, Job, bool], str],
 ) -> int:
     """Runs `action` on every job named, as `hctl cancel` does: a refusal is reported and
     the others still go ahead; the exit code is the first refusal's."""
@@ -73,7 +73,7 @@ def _each(
         done.append(after)
         if not args.json:
             what = f"array job {after.id}" if whole else f"job {display_id(after)}"
-            ctx.say(f"{what} ({after.spec.name}): {said(before, after)}")
+            ctx.say(f"{what} ({after.spec.name}): {said(before, after, whole)}")
     if args.json:
         ctx.json({"jobs": done})
     return worst
@@ -92,7 +92,9 @@ def _configure_hold(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_hold(args: argparse.Namespace, ctx: Context) -> int:
-    def said(before: Job, after: Job) -> str:
+    def said(before: Job, after: Job, whole: bool) -> str:
+        if whole:
+            return f"its waiting elements held — `hctl release {after.id}` lets them run"
         if before.held_by:
             return f"already held by {before.held_by}"
         return f"held — `hctl release {after.id}` lets it run"
@@ -114,7 +116,9 @@ def _configure_release(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_release(args: argparse.Namespace, ctx: Context) -> int:
-    def said(before: Job, after: Job) -> str:
+    def said(before: Job, after: Job, whole: bool) -> str:
+        if whole:
+            return "its held elements released"
         if not before.held_by and not after.held_by:
             return "not held"
         return "released: it waits for the next scheduling round"
@@ -142,7 +146,9 @@ def _configure_requeue(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_requeue(args: argparse.Namespace, ctx: Context) -> int:
-    def said(before: Job, after: Job) -> str:
+    def said(before: Job, after: Job, whole: bool) -> str:
+        if whole:
+            return "its running and ended elements requeued (completed ones left as they are)"
         if before.state is after.state and after.state.value in ("pending", "preempted"):
             return "already waiting" + (" (held)" if after.held_by else "")
         running = before.state.value == "running"
@@ -220,7 +226,9 @@ def _run_update(args: argparse.Namespace, ctx: Context) -> int:
             whole_array=whole,
         )
 
-    def said(before: Job, after: Job) -> str:
+    def said(before: Job, after: Job, whole: bool) -> str:
+        if whole:
+            return "its unfinished elements updated"
         if before.version == after.version:
             return "unchanged (it had those values)"
         return "updated — `hctl show " + str(after.id) + "` shows its history"

@@ -45,7 +45,7 @@ def test_held_array_elements_release_one_then_all(hctl: Hctl, cluster: Cluster) 
 
     again = hctl("hold", str(array))
     assert again.code == 0, again.err
-    assert again.out.startswith(f"array job {array} (true): already held by alice"), again.out
+    assert again.out.startswith(f"array job {array} (true): its waiting elements held"), again.out
     whole = hctl("release", str(array), "--json")
     assert whole.code == 0, whole.err
     document = json.loads(whole.out)
