@@ -208,3 +208,63 @@ def test_update_pending_and_running_jobs_within_limits(cluster: Cluster) -> None
     reasons = [e.reason for e in get(alice, job.id).events if e.kind == "updated"]
     assert reasons[0].startswith("updated by alice: name 'train' -> 'smaller'")
     assert "GPUs 2 -> 1" in reasons[0] and "time limit 01:00:00 -> 00:20:00" in reasons[-1]
+
+
+def test_requeue_of_a_failed_job_and_of_a_whole_array(cluster: Cluster) -> None:
+    """A FAILED job requeued gets its retries again; an array's id requeues every element
+    that ended otherwise than COMPLETED and leaves the completed ones; an array whose
+    elements all completed is refused."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    alice = cluster.api(master, "alice", admin=False)
+    failing = alice.SubmitJob(
+        hadar_pb2.SubmitJobRequest(
+            spec=common_pb2.JobSpec(
+                name="f",
+                num_gpus=1,
+                iterations=1,
+                max_retries=0,
+                command=common_pb2.CommandProgram(argv=["false"]),
+            )
+        )
+    ).job
+    master.run_round()
+    wait_for(lambda: failing.id in worker.running_jobs(), what="START")
+    worker.exit(failing.id, common_pb2.EXIT_KIND_FAILED, 1, "boom")
+    assert get(alice, failing.id).job.state == common_pb2.JOB_STATE_FAILED
+    again = alice.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=failing.id)).job
+    assert again.state == common_pb2.JOB_STATE_PENDING and again.retries == 0
+
+    array_spec = spec("sweep")
+    array_spec.array = "0-2"
+    head = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=array_spec)).job
+    elements = [head.id, head.id + 1, head.id + 2]
+    alice.CancelJob(hadar_pb2.CancelJobRequest(job_id=elements[1]))
+    alice.CancelJob(hadar_pb2.CancelJobRequest(job_id=elements[2]))
+    alice.HoldJob(hadar_pb2.HoldJobRequest(job_id=failing.id))
+    master.run_round()
+    wait_for(lambda: head.id in worker.running_jobs(), what="element 0 START")
+    worker.progress(head.id, 100)
+    worker.exit(head.id, common_pb2.EXIT_KIND_COMPLETED)
+    assert get(alice, head.id).job.state == common_pb2.JOB_STATE_COMPLETED
+    alice.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=head.id, whole_array=True))
+    states = [get(alice, i).job.state for i in elements]
+    assert states == [
+        common_pb2.JOB_STATE_COMPLETED,
+        common_pb2.JOB_STATE_PENDING,
+        common_pb2.JOB_STATE_PENDING,
+    ]
+    # Only the element named, without whole_array: refused, it completed.
+    refused(
+        lambda: alice.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=head.id)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    master.run_round()
+    wait_for(lambda: set(elements[1:]) <= worker.running_jobs(), what="the elements' START")
+    for element in elements[1:]:
+        worker.progress(element, 100)
+    message = refused(
+        lambda: alice.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=head.id, whole_array=True)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    assert f"every element of array {head.id} COMPLETED" in message
