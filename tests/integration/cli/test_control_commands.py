@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from clients.cli import shapes
 from clients.cli.command import ExitCode
@@ -126,3 +127,17 @@ def test_requeue_a_running_command_runs_it_again_from_the_start(
     requeue = next(e for e in events if e["kind"] == "requeued")
     assert requeue["reason"] == "requeued by alice: wrong input"
     assert shown(hctl, str(job))["requeues"] == 1
+
+
+def test_a_job_file_with_hold_is_stored_held(hctl: Hctl, cluster: Cluster, tmp_path: Path) -> None:
+    """`hold = true` in a job file stores the job held, as --hold does; the submit line says
+    how to release it."""
+    job_file = tmp_path / "job.toml"
+    job_file.write_text('iterations = 1\ncommand = "true"\nhold = true\n')
+    submitted = hctl("submit", "-f", str(job_file))
+    assert submitted.code == 0, submitted.err
+    job_id = int(submitted.out.split()[2])
+    assert f"held: `hctl release {job_id}` lets it run" in submitted.out
+    cluster.round()
+    job = shown(hctl, str(job_id))
+    assert (job["state"], job["held_by"]) == ("pending", "alice")
