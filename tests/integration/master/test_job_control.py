@@ -268,3 +268,38 @@ def test_requeue_of_a_failed_job_and_of_a_whole_array(cluster: Cluster) -> None:
         grpc.StatusCode.FAILED_PRECONDITION,
     )
     assert f"every element of array {head.id} COMPLETED" in message
+
+
+def test_a_job_held_or_updated_while_a_round_plans_is_not_started_by_it(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hold or an update committed between a round's read and its store wins: that round
+    does not start the job as it planned it; a later round starts the updated job once
+    released."""
+    from master.rounds import runner
+
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    alice = cluster.api(master, "alice", admin=False)
+    held = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("held"))).job
+    resized = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("resized", num_gpus=2))).job
+    plan = runner.decide
+
+    def decide_then_change(*args: object, **kwargs: object) -> object:
+        decision = plan(*args, **kwargs)  # type: ignore[arg-type]
+        alice.HoldJob(hadar_pb2.HoldJobRequest(job_id=held.id))
+        alice.UpdateJob(hadar_pb2.UpdateJobRequest(job_id=resized.id, num_gpus=1))
+        return decision
+
+    monkeypatch.setattr(runner, "decide", decide_then_change)
+    # The round planned both starts; it stores neither.
+    assert set(master.run_round().started) == {held.id, resized.id}
+    monkeypatch.setattr(runner, "decide", plan)
+    for job in (held, resized):
+        assert get(alice, job.id).job.state == common_pb2.JOB_STATE_PENDING
+    assert not worker.applied
+    assert master.run_round().started == (resized.id,)
+    start = wait_for(
+        lambda: next((a for a in worker.applied if a.job_id == resized.id), None), what="START"
+    )
+    assert len(start.gpu_indices) == 1
