@@ -114,12 +114,20 @@ class HadarClient:
     # -- jobs ------------------------------------------------------------------------------
 
     def submit_job(
-        self, spec: JobSpec, *, idempotency_key: str | None = None, timeout: float | None = None
+        self,
+        spec: JobSpec,
+        *,
+        idempotency_key: str | None = None,
+        hold: bool = False,
+        timeout: float | None = None,
     ) -> Job:
-        """Submits a job. A fresh idempotency key is generated when none is given, so that
-        retrying after a lost answer returns the same job rather than a duplicate."""
+        """Submits a job (with `hold`, stored held: it never starts until released). A
+        fresh idempotency key is generated when none is given, so that retrying after a
+        lost answer returns the same job rather than a duplicate."""
         key = idempotency_key or uuid.uuid4().hex
-        request = hadar_pb2.SubmitJobRequest(spec=convert.spec_to_proto(spec), idempotency_key=key)
+        request = hadar_pb2.SubmitJobRequest(
+            spec=convert.spec_to_proto(spec), idempotency_key=key, hold=hold
+        )
         response = self._unary(self._stub.SubmitJob, request, timeout, retry=True)
         return convert.job(response.job)
 
@@ -327,6 +335,75 @@ class HadarClient:
         because the master treats a repeated cancel as a no-op."""
         request = hadar_pb2.CancelJobRequest(job_id=job_id, reason=reason, whole_array=whole_array)
         return convert.job(self._unary(self._stub.CancelJob, request, timeout, retry=True).job)
+
+    def hold_job(
+        self,
+        job_id: int,
+        reason: str = "",
+        *,
+        whole_array: bool = False,
+        timeout: float | None = None,
+    ) -> Job:
+        """Holds a waiting job back from scheduling until `release_job` (with `whole_array`
+        and an array's id, every waiting element). Retried on UNAVAILABLE: holding a held
+        job changes nothing."""
+        request = hadar_pb2.HoldJobRequest(job_id=job_id, reason=reason, whole_array=whole_array)
+        return convert.job(self._unary(self._stub.HoldJob, request, timeout, retry=True).job)
+
+    def release_job(
+        self, job_id: int, *, whole_array: bool = False, timeout: float | None = None
+    ) -> Job:
+        """Lets a held job be scheduled again (with `whole_array` and an array's id, every
+        held element). Retried on UNAVAILABLE: releasing a job nobody holds changes
+        nothing."""
+        request = hadar_pb2.ReleaseJobRequest(job_id=job_id, whole_array=whole_array)
+        return convert.job(self._unary(self._stub.ReleaseJob, request, timeout, retry=True).job)
+
+    def requeue_job(
+        self,
+        job_id: int,
+        reason: str = "",
+        *,
+        hold: bool = False,
+        whole_array: bool = False,
+        timeout: float | None = None,
+    ) -> Job:
+        """Puts a running job, or one that ended FAILED, CANCELLED or TIMEOUT, back in the
+        queue: a managed job resumes from its last checkpoint (with `hold`, held until
+        released). Retried on UNAVAILABLE: a job already waiting is returned unchanged."""
+        request = hadar_pb2.RequeueJobRequest(
+            job_id=job_id, reason=reason, hold=hold, whole_array=whole_array
+        )
+        return convert.job(self._unary(self._stub.RequeueJob, request, timeout, retry=True).job)
+
+    def update_job(
+        self,
+        job_id: int,
+        *,
+        name: str | None = None,
+        time_limit_s: int | None = None,
+        priority: float | None = None,
+        num_gpus: int | None = None,
+        allowed_gpu_types: Sequence[str] | None = None,
+        whole_array: bool = False,
+        timeout: float | None = None,
+    ) -> Job:
+        """Changes the fields given (None leaves one as it is; an empty
+        `allowed_gpu_types` means any type). Retried on UNAVAILABLE: setting a value twice
+        is setting it once."""
+        request = hadar_pb2.UpdateJobRequest(job_id=job_id, whole_array=whole_array)
+        if name is not None:
+            request.name = name
+        if time_limit_s is not None:
+            request.time_limit_s = time_limit_s
+        if priority is not None:
+            request.priority = priority
+        if num_gpus is not None:
+            request.num_gpus = num_gpus
+        if allowed_gpu_types is not None:
+            request.allowed_gpu_types.types.extend(allowed_gpu_types)
+            request.allowed_gpu_types.SetInParent()
+        return convert.job(self._unary(self._stub.UpdateJob, request, timeout, retry=True).job)
 
     def watch_jobs(
         self,

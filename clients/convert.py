@@ -217,6 +217,9 @@ def job(message: common_pb2.Job) -> Job:
         gpu_seconds=message.gpu_seconds,
         failure_output=message.failure_output,
         private_hidden=message.private_hidden,
+        held_by=message.held_by,
+        requeues=message.requeues,
+        limit_run_seconds=message.limit_run_seconds,
     )
 
 

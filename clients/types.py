@@ -240,6 +240,13 @@ class Job:
     # True when the caller may see only what a queue shows of this job (it is another
     # user's): its command, environment, paths, webhook and failure_output are then empty.
     private_hidden: bool = False
+    # Who holds it back from scheduling (hctl hold); "" when nobody does.
+    held_by: str = ""
+    # Times it was requeued (hctl requeue).
+    requeues: int = 0
+    # Run time its time limit counts: since its last requeue (get_job and describe_job
+    # only; 0 elsewhere).
+    limit_run_seconds: float = 0.0
 
     @property
     def progress_measured(self) -> bool:

@@ -32,6 +32,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from master.jobs.control import JobControl
 from master.jobs.holds import HoldEnforcer
 from master.jobs.manager import JobManager
 from master.jobs.timelimits import TimeLimitEnforcer
@@ -191,6 +192,14 @@ class Master:
             self.request_round,
             nodes_version=lambda: self.registry.nodes_version,
         )
+        self.control = JobControl(
+            self.tx,
+            self.dispatcher,
+            settings,
+            lambda: self.jobs.facts,
+            self.changes.notify,
+            self.request_round,
+        )
         self.rounds = RoundRunner(
             self.tx,
             policy,
@@ -309,6 +318,7 @@ class Master:
             tx=self.tx,
             auth=self.auth,
             jobs=self.jobs,
+            control=self.control,
             registry=self.registry,
             rounds=self.rounds,
             dispatcher=self.dispatcher,

@@ -93,6 +93,12 @@ class Job:
     restart_s: float | None = None
     # The last line a failed attempt wrote to standard error (private to owner and admins).
     failure_output: str = ""
+    # Who holds it back from scheduling (hctl hold); empty when nobody does.
+    held_by: str = ""
+    # Times it was requeued, and its run time before the last requeue (not counted by its
+    # time limit).
+    requeues: int = 0
+    requeued_run_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +111,8 @@ class NewJob:
     # Stored with the key: a later submission with the key and another digest is refused
     # (empty: not compared).
     spec_digest: str = ""
+    # Stored held by its submitter (hctl submit --hold).
+    hold: bool = False
 
 
 @dataclass(frozen=True, slots=True)

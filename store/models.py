@@ -188,6 +188,12 @@ class JobRow(Base):
     # The last line a failed attempt's process wrote to standard error: the job's own
     # output, so it is kept apart from the reason every user may read.
     failure_output: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # Who holds the job back from scheduling (hctl hold, submit --hold); empty: nobody.
+    held_by: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # Times it was requeued, and its run time before the last requeue: its time limit
+    # counts only the run time after it, as each Slurm requeue starts a new run.
+    requeues: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    requeued_run_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -55,6 +55,20 @@ ALLOWED_JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
+# The one way back to PENDING, outside the life above: a requeue (hctl requeue) of a job
+# that runs, waits to run again, or ended otherwise than COMPLETED. It runs again, from its
+# last checkpoint when it has one.
+REQUEUABLE_JOB_STATES: frozenset[JobState] = frozenset(
+    {
+        JobState.RUNNING,
+        JobState.PREEMPTED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+    }
+)
+
+
 def is_terminal(state: JobState) -> bool:
     return state in TERMINAL_JOB_STATES
 

@@ -37,6 +37,30 @@ COMMANDS: tuple[Listing, ...] = (
     Listing(
         "clients.cli.jobs", "wait", (), "Wait for a job to end; the exit code tells how it ended"
     ),
+    Listing(
+        "clients.cli.control",
+        "hold",
+        (),
+        "Hold waiting jobs back from scheduling (like scontrol hold)",
+    ),
+    Listing(
+        "clients.cli.control",
+        "release",
+        (),
+        "Let held jobs be scheduled again (like scontrol release)",
+    ),
+    Listing(
+        "clients.cli.control",
+        "requeue",
+        (),
+        "Run jobs again: a running job is stopped and requeued (like scontrol requeue)",
+    ),
+    Listing(
+        "clients.cli.control",
+        "update",
+        (),
+        "Change a job's time limit, priority, name, GPUs (like scontrol update)",
+    ),
     Listing("clients.cli.cluster", "nodes", (), "List GPU servers and their GPUs"),
     Listing(
         "clients.cli.cluster",

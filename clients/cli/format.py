@@ -250,8 +250,11 @@ def time_limit_line(job: Job) -> str:
     used = format_duration(job.run_seconds)
     if not limit:
         return f"none (ran {used} in all attempts)"
-    share = min(1.0, job.run_seconds / limit)
-    return f"{format_duration(limit)} of run time; used {used} ({share:.0%}) in all attempts" + (
+    counted = job.limit_run_seconds if job.requeues else job.run_seconds
+    share = min(1.0, counted / limit)
+    since = "since its last requeue" if job.requeues else "in all attempts"
+    used = format_duration(counted)
+    return f"{format_duration(limit)} of run time; used {used} ({share:.0%}) {since}" + (
         "; stopped at it" if job.state is JobState.TIMEOUT else ""
     )
 

@@ -42,6 +42,8 @@ The file's keys (all optional except the amount of work and what to run)::
                                      # default), fail (failed, timeout), all (and
                                      # cancelled), a list of those states, or none
                                      # (not even your default webhook)
+    hold = true                      # store it held: it starts once `hctl release ID`
+                                     # lets it (sbatch --hold)
 
     # exactly one of:
     workload = "resnet"              # a built-in workload (see `hctl workloads`)
@@ -142,6 +144,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "dependency": (str,),
     "notify": (str,),
     "notify_on": (str, list),
+    "hold": (bool,),
     "env": (dict,),
     "export": (str, list),
     "signal": (str,),

@@ -353,6 +353,13 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         help="dependencies as sbatch writes them: afterok:1:2,afterany:3,afterfail:4 "
         "(afternotok is afterfail)",
     )
+    parser.add_argument(
+        "-H",
+        "--hold",
+        action="store_true",
+        default=None,
+        help="store the job held: it starts only once `hctl release ID` lets it (sbatch --hold)",
+    )
     out = parser.add_argument_group("output")
     mode = out.add_mutually_exclusive_group()
     mode.add_argument("--parsable", action="store_true", help="print only the job id")
@@ -423,12 +430,15 @@ def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
             for key in ("workload", "script", "command"):
                 values.pop(key, None)
         values.update(flags)
+        hold = bool(args.hold if args.hold is not None else values.pop("hold", False))
+        values.pop("hold", None)
         resolve_locally(values, _current_directory(), os.environ)
         spec = build_spec(values)
     except SpecError as exc:
         raise CliError(str(exc), ExitCode.USAGE, "see `hctl submit --help`") from None
     client = ctx.client()
-    job = client.submit_job(spec)
+    job = client.submit_job(spec, hold=hold)
+    held = f" — held: `hctl release {job.id}` lets it run" if hold else ""
     if spec.array:
         elements = client.array_elements(job.id)
         if args.parsable:
@@ -439,7 +449,7 @@ def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
             ctx.say(
                 f"submitted array job {job.id} ({job.spec.name}): {len(elements)} elements "
                 f"{job.id}_[{job.spec.array}] — follow it with `hctl queue` or "
-                f"`hctl wait {job.id}`"
+                f"`hctl wait {job.id}`{held}"
             )
         return ExitCode.OK
     if args.parsable:
@@ -449,7 +459,7 @@ def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
     else:
         ctx.say(
             f"submitted job {job.id} ({job.spec.name}): {job.state.value} — "
-            f"follow it with `hctl show {job.id}`"
+            f"follow it with `hctl show {job.id}`{held}"
         )
     return ExitCode.OK
 
@@ -715,7 +725,8 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
     info.add_row(
         "history",
         f"{job.preemptions} preemption(s), {job.migrations} migration(s), "
-        f"{retries}; {'exit' if job.state.terminal else 'last exit'} code {exit_code}; "
+        + (f"{job.requeues} requeue(s), " if job.requeues else "")
+        + f"{retries}; {'exit' if job.state.terminal else 'last exit'} code {exit_code}; "
         f"GPU time {fmt.format_gpu_hours(job.gpu_seconds)}; "
         f"attained service {job.attained_service:.1f} GPU-s",
     )

@@ -140,6 +140,11 @@ OUTPUTS: dict[str, Obj] = {
         eta_s=Nullable(Scalar("number")),
         eta_basis=Scalar("string"),
     ),
+    # hold, release, requeue and update: each job named, after the change.
+    "hold": obj("ControlOutput", jobs=ListOf(shape_of(model.Job))),
+    "release": obj("ControlOutput", jobs=ListOf(shape_of(model.Job))),
+    "requeue": obj("ControlOutput", jobs=ListOf(shape_of(model.Job))),
+    "update": obj("ControlOutput", jobs=ListOf(shape_of(model.Job))),
     "nodes": obj("NodesOutput", nodes=ListOf(shape_of(model.Node))),
     "status": obj(
         "StatusOutput",

@@ -1,4 +1,5 @@
-"""Jobs held back from the scheduling policies: unmet dependencies and array caps.
+"""Jobs held back from the scheduling policies: user holds, requeues still stopping, unmet
+dependencies and array caps.
 
 A held job is not offered to the policy at all (master/rounds/snapshot.py leaves it out of the
 round's views), so every policy, present or future, sees the same rules:
@@ -11,6 +12,9 @@ round's views), so every policy, present or future, sees the same rules:
   `HoldEnforcer.check`, with the dependency and its end state in the reason, so nothing
   waits forever. Dependencies must name jobs that exist at submission, so a job can only
   depend on older jobs: a cycle cannot be built, and every chain ends.
+- A job its owner or an admin holds (hctl hold, hctl submit --hold, hctl requeue --hold)
+  waits until released (hctl release): "held by alice (hctl release 12 to let it run)".
+- A requeued job waits until the tasks of its previous run have exited.
 - An array submitted with `%N` has at most N elements holding GPUs: once N run, the others
   are not offered ("waiting: array 12 at its limit of 4 running").
 """
@@ -27,6 +31,7 @@ from master.process.transactions import Transactor
 from store import UnitOfWork
 from store.domain import Job
 from store.job_memo import JobMemo
+from store.repositories.jobs import hold_reason
 from store.states import JobState, is_terminal
 
 log = structlog.get_logger(__name__)
@@ -116,11 +121,39 @@ def array_cap_holds(jobs: Iterable[Job], skip: frozenset[int]) -> dict[int, str]
     return held
 
 
+def user_holds(jobs: Iterable[Job]) -> dict[int, str]:
+    """Waiting jobs a user or an admin holds (hctl hold, submit --hold), with why."""
+    return {
+        job.id: hold_reason(job.held_by, job.id)
+        for job in jobs
+        if job.held_by and job.state in WAITING_STATES
+    }
+
+
+def stopping_holds(uow: UnitOfWork, jobs: Iterable[Job]) -> dict[int, str]:
+    """Requeued jobs whose previous run has not exited yet: started again before, a
+    command would run twice at once, and a managed job would resume from an older
+    checkpoint than the one its stopping run is writing."""
+    requeued = [j.id for j in jobs if j.state is JobState.PENDING and j.requeues]
+    if not requeued:
+        return {}
+    active = uow.tasks.active_for_jobs(requeued)
+    return {
+        job_id: "requeued: waiting for its previous run to stop"
+        for job_id in requeued
+        if active.get(job_id)
+    }
+
+
 def read_holds(uow: UnitOfWork, jobs: Sequence[Job], memo: JobMemo | None = None) -> Holds:
     """The holds on `jobs` (the unfinished ones); `memo`: see dependency_targets."""
-    dependent = [j for j in jobs if j.spec.dependencies and j.state in WAITING_STATES]
+    waiting: dict[int, str] = stopping_holds(uow, jobs)
+    # A user's hold is what they must act on, so its reason is the one shown.
+    waiting.update(user_holds(jobs))
+    dependent = [
+        j for j in jobs if j.spec.dependencies and j.state in WAITING_STATES and j.id not in waiting
+    ]
     targets = dependency_targets(uow, dependent, memo) if dependent else {}
-    waiting: dict[int, str] = {}
     broken: dict[int, str] = {}
     for job in dependent:
         wait, never = dependency_state(job, targets)

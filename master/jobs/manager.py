@@ -130,6 +130,11 @@ class JobManager:
 
     # -- people ----------------------------------------------------------------------------
 
+    @property
+    def facts(self) -> ClusterFacts:
+        """Cluster facts for validation (see `_facts`)."""
+        return self._facts()
+
     def cluster_facts(self, uow: UnitOfWork) -> ClusterFacts:
         gpus, workloads = uow.nodes.capacity()
         count: dict[str, int] = {}
@@ -171,7 +176,12 @@ class JobManager:
         return cached[2]
 
     def submit(
-        self, caller: Caller, spec: common_pb2.JobSpec, idempotency_key: str = ""
+        self,
+        caller: Caller,
+        spec: common_pb2.JobSpec,
+        idempotency_key: str = "",
+        *,
+        hold: bool = False,
     ) -> tuple[Job, bool]:
         if not self._accepting:
             # UNAVAILABLE, not FAILED_PRECONDITION: nothing is wrong with the request, and
@@ -232,7 +242,7 @@ class JobManager:
             if existing is None:
                 raise self._rate.refusal(user, wait_s)
             return existing, False
-        new = NewJob(user=user, spec=validated, idempotency_key=key, spec_digest=digest)
+        new = NewJob(user=user, spec=validated, idempotency_key=key, spec_digest=digest, hold=hold)
         try:
             # Answered once the transaction that holds it has committed.
             job, created = self._submissions.run(Submission(new, indices))
@@ -244,7 +254,8 @@ class JobManager:
         if created:
             log.info("job submitted", job_id=job.id, user=caller.user, name=validated.name)
             self._on_change()
-            self._on_capacity(False)
+            if not hold:
+                self._on_capacity(False)
         return job, created
 
     def _store(self, group: Sequence[Submission]) -> list[Stored | Exception]:

@@ -3,11 +3,13 @@
 A job's run time is the time its tasks ran, summed over its attempts: from the worker's
 acknowledgement of a placement to the end of that placement, the longest task of each
 attempt counting once. Waiting in the queue, or preempted between attempts, does not count.
-A job whose run time reaches its limit is stopped the way a preemption stops it (SIGTERM: a
-managed job saves a checkpoint, an opaque command gets the grace to finish, then SIGKILL)
-and ends TIMEOUT. A job with a warning signal (sbatch --signal SIG@SECONDS) is stopped
-SECONDS before its limit: its worker sends the signal then, and SIGTERM at the limit. The
-daemon runs `TimeLimitEnforcer.check` on a timer, between rounds.
+A requeue (hctl requeue) starts a new run: its time limit counts anew from there, as
+Slurm's requeue does. A job whose run time reaches its limit is stopped the way a
+preemption stops it (SIGTERM: a managed job saves a checkpoint, an opaque command gets the
+grace to finish, then SIGKILL) and ends TIMEOUT. A job with a warning signal (sbatch
+--signal SIG@SECONDS) is stopped SECONDS before its limit: its worker sends the signal then,
+and SIGTERM at the limit. The daemon runs `TimeLimitEnforcer.check` on a timer, between
+rounds.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def over_limit(uow: UnitOfWork, now: datetime) -> list[tuple[Job, float]]:
         used.setdefault(record.job_id, []).append(record)
     due = []
     for job in jobs:
-        ran = run_seconds(used.get(job.id, ()), now)
+        # A requeue starts a new run, as Slurm's does: the run time before it is not counted.
+        ran = run_seconds(used.get(job.id, ()), now) - job.requeued_run_s
         if stop_due(job.spec, ran):
             due.append((job, ran))
     return due

@@ -474,6 +474,12 @@ class RoundRunner:
                 flush=False,
             )
             return outgoing, []
+        if snap_job is not None and (
+            (job.held_by and not snap_job.held_by) or job.spec != snap_job.spec
+        ):
+            # Held or changed (hctl hold, hctl update) since the snapshot: placing it as
+            # planned would ignore that; the next round plans it as it is now.
+            return outgoing, []
         assert action.allocation is not None
         where = ", ".join(
             f"{node}:{len(action.allocation.slots_on(node))}" for node in action.allocation.nodes

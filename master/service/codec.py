@@ -153,6 +153,8 @@ def job_to_pb(
     if job.exit_code is not None:
         out.exit_code = job.exit_code
     out.failure_output = job.failure_output
+    out.held_by = job.held_by
+    out.requeues = job.requeues
     return out
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from master.jobs.control import JobControl
 from master.jobs.manager import JobManager
 from master.nodes.dispatch import Dispatcher
 from master.nodes.registry import Registry
@@ -25,6 +26,7 @@ class Components:
     tx: Transactor
     auth: Authenticator
     jobs: JobManager
+    control: JobControl
     registry: Registry
     rounds: RoundRunner
     dispatcher: Dispatcher

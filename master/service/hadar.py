@@ -13,6 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from master import fields
 from master.errors import InvalidArgumentError, PermissionDeniedError
+from master.jobs.control import SpecChanges
 from master.jobs.lifecycle import retry_limit
 from master.jobs.logs import LogRelay
 from master.jobs.manager import Caller
@@ -133,7 +134,9 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         caller = current_caller()
         if not request.HasField("spec"):
             raise InvalidArgumentError("spec", "a job spec is required")
-        job, _ = self.parts.jobs.submit(caller, request.spec, request.idempotency_key)
+        job, _ = self.parts.jobs.submit(
+            caller, request.spec, request.idempotency_key, hold=request.hold
+        )
         return hadar_pb2.SubmitJobResponse(job=job_to_pb(job))
 
     @unary(_metrics)
@@ -147,6 +150,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         records = self.parts.tx.read(lambda uow: uow.usage.for_jobs([job.id]))
         now = datetime.now(UTC)
         out.run_seconds = run_seconds(records, now)
+        out.limit_run_seconds = max(0.0, out.run_seconds - job.requeued_run_s)
         out.gpu_seconds = gpu_seconds(records, now)
         events = self.parts.jobs.events(job.id) if request.include_events else []
         deliveries = (
@@ -204,6 +208,63 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             whole_array=request.whole_array,
         )
         return hadar_pb2.CancelJobResponse(job=job_to_pb(job))
+
+    @unary(_metrics)
+    def HoldJob(
+        self, request: hadar_pb2.HoldJobRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.HoldJobResponse:
+        job = self.parts.control.hold(
+            current_caller(),
+            fields.job_id(request.job_id),
+            fields.label(request.reason, "reason", REASON_MAX).strip(),
+            whole_array=request.whole_array,
+        )
+        return hadar_pb2.HoldJobResponse(job=job_to_pb(job))
+
+    @unary(_metrics)
+    def ReleaseJob(
+        self, request: hadar_pb2.ReleaseJobRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.ReleaseJobResponse:
+        job = self.parts.control.release(
+            current_caller(), fields.job_id(request.job_id), whole_array=request.whole_array
+        )
+        return hadar_pb2.ReleaseJobResponse(job=job_to_pb(job))
+
+    @unary(_metrics)
+    def RequeueJob(
+        self, request: hadar_pb2.RequeueJobRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.RequeueJobResponse:
+        job = self.parts.control.requeue(
+            current_caller(),
+            fields.job_id(request.job_id),
+            fields.label(request.reason, "reason", REASON_MAX).strip(),
+            hold=request.hold,
+            whole_array=request.whole_array,
+        )
+        return hadar_pb2.RequeueJobResponse(job=job_to_pb(job))
+
+    @unary(_metrics)
+    def UpdateJob(
+        self, request: hadar_pb2.UpdateJobRequest, context: grpc.ServicerContext
+    ) -> hadar_pb2.UpdateJobResponse:
+        changes = SpecChanges(
+            name=request.name if request.HasField("name") else None,
+            time_limit_s=request.time_limit_s if request.HasField("time_limit_s") else None,
+            priority=request.priority if request.HasField("priority") else None,
+            num_gpus=request.num_gpus if request.HasField("num_gpus") else None,
+            allowed_gpu_types=(
+                tuple(t.strip() for t in request.allowed_gpu_types.types)
+                if request.HasField("allowed_gpu_types")
+                else None
+            ),
+        )
+        job = self.parts.control.update(
+            current_caller(),
+            fields.job_id(request.job_id),
+            changes,
+            whole_array=request.whole_array,
+        )
+        return hadar_pb2.UpdateJobResponse(job=job_to_pb(job))
 
     @streaming(_metrics)
     def WatchJobs(

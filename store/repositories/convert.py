@@ -119,6 +119,9 @@ def job(row: JobRow) -> Job:
         reports_progress=row.reports_progress,
         restart_s=row.restart_s,
         failure_output=row.failure_output or "",
+        held_by=row.held_by or "",
+        requeues=row.requeues or 0,
+        requeued_run_s=row.requeued_run_s or 0.0,
     )
 
 

@@ -25,7 +25,7 @@ from store.models import CompletionNoticeRow, IdempotencyKeyRow, JobEventRow, Jo
 from store.repositories import convert, listing
 from store.repositories.notifications import NotificationRepository
 from store.session_writes import has_written
-from store.states import TERMINAL_JOB_STATES, JobState, can_transition
+from store.states import REQUEUABLE_JOB_STATES, TERMINAL_JOB_STATES, JobState, can_transition
 
 _LIVE = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]
 # Ids per statement when rows are read by id with a memo; beyond this many changed rows a
@@ -365,6 +365,10 @@ class JobRepository:
                     spec_digest=new.spec_digest or None,
                 )
             )
+        if new.hold:
+            for row in rows:
+                row.held_by = new.user
+                row.reason = hold_reason(new.user, row.id)
         for row in rows:
             self._add_event(
                 row.id,
@@ -425,6 +429,18 @@ class JobRepository:
                 for row in rows
             )
         self._session.flush()
+        held: set[int] = set()
+        for (new, _), first in zip(items, firsts, strict=True):
+            if not new.hold:
+                continue
+            # Every element of a held array is held; the reason names the ids, known now.
+            for row, _reason in inserted:
+                if row is first or (first.array_job_id and row.array_job_id == first.id):
+                    row.held_by = new.user
+                    row.reason = hold_reason(new.user, row.id)
+                    held.add(row.id)
+        if held:
+            self._session.flush()
         # Keys and events are written as plain multi-row inserts: nothing in this unit of
         # work reads them back, so they need no ORM bookkeeping.
         keys = [
@@ -451,7 +467,7 @@ class JobRepository:
                     "from_state": JobState.PENDING.value,
                     "to_state": JobState.PENDING.value,
                     "kind": "submitted",
-                    "reason": reason,
+                    "reason": reason + (" (held)" if row.id in held else ""),
                     "round": 0,
                 }
                 for row, reason in inserted
@@ -520,6 +536,74 @@ class JobRepository:
             NotificationRepository(self._session).enqueue_for_end(row, to_state, when)
         if flush:
             self._flush(job_id)
+        return convert.job(row)
+
+    def set_hold(
+        self, job_id: int, held_by: str, *, reason: str, at: datetime | None = None
+    ) -> Job:
+        """Hold a waiting job back from scheduling in `held_by`'s name, or release it with
+        an empty `held_by`; records the event (kind `held` or `released`) with `reason`.
+        A job already in that hold is returned unchanged, with no event."""
+        row = self._row(job_id)
+        if row.held_by == held_by:
+            return convert.job(row)
+        state = JobState(row.state)
+        row.held_by = held_by
+        if held_by:
+            row.reason = hold_reason(held_by, row.id)
+        else:
+            row.reason = "waiting for the next scheduling round"
+        kind = "held" if held_by else "released"
+        self._add_event(row.id, at or utcnow(), state, state, kind, reason, 0)
+        self._flush(job_id)
+        return convert.job(row)
+
+    def requeue(
+        self,
+        job_id: int,
+        *,
+        reason: str,
+        ran_s: float,
+        keep_progress: bool,
+        held_by: str = "",
+        at: datetime | None = None,
+    ) -> Job:
+        """Put a running or ended job back in the queue (PENDING) to run again: its failed
+        attempts forgotten, its end time cleared, its time limit counting the run time after
+        `ran_s` (what it has run so far). With `keep_progress` it resumes from its last
+        checkpoint; without, its counters restart at 0 (a program that cannot resume).
+        `held_by`: held at once in that user's name. Records a `requeued` event."""
+        row = self._row(job_id)
+        from_state = JobState(row.state)
+        if from_state not in REQUEUABLE_JOB_STATES:
+            raise InvalidTransitionError(job_id, from_state.value, JobState.PENDING.value)
+        when = at or utcnow()
+        row.state = JobState.PENDING.value
+        row.finished_at = None
+        row.retries = 0
+        row.requeues += 1
+        row.requeued_run_s = max(0.0, ran_s)
+        if keep_progress:
+            row.iterations_done = row.checkpoint_iterations
+        else:
+            row.iterations_done = 0
+            row.checkpoint_iterations = 0
+        row.held_by = held_by
+        row.reason = hold_reason(held_by, row.id) if held_by else reason
+        self._add_event(row.id, when, from_state, JobState.PENDING, "requeued", reason, 0)
+        self._flush(job_id)
+        return convert.job(row)
+
+    def update_spec(
+        self, job_id: int, spec: JobSpec, *, reason: str, at: datetime | None = None
+    ) -> Job:
+        """Store a job's changed spec (hctl update) with an `updated` event saying what
+        changed."""
+        row = self._row(job_id)
+        state = JobState(row.state)
+        convert.fill_spec(row, spec)
+        self._add_event(row.id, at or utcnow(), state, state, "updated", reason, 0)
+        self._flush(job_id)
         return convert.job(row)
 
     def note(
@@ -713,6 +797,11 @@ class StoredKey:
 
     job_id: int
     spec_digest: str
+
+
+def hold_reason(user: str, job_id: int) -> str:
+    """Why a held job waits, and the command that lets it run."""
+    return f"held by {user} (hctl release {job_id} to let it run)"
 
 
 def key_reused(key: str, first: Job) -> AlreadyExistsError:

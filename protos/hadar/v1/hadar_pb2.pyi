@@ -34,12 +34,14 @@ USAGE_GROUPING_GPU_TYPE: UsageGrouping
 USAGE_GROUPING_DAY: UsageGrouping
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("spec", "idempotency_key")
+    __slots__ = ("spec", "idempotency_key", "hold")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
     spec: _common_pb2.JobSpec
     idempotency_key: str
-    def __init__(self, spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    hold: bool
+    def __init__(self, spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., hold: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -122,6 +124,84 @@ class CancelJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., reason: _Optional[str] = ..., whole_array: _Optional[bool] = ...) -> None: ...
 
 class CancelJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class HoldJobRequest(_message.Message):
+    __slots__ = ("job_id", "reason", "whole_array")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_ARRAY_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    reason: str
+    whole_array: bool
+    def __init__(self, job_id: _Optional[int] = ..., reason: _Optional[str] = ..., whole_array: _Optional[bool] = ...) -> None: ...
+
+class HoldJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class ReleaseJobRequest(_message.Message):
+    __slots__ = ("job_id", "whole_array")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_ARRAY_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    whole_array: bool
+    def __init__(self, job_id: _Optional[int] = ..., whole_array: _Optional[bool] = ...) -> None: ...
+
+class ReleaseJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class RequeueJobRequest(_message.Message):
+    __slots__ = ("job_id", "reason", "hold", "whole_array")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_ARRAY_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    reason: str
+    hold: bool
+    whole_array: bool
+    def __init__(self, job_id: _Optional[int] = ..., reason: _Optional[str] = ..., hold: _Optional[bool] = ..., whole_array: _Optional[bool] = ...) -> None: ...
+
+class RequeueJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class GpuTypeList(_message.Message):
+    __slots__ = ("types",)
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, types: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UpdateJobRequest(_message.Message):
+    __slots__ = ("job_id", "whole_array", "name", "time_limit_s", "priority", "num_gpus", "allowed_gpu_types")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_ARRAY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TIME_LIMIT_S_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    whole_array: bool
+    name: str
+    time_limit_s: int
+    priority: float
+    num_gpus: int
+    allowed_gpu_types: GpuTypeList
+    def __init__(self, job_id: _Optional[int] = ..., whole_array: _Optional[bool] = ..., name: _Optional[str] = ..., time_limit_s: _Optional[int] = ..., priority: _Optional[float] = ..., num_gpus: _Optional[int] = ..., allowed_gpu_types: _Optional[_Union[GpuTypeList, _Mapping]] = ...) -> None: ...
+
+class UpdateJobResponse(_message.Message):
     __slots__ = ("job",)
     JOB_FIELD_NUMBER: _ClassVar[int]
     job: _common_pb2.Job

@@ -55,6 +55,26 @@ class HadarStub:
                 request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.CancelJobResponse.FromString,
                 _registered_method=True)
+        self.HoldJob = channel.unary_unary(
+                '/hadar.v1.Hadar/HoldJob',
+                request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.HoldJobRequest.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.HoldJobResponse.FromString,
+                _registered_method=True)
+        self.ReleaseJob = channel.unary_unary(
+                '/hadar.v1.Hadar/ReleaseJob',
+                request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ReleaseJobRequest.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ReleaseJobResponse.FromString,
+                _registered_method=True)
+        self.RequeueJob = channel.unary_unary(
+                '/hadar.v1.Hadar/RequeueJob',
+                request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.RequeueJobRequest.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.RequeueJobResponse.FromString,
+                _registered_method=True)
+        self.UpdateJob = channel.unary_unary(
+                '/hadar.v1.Hadar/UpdateJob',
+                request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.UpdateJobRequest.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.UpdateJobResponse.FromString,
+                _registered_method=True)
         self.WatchJobs = channel.unary_stream(
                 '/hadar.v1.Hadar/WatchJobs',
                 request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.WatchJobsRequest.SerializeToString,
@@ -176,6 +196,50 @@ class HadarServicer:
         """Cancels a job the caller owns (admins: any job) and stops its tasks without a checkpoint.
         Idempotent on terminal jobs. NOT_FOUND for an unknown id; PERMISSION_DENIED for another
         user's job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HoldJob(self, request, context):
+        """Holds a waiting job (PENDING or PREEMPTED) back from scheduling until ReleaseJob, as
+        scontrol hold; its reason says who holds it. Idempotent. NOT_FOUND for an unknown id;
+        PERMISSION_DENIED for another user's job (admins: any job); FAILED_PRECONDITION for a
+        running job (RequeueJob with hold stops and holds it) or one that ended.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseJob(self, request, context):
+        """Lets a held job be scheduled again, as scontrol release. Idempotent: a job nobody
+        holds is returned unchanged. PERMISSION_DENIED for another user's job, and for a hold
+        an admin put on a job the caller owns (only an admin may release it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RequeueJob(self, request, context):
+        """Puts a job back in the queue (PENDING) to run again, as scontrol requeue: a running job
+        is stopped first (a managed job saves a checkpoint); one that ended FAILED, CANCELLED or
+        TIMEOUT waits again. A managed job resumes from its last checkpoint, a program that
+        cannot resume runs from the start; the new run starts once the previous one has
+        exited, and its time limit counts anew. The requeue is stored before the stop is sent.
+        A job already waiting is returned unchanged (held, with hold). FAILED_PRECONDITION for
+        a COMPLETED job; PERMISSION_DENIED for another user's job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateJob(self, request, context):
+        """Changes a job's spec, as scontrol update: a waiting job's name, time limit, priority,
+        GPU count and GPU types; a running job's name, time limit and priority. INVALID_ARGUMENT
+        names the field out of range (a time limit above the cluster's max_time_limit, a
+        priority outside 0.001 to 1000, more GPUs than the cluster or the owner's quota has);
+        FAILED_PRECONDITION for GPUs of a running job or a job that ended; PERMISSION_DENIED for
+        another user's job.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -351,6 +415,26 @@ def add_HadarServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.CancelJobRequest.FromString,
                     response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'HoldJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldJob,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.HoldJobRequest.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.HoldJobResponse.SerializeToString,
+            ),
+            'ReleaseJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseJob,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ReleaseJobRequest.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ReleaseJobResponse.SerializeToString,
+            ),
+            'RequeueJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequeueJob,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.RequeueJobRequest.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.RequeueJobResponse.SerializeToString,
+            ),
+            'UpdateJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateJob,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.UpdateJobRequest.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.UpdateJobResponse.SerializeToString,
             ),
             'WatchJobs': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJobs,
@@ -546,6 +630,114 @@ class Hadar:
             '/hadar.v1.Hadar/CancelJob',
             protos_dot_hadar_dot_v1_dot_hadar__pb2.CancelJobRequest.SerializeToString,
             protos_dot_hadar_dot_v1_dot_hadar__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hadar.v1.Hadar/HoldJob',
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.HoldJobRequest.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.HoldJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hadar.v1.Hadar/ReleaseJob',
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.ReleaseJobRequest.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.ReleaseJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequeueJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hadar.v1.Hadar/RequeueJob',
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.RequeueJobRequest.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.RequeueJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hadar.v1.Hadar/UpdateJob',
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.UpdateJobRequest.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_hadar__pb2.UpdateJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -88,6 +88,17 @@ def test_the_limit_line_says_how_much_of_it_was_used() -> None:
     assert fmt.time_limit_line(make_job(run_seconds=5.0)) == "none (ran 5s in all attempts)"
 
 
+def test_the_limit_line_of_a_requeued_job_counts_from_its_last_requeue() -> None:
+    """A requeue starts a new run: its limit counts only the run time since then."""
+    job = make_job(state=JobState.RUNNING, run_seconds=40.0)
+    requeued = replace(
+        job, spec=replace(job.spec, time_limit_s=30), requeues=1, limit_run_seconds=6.0
+    )
+    assert fmt.time_limit_line(requeued) == (
+        "30s of run time; used 6s (20%) since its last requeue"
+    )
+
+
 def test_since_takes_ages_dates_and_times() -> None:
     """--since 30d counts back from now; a date is midnight UTC; a bad value says the forms."""
     assert fmt.parse_since("30d", NOW) == NOW - timedelta(days=30)

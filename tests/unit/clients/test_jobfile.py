@@ -118,6 +118,7 @@ def test_incomplete_or_contradictory_specs_name_the_field(values, field, message
         ({"env": {"1BAD": "x"}}, "not a variable name"),
         ({"script": []}, "non-empty command line"),
         ({"gpu_memory": "lots"}, "not a size"),
+        ({"hold": "yes"}, "expected true or false"),
     ],
 )
 def test_bad_file_values_are_rejected_with_the_key(data, message):

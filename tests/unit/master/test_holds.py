@@ -1,10 +1,12 @@
-"""Which jobs are held back from the policies: array caps and dependencies (pure rules)."""
+"""Which jobs are held back from the policies: user holds, array caps and dependencies (pure
+rules)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
-from master.jobs.holds import array_cap_holds, dependency_state
+from master.jobs.holds import array_cap_holds, dependency_state, user_holds
 from store.domain import Job, JobSpec
 from store.states import JobState, ProgramKind
 
@@ -108,3 +110,18 @@ def test_dependency_states() -> None:
     assert state(("afterok", 8))[1].startswith("dependency afterok:8 can never be satisfied")
     assert state(("afterfail", 8)) == ("", "")
     assert state(("afterok", 1), ("afterany", 3)) == ("waiting for job 3 (afterany)", "")
+
+
+def test_user_holds_keep_waiting_jobs_back_and_say_how_to_release_them() -> None:
+    """A held pending or preempted job is held with who holds it and the command that
+    releases it; a held job that runs (a hold never stops one) is not listed."""
+    jobs = [
+        replace(job(1), held_by="alice"),
+        replace(job(2, JobState.PREEMPTED), held_by="root"),
+        replace(job(3, JobState.RUNNING), held_by="alice"),
+        job(4),
+    ]
+    assert user_holds(jobs) == {
+        1: "held by alice (hctl release 1 to let it run)",
+        2: "held by root (hctl release 2 to let it run)",
+    }

@@ -1,0 +1,408 @@
+"""Job control as Slurm's scontrol offers it: hold, release, requeue and update.
+
+Only a job's owner or an admin may act on a job. Each change is committed before any
+worker hears of it (a requeue's stop orders go out after the commit), and each is safe to
+repeat: holding a held job, releasing a job nobody holds, or requeueing a job that already
+waits changes nothing.
+
+- hold: a waiting job (PENDING or PREEMPTED) is kept out of every round until released.
+  A running job cannot be held; `requeue --hold` stops it with a checkpoint first. A hold
+  an admin put on someone else's job only an admin may release (Slurm's admin hold).
+- requeue: a running job is stopped (a managed job saves a checkpoint) and waits again;
+  a job that ended FAILED, CANCELLED or TIMEOUT waits again. A managed job resumes from
+  its last checkpoint; a program that cannot resume (an opaque command, a script without
+  the runtime helper) runs again from the start, as Slurm reruns a batch script. Either way
+  the new run starts only once the previous one has exited (master/jobs/holds.py), and its
+  time limit counts anew. A COMPLETED job is never requeued.
+- update: a waiting job's name, time limit, priority, GPU count and GPU types; a running
+  job's name, time limit and priority. Owners and admins alike stay within the cluster's
+  limits (a time limit up to `max_time_limit`, a priority in protos/bounds.py's range, the
+  GPUs the cluster has and the owner's quota).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+
+from master import fields
+from master.errors import FailedPreconditionError, InvalidArgumentError, PermissionDeniedError
+from master.jobs.holds import WAITING_STATES
+from master.jobs.lifecycle import StopOrder, release_tasks
+from master.jobs.manager import Caller
+from master.jobs.usage import run_seconds
+from master.jobs.validation import NAME_MAX, ClusterFacts, validate_spec
+from master.nodes.dispatch import Dispatcher
+from master.process.transactions import Transactor
+from master.service.codec import spec_to_pb
+from master.settings import Settings
+from protos import bounds
+from protos.durations import format_duration
+from protos.numbers import TIME_LIMIT_MAX_S
+from store import UnitOfWork
+from store.domain import Job, JobSpec
+from store.states import JobState, is_terminal
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SpecChanges:
+    """The fields an update sets; None leaves a field as it is. An empty
+    `allowed_gpu_types` means any type."""
+
+    name: str | None = None
+    time_limit_s: int | None = None
+    priority: float | None = None
+    num_gpus: int | None = None
+    allowed_gpu_types: tuple[str, ...] | None = None
+
+    def empty(self) -> bool:
+        return all(getattr(self, f.name) is None for f in dataclasses.fields(self))
+
+
+# Fields that only a waiting job may change: its placement depends on them.
+_PLACEMENT_FIELDS = ("num_gpus", "allowed_gpu_types")
+
+
+def _job_ref(job: Job) -> str:
+    spec = job.spec
+    if spec.array_job_id and spec.array_index is not None:
+        return f"{spec.array_job_id}_{spec.array_index}"
+    return str(job.id)
+
+
+class JobControl:
+    def __init__(
+        self,
+        tx: Transactor,
+        dispatcher: Dispatcher,
+        settings: Settings,
+        facts: Callable[[], ClusterFacts],
+        on_change: Callable[[], None],
+        on_capacity: Callable[[bool], None],
+    ) -> None:
+        self._tx = tx
+        self._dispatcher = dispatcher
+        self._settings = settings
+        self._facts = facts
+        self._on_change = on_change
+        self._on_capacity = on_capacity
+
+    # -- shared ------------------------------------------------------------------------
+
+    @staticmethod
+    def _targets(
+        uow: UnitOfWork, caller: Caller, job_id: int, action: str, whole_array: bool
+    ) -> tuple[Job, list[Job]]:
+        """The job named and what the action applies to: the job, or with `whole_array`
+        and an array's id, every element. PERMISSION_DENIED unless the caller owns it or
+        is an admin."""
+        job = uow.jobs.get(job_id)
+        if job.user != caller.user and not caller.admin:
+            raise PermissionDeniedError(
+                f"job {job_id} belongs to {job.user}; only its owner or an admin may {action} it"
+            )
+        if whole_array and job.spec.array_job_id == job.id:
+            return job, uow.jobs.array_elements([job.id]).get(job.id, [job])
+        return job, [job]
+
+    def _done(self, orders: list[StopOrder]) -> None:
+        self._dispatcher.send_stops(orders)
+        self._on_change()
+        self._on_capacity(bool(orders))
+
+    # -- hold and release --------------------------------------------------------------
+
+    def hold(
+        self, caller: Caller, job_id: int, reason: str = "", *, whole_array: bool = False
+    ) -> Job:
+        """Hold a waiting job (or every waiting element of an array) back from scheduling."""
+
+        def change(uow: UnitOfWork) -> Job:
+            job, targets = self._targets(uow, caller, job_id, "hold", whole_array)
+            text = f"held by {caller.user}" + (f": {reason}" if reason else "")
+            result = job
+            waiting = [t for t in targets if t.state in WAITING_STATES]
+            if not waiting:
+                raise FailedPreconditionError(_cannot_hold(job, len(targets) > 1))
+            for target in waiting:
+                if target.held_by:
+                    continue
+                done = uow.jobs.set_hold(target.id, caller.user, reason=text)
+                if target.id == job_id:
+                    result = done
+            return result
+
+        job = self._tx.write(change)
+        log.info("job held", job_id=job_id, by=caller.user, whole_array=whole_array)
+        self._on_change()
+        return job
+
+    def release(self, caller: Caller, job_id: int, *, whole_array: bool = False) -> Job:
+        """Let a held job (or every held element of an array) be scheduled again."""
+
+        def change(uow: UnitOfWork) -> Job:
+            job, targets = self._targets(uow, caller, job_id, "release", whole_array)
+            result = job
+            for target in targets:
+                if not target.held_by:
+                    continue
+                if target.held_by != target.user and not caller.admin:
+                    raise PermissionDeniedError(
+                        f"job {_job_ref(target)} was held by the admin {target.held_by}; "
+                        "only an admin may release it"
+                    )
+                done = uow.jobs.set_hold(target.id, "", reason=f"released by {caller.user}")
+                if target.id == job_id:
+                    result = done
+            return result
+
+        job = self._tx.write(change)
+        log.info("job released", job_id=job_id, by=caller.user, whole_array=whole_array)
+        self._on_change()
+        self._on_capacity(False)
+        return job
+
+    # -- requeue -----------------------------------------------------------------------
+
+    def requeue(
+        self,
+        caller: Caller,
+        job_id: int,
+        reason: str = "",
+        *,
+        hold: bool = False,
+        whole_array: bool = False,
+    ) -> Job:
+        """Put a running or ended job back in the queue to run again (see the module's
+        docstring); with `hold`, held there until released."""
+        now = datetime.now(UTC)
+
+        def change(uow: UnitOfWork) -> tuple[Job, list[StopOrder]]:
+            job, targets = self._targets(uow, caller, job_id, "requeue", whole_array)
+            if job.state is JobState.COMPLETED and len(targets) == 1:
+                raise FailedPreconditionError(
+                    f"job {_job_ref(job)} COMPLETED; a completed job cannot be requeued "
+                    "(submit it again to run it once more)"
+                )
+            if all(t.state is JobState.COMPLETED for t in targets):
+                raise FailedPreconditionError(
+                    f"every element of array {job.id} COMPLETED; completed jobs cannot be "
+                    "requeued (submit the array again to run it once more)"
+                )
+            text = f"requeued by {caller.user}" + (f": {reason}" if reason else "")
+            held_by = caller.user if hold else ""
+            orders: list[StopOrder] = []
+            result = job
+            for target in targets:
+                if target.state is JobState.COMPLETED:
+                    continue
+                if target.state in WAITING_STATES:
+                    # Already waiting (a retried requeue lands here): only the hold applies.
+                    done = (
+                        uow.jobs.set_hold(target.id, held_by, reason=f"held by {caller.user}")
+                        if hold and not target.held_by
+                        else target
+                    )
+                else:
+                    orders.extend(self._stop(uow, target, text, now))
+                    ran = run_seconds(uow.usage.for_jobs([target.id]), now)
+                    done = uow.jobs.requeue(
+                        target.id,
+                        reason=text,
+                        ran_s=ran,
+                        keep_progress=target.reports_progress,
+                        held_by=held_by,
+                        at=now,
+                    )
+                if target.id == job_id:
+                    result = done
+            return result, orders
+
+        job, orders = self._tx.write(change)
+        log.info("job requeued", job_id=job_id, by=caller.user, tasks_stopped=len(orders))
+        self._done(orders)
+        return job
+
+    @staticmethod
+    def _stop(uow: UnitOfWork, job: Job, reason: str, now: datetime) -> list[StopOrder]:
+        # As a time limit stops a job: SIGTERM, then SIGKILL after the grace. A managed job
+        # saves a checkpoint meanwhile; a command gets the time to end cleanly, as Slurm's
+        # requeue gives a batch script.
+        return release_tasks(
+            uow, uow.tasks.active_for_job(job.id), reason, checkpoint=True, now=now
+        )
+
+    # -- update ------------------------------------------------------------------------
+
+    def update(
+        self, caller: Caller, job_id: int, changes: SpecChanges, *, whole_array: bool = False
+    ) -> Job:
+        """Change a job's spec (or every unfinished element's, for a whole array)."""
+        if changes.empty():
+            raise InvalidArgumentError(
+                "update", "nothing to change: give a name, time limit, priority, GPUs or GPU types"
+            )
+        checked = self._check_values(changes)
+        placing = any(getattr(changes, f) is not None for f in _PLACEMENT_FIELDS)
+        facts = self._facts() if placing else ClusterFacts()
+
+        def change(uow: UnitOfWork) -> Job:
+            job, targets = self._targets(uow, caller, job_id, "update", whole_array)
+            live = [t for t in targets if not is_terminal(t.state)]
+            if not live:
+                raise FailedPreconditionError(
+                    f"job {_job_ref(job)} ended {job.state.value}; only waiting or running "
+                    "jobs can be updated"
+                )
+            result = job
+            for target in live:
+                spec = self._new_spec(caller, target, checked, facts)
+                what = _describe(target.spec, spec)
+                if not what:
+                    continue
+                done = uow.jobs.update_spec(
+                    target.id, spec, reason=f"updated by {caller.user}: {what}"
+                )
+                if target.id == job_id:
+                    result = done
+            return result
+
+        job = self._tx.write(change)
+        log.info("job updated", job_id=job_id, by=caller.user, whole_array=whole_array)
+        self._on_change()
+        self._on_capacity(False)
+        return job
+
+    def _check_values(self, changes: SpecChanges) -> SpecChanges:
+        """Each value given, checked on its own (the same ranges as a submission)."""
+        name = changes.name
+        if name is not None:
+            name = name.strip()
+            if not 1 <= len(name) <= NAME_MAX:
+                raise InvalidArgumentError("name", f"must be 1 to {NAME_MAX} characters")
+            fields.printable(name, "name")
+        limit = changes.time_limit_s
+        if limit is not None:
+            if not 1 <= limit <= TIME_LIMIT_MAX_S:
+                raise InvalidArgumentError(
+                    "time_limit_s", f"must be 1 to {TIME_LIMIT_MAX_S} seconds"
+                )
+            most = self._settings.max_time_limit_s
+            if most and limit > most:
+                raise InvalidArgumentError(
+                    "time_limit_s",
+                    f"time limit {format_duration(limit)} is above the cluster's maximum "
+                    f"max_time_limit = {format_duration(most)}",
+                )
+        if changes.priority is not None and not bounds.valid_priority(changes.priority):
+            raise InvalidArgumentError(
+                "priority", f"must be from {bounds.PRIORITY_RANGE}, got {changes.priority!r}"
+            )
+        if changes.num_gpus is not None and not 1 <= changes.num_gpus <= bounds.NUM_GPUS_MAX:
+            raise InvalidArgumentError("num_gpus", f"must be 1 to {bounds.NUM_GPUS_MAX}")
+        return dataclasses.replace(changes, name=name)
+
+    def _new_spec(
+        self, caller: Caller, job: Job, changes: SpecChanges, facts: ClusterFacts
+    ) -> JobSpec:
+        spec = job.spec
+        if job.state not in WAITING_STATES:
+            for field in _PLACEMENT_FIELDS:
+                if getattr(changes, field) is not None:
+                    raise FailedPreconditionError(
+                        f"{field}: job {_job_ref(job)} is {job.state.value}; only a waiting "
+                        f"job's GPUs can change (`hctl requeue --hold {job.id}`, update it, "
+                        f"then `hctl release {job.id}`)"
+                    )
+        updated = dataclasses.replace(
+            spec,
+            name=spec.name if changes.name is None else changes.name,
+            time_limit_s=spec.time_limit_s
+            if changes.time_limit_s is None
+            else changes.time_limit_s,
+            priority=spec.priority if changes.priority is None else changes.priority,
+            num_gpus=spec.num_gpus if changes.num_gpus is None else changes.num_gpus,
+            allowed_gpu_types=(
+                spec.allowed_gpu_types
+                if changes.allowed_gpu_types is None
+                else changes.allowed_gpu_types
+            ),
+        )
+        if changes.num_gpus is None and changes.allowed_gpu_types is None:
+            return updated
+        # GPUs and their types: judged against the cluster as a submission is.
+        with _renamed(set(_PLACEMENT_FIELDS)):
+            checked = validate_spec(spec_to_pb(updated), facts)
+        fair = self._settings.fair_share_config()
+        quota = fair.quota(job.user) if fair is not None else 0
+        if quota and checked.num_gpus > quota:
+            raise InvalidArgumentError(
+                "num_gpus",
+                f"{checked.num_gpus} GPUs is more than user {job.user}'s quota of {quota} "
+                "GPUs at once (max_gpus_per_user)",
+            )
+        return dataclasses.replace(
+            updated, num_gpus=checked.num_gpus, allowed_gpu_types=checked.allowed_gpu_types
+        )
+
+
+@contextmanager
+def _renamed(names: set[str]) -> Iterator[None]:
+    """Re-raises a spec validation error on one of `names` under the update's own field
+    name (`spec.num_gpus` -> `num_gpus`)."""
+    try:
+        yield
+    except InvalidArgumentError as exc:
+        field = exc.field.removeprefix("spec.")
+        root = field.split("[", 1)[0].split(".", 1)[0]
+        if not exc.field.startswith("spec.") or root not in names:
+            raise
+        message = str(exc).split(": ", 1)[1]
+        raise InvalidArgumentError(field, message) from None
+
+
+def _cannot_hold(job: Job, array: bool) -> str:
+    if array:
+        return f"no element of array {job.id} is waiting; only waiting jobs can be held"
+    if job.state is JobState.RUNNING:
+        return (
+            f"job {_job_ref(job)} is running; only waiting jobs can be held: "
+            f"`hctl requeue --hold {job.id}` stops it with a checkpoint and holds it"
+        )
+    return f"job {_job_ref(job)} ended {job.state.value}; only waiting jobs can be held"
+
+
+def _describe(before: JobSpec, after: JobSpec) -> str:
+    """What changed, for the job's history: "time limit 1h -> 30m, priority 1 -> 0.5"."""
+    parts: list[str] = []
+    for label, old, new in _changes(before, after):
+        parts.append(f"{label} {old} -> {new}")
+    return ", ".join(parts)
+
+
+def _changes(before: JobSpec, after: JobSpec) -> Iterator[tuple[str, str, str]]:
+    if before.name != after.name:
+        yield "name", repr(before.name), repr(after.name)
+    if before.time_limit_s != after.time_limit_s:
+        yield (
+            "time limit",
+            format_duration(before.time_limit_s) if before.time_limit_s else "none",
+            format_duration(after.time_limit_s),
+        )
+    if before.priority != after.priority:
+        yield "priority", f"{before.priority:g}", f"{after.priority:g}"
+    if before.num_gpus != after.num_gpus:
+        yield "GPUs", str(before.num_gpus), str(after.num_gpus)
+    if before.allowed_gpu_types != after.allowed_gpu_types:
+        yield (
+            "GPU types",
+            ",".join(before.allowed_gpu_types) or "any",
+            ",".join(after.allowed_gpu_types) or "any",
+        )
