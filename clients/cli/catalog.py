@@ -38,6 +38,12 @@ COMMANDS: tuple[Listing, ...] = (
         "clients.cli.jobs", "wait", (), "Wait for a job to end; the exit code tells how it ended"
     ),
     Listing(
+        "clients.cli.run",
+        "run",
+        (),
+        "Run a job in the foreground: its output here, its exit code yours (like srun)",
+    ),
+    Listing(
         "clients.cli.control",
         "hold",
         (),

@@ -36,6 +36,7 @@ from clients.types import (
     Job,
     JobDescription,
     JobEvent,
+    JobSpec,
     JobState,
     LogChunk,
     LogStream,
@@ -151,6 +152,22 @@ def styled_state(state: JobState) -> Text:
 
 
 def _configure_submit(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
+    parser.add_argument(
+        "-H",
+        "--hold",
+        action="store_true",
+        default=None,
+        help="store the job held: it starts only once `hctl release ID` lets it (sbatch --hold)",
+    )
+    out = parser.add_argument_group("output")
+    mode = out.add_mutually_exclusive_group()
+    mode.add_argument("--parsable", action="store_true", help="print only the job id")
+    mode.add_argument("--json", action="store_true", help="print the accepted job as JSON")
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to run and with what: the flags `hctl submit` and `hctl run` share."""
     what = parser.add_argument_group("what to run (one of)")
     what.add_argument("--workload", metavar="NAME", help="a built-in workload (`hctl workloads`)")
     what.add_argument(
@@ -353,17 +370,6 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
         help="dependencies as sbatch writes them: afterok:1:2,afterany:3,afterfail:4 "
         "(afternotok is afterfail)",
     )
-    parser.add_argument(
-        "-H",
-        "--hold",
-        action="store_true",
-        default=None,
-        help="store the job held: it starts only once `hctl release ID` lets it (sbatch --hold)",
-    )
-    out = parser.add_argument_group("output")
-    mode = out.add_mutually_exclusive_group()
-    mode.add_argument("--parsable", action="store_true", help="print only the job id")
-    mode.add_argument("--json", action="store_true", help="print the accepted job as JSON")
 
 
 def spec_values_from_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -420,7 +426,9 @@ def _current_directory() -> Path | None:
         return None
 
 
-def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
+def spec_from_arguments(args: argparse.Namespace) -> tuple[JobSpec, bool]:
+    """The job spec `hctl submit` (and `hctl run`) sends, from a job file and the flags
+    over it, and whether the job is to be held."""
     try:
         values: dict[str, Any] = load_job_file(args.file) if args.file else {}
         flags = spec_values_from_flags(args)
@@ -430,12 +438,18 @@ def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
             for key in ("workload", "script", "command"):
                 values.pop(key, None)
         values.update(flags)
-        hold = bool(args.hold if args.hold is not None else values.pop("hold", False))
+        asked = getattr(args, "hold", None)
+        hold = bool(asked if asked is not None else values.pop("hold", False))
         values.pop("hold", None)
         resolve_locally(values, _current_directory(), os.environ)
         spec = build_spec(values)
     except SpecError as exc:
         raise CliError(str(exc), ExitCode.USAGE, "see `hctl submit --help`") from None
+    return spec, hold
+
+
+def _run_submit(args: argparse.Namespace, ctx: Context) -> int:
+    spec, hold = spec_from_arguments(args)
     client = ctx.client()
     job = client.submit_job(spec, hold=hold)
     held = f" — held: `hctl release {job.id}` lets it run" if hold else ""
@@ -949,17 +963,26 @@ def _configure_logs(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class _LogPrinter:
+class LogPrinter:
     """Writes a job's output as it arrives: standard output to stdout, standard error to
     stderr, a header before each attempt when the job has had several (when following,
     before every attempt: more may come), and, with labels, each line prefixed with where
     it came from."""
 
-    def __init__(self, job: int, label: bool, headers: bool, follow: bool = False) -> None:
+    def __init__(
+        self,
+        job: int,
+        label: bool,
+        headers: bool,
+        follow: bool = False,
+        header_stream: LogStream = LogStream.STDOUT,
+    ) -> None:
         self._job = job
         self._label = label
         self._headers = headers
         self._follow = follow
+        # `hctl run` keeps stdout for the job's own output.
+        self._header_stream = header_stream
         self._pending: dict[tuple[int, str, int, LogStream], bytes] = {}
         self.attempts: list[LogChunk] = []
         self.received = False
@@ -1004,7 +1027,7 @@ class _LogPrinter:
                 what += f": did not start: {chunk.start_failure}"
             # The header is hctl's, not the job's: what others wrote in it is escaped.
             header = printable_line(f"==> job {self._job} {what} <==")
-            self._write(LogStream.STDOUT, f"{header}\n".encode())
+            self._write(self._header_stream, f"{header}\n".encode())
 
     @staticmethod
     def _prefix(node: str, rank: int, stream: LogStream) -> bytes:
@@ -1028,7 +1051,7 @@ def _run_logs(args: argparse.Namespace, ctx: Context) -> int:
         what = "is pending" if job.state is JobState.PENDING else "waits to run again"
         why = f" ({job.reason})" if job.reason else ""
         ctx.note(f"job {args.job} {what}{why}; its output follows once it runs (Ctrl-C to stop)")
-    printer = _LogPrinter(job_id_, args.label, headers=args.attempt is None, follow=args.follow)
+    printer = LogPrinter(job_id_, args.label, headers=args.attempt is None, follow=args.follow)
     try:
         for chunk in client.stream_logs(
             job_id_,

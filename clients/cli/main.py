@@ -33,6 +33,7 @@ USAGE = 2
 # are absent (e.g. a trimmed install) are skipped.
 COMMAND_MODULES: tuple[str, ...] = (
     "clients.cli.jobs",
+    "clients.cli.run",
     "clients.cli.control",
     "clients.cli.cluster",
     "clients.cli.accounting",

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from clients.cli.command import Context, make_console
 from clients.cli.console import PrintableConsole
-from clients.cli.jobs import _LogPrinter, queue_table
+from clients.cli.jobs import LogPrinter, queue_table
 from clients.cli.printable import printable
 from clients.cli.shapes import dumps
 from clients.types import Job, JobState, LogChunk, LogStream
@@ -66,7 +66,7 @@ def test_json_output_stays_valid_and_carries_the_text_escaped() -> None:
 
 
 def test_log_headers_escape_what_others_wrote_but_not_the_jobs_own_bytes(capfdbinary) -> None:
-    printer = _LogPrinter(7, label=True, headers=True)
+    printer = LogPrinter(7, label=True, headers=True)
     for data in (b"", b"own \x1b[32mcolour\x1b[0m\n"):
         printer.chunk(
             LogChunk(
