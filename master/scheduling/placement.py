@@ -98,6 +98,40 @@ class FreeGpus:
         self._count[gpu_type] -= k
         return [GpuSlot(name, i) for i in picked]
 
+    def servers_needed(self, n: int, gpu_type: str) -> int | None:
+        """How many servers :meth:`take` would spread ``n`` GPUs of ``gpu_type`` over
+        (None: too few free); takes nothing."""
+        if n < 1:
+            raise ValueError(f"cannot take {n} GPUs")
+        if self._count.get(gpu_type, 0) < n:
+            return None
+        sizes = [len(bucket) for bucket in self._buckets[gpu_type]]
+        servers = 0
+        remaining = n
+        while remaining > 0:
+            servers += 1
+            if any(sizes[c] for c in range(remaining, len(sizes))):
+                break
+            largest = next(c for c in range(len(sizes) - 1, 0, -1) if sizes[c])
+            sizes[largest] -= 1
+            remaining -= largest
+        return servers
+
+    def packed_type(self, n: int, allowed: Iterable[str] | None = None) -> str | None:
+        """The type among ``allowed`` (all when None) whose free GPUs hold ``n`` on
+        the fewest servers; ties go to the type with the fewest free GPUs (keeping the
+        roomier types for bigger jobs), then the name. None when no single type has ``n``
+        free."""
+        best: tuple[int, int, str] | None = None
+        for gpu_type in sorted(set(self._count) if allowed is None else set(allowed)):
+            servers = self.servers_needed(n, gpu_type) if self.count(gpu_type) >= n else None
+            if servers is None:
+                continue
+            key = (servers, self.count(gpu_type), gpu_type)
+            if best is None or key < best:
+                best = key
+        return best[2] if best is not None else None
+
     def take(self, n: int, gpu_type: str) -> tuple[GpuSlot, ...] | None:
         """``n`` free GPUs of one type on as few servers as possible, or None if too few.
 
