@@ -8,10 +8,10 @@ GPUs it hands out, so a policy cannot give one GPU to two jobs by accident.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from master.scheduling.plan import GpuSlot
-from master.scheduling.views import ClusterView
+from master.scheduling.plan import Allocation, GpuSlot, Plan
+from master.scheduling.views import ClusterView, Snapshot
 
 
 class FreeGpus:
@@ -228,3 +228,56 @@ class FreeGpus:
 def num_servers(slots: Iterable[GpuSlot]) -> int:
     """How many distinct servers these GPUs are on."""
     return len({slot.node for slot in slots})
+
+
+def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation]) -> Plan:
+    """``plan`` with every job it places anew across servers moved onto one server, where
+    one server has enough GPUs of an allowed type that no other job in the plan uses.
+
+    Policies choose a job's GPU type (or a mix of types) by counts over the whole cluster,
+    and a choice that spreads the job can leave a server that holds it whole unused; a
+    spread job runs slower and ties up more servers. Only jobs the plan starts or moves are
+    repacked, as one ordinary copy on unshared GPUs (copies, sharing and folding are
+    deliberate). The new type is one the plan chose for the job if it fits on one server,
+    else the allowed type on which the job runs fastest consolidated, the tightest server
+    first. The plan's other jobs keep exactly their GPUs.
+    """
+    moved: dict[int, Allocation] = {}
+    used: set[GpuSlot] | None = None
+    for job_id, alloc in plan.allocations.items():
+        if (
+            alloc.num_copies != 1
+            or alloc.shared_with is not None
+            or alloc.accumulation_steps != 1
+            or len(alloc.nodes) < 2
+        ):
+            continue
+        held = current.get(job_id)
+        if held is not None and alloc.same_placement(held):
+            continue
+        job = snapshot.jobs_by_id().get(job_id)
+        if job is None or job.num_gpus != alloc.num_gpus:
+            continue
+        if used is None:
+            used = {slot for a in plan.allocations.values() for slot in a.slots}
+        mine = set(alloc.slots)
+        free = FreeGpus(snapshot.cluster, used - mine)
+        chosen = {free.type_of(slot) for slot in alloc.slots}
+        n = job.num_gpus
+        roomy = [t for t in free.types() if job.allows(t) and free.max_free_on_one_node(t) >= n]
+        if not roomy:
+            continue
+        speed = {
+            t: snapshot.throughput.throughput(job.job_type, t, n, consolidated=True) for t in roomy
+        }
+        best = min(roomy, key=lambda t: (t not in chosen, -speed[t], t))
+        slots = free.take(n, best)
+        if slots is None:  # pragma: no cover - the type has a server with room
+            continue
+        new = Allocation.on(slots, job.batch_size)
+        moved[job_id] = new
+        used -= mine
+        used.update(new.slots)
+    if not moved:
+        return plan
+    return Plan({**plan.allocations, **moved}, plan.reasons)
