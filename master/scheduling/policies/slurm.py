@@ -16,7 +16,10 @@ cluster typically configures it, reduced to what decides who runs where:
   time*), on the type that is free first. A later job may start now (backfill) when it
   cannot delay that reservation: it runs on another type, or by its own time limit it ends
   by the shadow time, or it fits in the GPUs of the reserved type that the head leaves
-  over at the shadow time. Only the head holds a reservation, as in EASY.
+  over at the shadow time. Only the head holds a reservation, as in EASY. A job that
+  could start only spread over servers while a server it may not take now would hold it
+  whole waits too: the round packs spread jobs onto such servers
+  (:func:`master.scheduling.placement.pack_spread`), which could delay the head.
 - Time limits are run time estimates (``JobView.time_limit_s``, which the daemon already
   set to the cluster's default for a job that gave none, as Slurm's ``DefaultTime``). A
   job with no limit at all runs, as Slurm's ``INFINITE``, for an unknown time: while it
@@ -176,22 +179,31 @@ class SlurmPolicy:
                 )
                 continue
             ends = expected_end(job, now)
-            elsewhere = [t for t in allowed if t != head.gpu_type]
-            gpu_type = free.packed_type(job.num_gpus, elsewhere)
+            admissible = [t for t in allowed if t != head.gpu_type]
             spare = False
-            if gpu_type is None and head.gpu_type in allowed and math.isfinite(head.start):
+            if head.gpu_type in allowed and math.isfinite(head.start):
                 fits = free.count(head.gpu_type) >= job.num_gpus
                 if fits and ends <= head.start:
-                    gpu_type = head.gpu_type
+                    admissible.append(head.gpu_type)
                 elif fits and job.num_gpus <= head.spare:
-                    gpu_type, spare = head.gpu_type, True
+                    admissible.append(head.gpu_type)
+                    spare = True
+            gpu_type = free.packed_type(job.num_gpus, admissible)
+            # Spread while a server of a type it may not take now holds it whole: the
+            # round would pack it there (placement.pack_spread), delaying the head.
+            if (
+                gpu_type is not None
+                and free.servers_needed(job.num_gpus, gpu_type) != 1
+                and any(free.max_free_on_one_node(t) >= job.num_gpus for t in allowed)
+            ):
+                gpu_type = None
             if gpu_type is None:
                 reasons[job.id] = (
                     f"waiting: queued behind job {head.job_id} ({NAME}); starting now would "
                     f"delay its reservation or no GPUs fit"
                 )
                 continue
-            if spare:
+            if spare and gpu_type == head.gpu_type:
                 head = Reservation(
                     head.job_id, head.gpu_type, head.gpus, head.start, head.spare - job.num_gpus
                 )

@@ -206,3 +206,24 @@ def test_equal_priorities_start_in_submit_order() -> None:
     )
     plan = SlurmPolicy().plan(snap, NOW)
     assert 2 in plan and 3 not in plan
+
+
+def test_a_backfill_that_would_spread_waits_rather_than_take_the_reserved_server() -> None:
+    """Behind a head reserved on k80, a long 2-GPU job could only start spread over two
+    v100 servers while the k80 server it may not take holds it whole: it waits, so that
+    packing it there cannot delay the head."""
+    snap = snapshot(
+        {"v100": 8, "k80": 4},
+        [
+            running(1, "v100-000", range(3), time_limit_s=3600.0),
+            running(2, "v100-001", range(3), time_limit_s=3600.0),
+            running(3, "k80-000", range(2), time_limit_s=1800.0),
+            waiting(4, 4, 600.0, allowed_gpu_types=frozenset({"k80"})),
+            waiting(5, 2, 90_000.0),
+        ],
+    )
+    policy = SlurmPolicy()
+    plan = policy.plan(snap, NOW)
+    assert policy.last_reservation is not None
+    assert policy.last_reservation.gpu_type == "k80"
+    assert 5 not in plan
