@@ -46,6 +46,7 @@ from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, Plan
 from master.scheduling.policies._greedy import current_slots_usable
 from master.scheduling.views import JobView, Snapshot
+from protos.durations import format_duration
 
 NAME = "slurm"
 
@@ -170,12 +171,14 @@ class SlurmPolicy:
                     reasons[job.id] = _never_reason(snapshot, job)
                     continue
                 self.last_reservation = head
-                when = "unknown (running jobs without time limits)"
+                when = "no start time yet (it waits for jobs without time limits)"
                 if math.isfinite(head.start):
-                    when = f"t={head.start:.0f}s"
+                    # Whole minutes: the reason stays the same from round to round.
+                    minutes = math.ceil((head.start - now) / 60.0)
+                    when = f"to start within {format_duration(60.0 * minutes)}"
                 reasons[job.id] = (
-                    f"waiting: first in line ({NAME}), {head.gpus} {head.gpu_type} "
-                    f"reserved from {when}"
+                    f"waiting: first in line ({NAME}), {head.gpus} {head.gpu_type} GPUs "
+                    f"reserved for it, {when}"
                 )
                 continue
             ends = expected_end(job, now)

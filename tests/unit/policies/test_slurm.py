@@ -50,7 +50,9 @@ def test_small_job_that_ends_before_the_head_reservation_starts() -> None:
     assert policy.last_reservation.start == NOW + 7200.0
     assert 3 not in plan
     assert plan.allocations[4].slots == (GpuSlot("v100-000", 3),)
-    assert "reserved from" in (plan.reason(3) or "")
+    assert plan.reason(3) == (
+        "waiting: first in line (slurm), 4 v100 GPUs reserved for it, to start within 02:00:00"
+    )
 
 
 def test_job_that_would_delay_the_head_reservation_waits() -> None:
@@ -108,7 +110,7 @@ def test_running_job_without_limit_makes_the_reservation_undated() -> None:
     assert policy.last_reservation is not None
     assert math.isinf(policy.last_reservation.start)
     assert 2 not in plan and 3 not in plan
-    assert "unknown" in (plan.reason(2) or "")
+    assert "no start time yet" in (plan.reason(2) or "")
 
 
 def test_backfill_on_another_type_never_delays_the_head() -> None:
