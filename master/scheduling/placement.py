@@ -119,15 +119,15 @@ class FreeGpus:
 
     def packed_type(self, n: int, allowed: Iterable[str] | None = None) -> str | None:
         """The type among ``allowed`` (all when None) whose free GPUs hold ``n`` on
-        the fewest servers; ties go to the type with the fewest free GPUs (keeping the
-        roomier types for bigger jobs), then the name. None when no single type has ``n``
-        free."""
+        the fewest servers; ties go to the type with the most free GPUs (spreading work
+        over the types, blind to their speeds), then the name. None when no single type
+        has ``n`` free."""
         best: tuple[int, int, str] | None = None
         for gpu_type in sorted(set(self._count) if allowed is None else set(allowed)):
             servers = self.servers_needed(n, gpu_type) if self.count(gpu_type) >= n else None
             if servers is None:
                 continue
-            key = (servers, self.count(gpu_type), gpu_type)
+            key = (servers, -self.count(gpu_type), gpu_type)
             if best is None or key < best:
                 best = key
         return best[2] if best is not None else None

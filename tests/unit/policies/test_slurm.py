@@ -229,3 +229,18 @@ def test_a_backfill_that_would_spread_waits_rather_than_take_the_reserved_server
     assert policy.last_reservation is not None
     assert policy.last_reservation.gpu_type == "k80"
     assert 5 not in plan
+
+
+def test_between_types_that_pack_a_job_alike_the_one_with_more_free_gpus_gets_it() -> None:
+    """Blind to speed, the choice spreads work over the types: a 1-GPU job goes to the
+    type with more free GPUs (k80 here, two free against one), not to the fastest."""
+    snap = snapshot(
+        {"v100": 4, "k80": 4},
+        [
+            running(1, "v100-000", range(3), time_limit_s=3600.0),
+            running(2, "k80-000", range(2), time_limit_s=3600.0),
+            waiting(3, 1, 600.0),
+        ],
+    )
+    plan = SlurmPolicy().plan(snap, NOW)
+    assert {slot.node for slot in plan.allocations[3].slots} == {"k80-000"}
