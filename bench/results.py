@@ -17,7 +17,10 @@ use. No job is marked forkable (Gavel's traces mark none), so ``hadare`` forks n
 copies there; the target traces run once more with every job forkable, labelled
 :data:`ALL_FORKABLE`, under ``gavel`` and ``hadare`` only.
 The report lists, per trace, average / median / p99 JCT, makespan, utilization and
-planning time per policy, and compares the best research policy with ``gavel``.
+planning time per policy, compares the best research policy with ``gavel``, and every
+policy with ``slurm`` (priority order with EASY backfill, time limits drawn as
+``SimConfig().limit_overestimate`` says), headed by the master's default policy against it.
+``slurm`` never forks, so the all-forkable cases reuse its figures from the same trace.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ if str(ROOT) not in sys.path:
 
 from master.scheduling.policy import available_policies, make_policy  # noqa: E402
 from master.scheduling.throughput import ThroughputModel  # noqa: E402
+from master.settings import Settings  # noqa: E402
 from master.sim.cluster_spec import build_cluster  # noqa: E402
 from master.sim.data import GAVEL_DIR  # noqa: E402
 from master.sim.engine import SimConfig, SimResult, simulate  # noqa: E402
@@ -63,7 +67,13 @@ POISSON_CLUSTER = "v100:36,p100:36,k80:36"
 POISSON_INTERARRIVAL_S = 2400.0
 POISSON_NAME = "poisson-1000"
 ROUND_S = 360.0
-BASELINES = ("fifo", "srtf", "las", "gavel")
+BASELINES = ("fifo", "srtf", "las", "gavel", "slurm")
+#: The Slurm-style baseline every policy is compared with, and the policy the master runs
+#: unless told otherwise (the headline).
+SLURM = "slurm"
+DEFAULT_POLICY = Settings().policy
+#: The case of the headline: the generated lab-like trace under the daemon's round model.
+HEADLINE = "poisson-1000 (early rounds)"
 #: Suffix of a case run with the daemon's round model (re-plan when a job exits).
 EARLY = " (early rounds)"
 #: Suffix of a case in which every job may run as averaged copies (hadare's forking).
@@ -171,6 +181,10 @@ def run_all(
                 f"makespan {figures['makespan_s'] / 3600:7.2f} h  ({wall:.1f} s)",
                 flush=True,
             )
+    for name, per_policy in results.items():
+        base = results.get(name.removesuffix(ALL_FORKABLE), {})
+        if name.endswith(ALL_FORKABLE) and SLURM in base:
+            per_policy.setdefault(SLURM, base[SLURM])
     return results
 
 
@@ -281,6 +295,46 @@ def write_markdown(
         f"(Gavel's job mix, seed 0), Poisson arrivals every {POISSON_INTERARRIVAL_S:.0f} s "
         f"on average, on {POISSON_CLUSTER}.",
         "",
+        "## Against Slurm",
+        "",
+        "`slurm` is Slurm's default scheduler as labs run it: jobs in priority order "
+        "(fair share, then age; submit time here), EASY backfill by the users' time limits, "
+        "typed GPUs, packing, no preemption or migration (docs/policies.md). Gavel's traces "
+        "have no time limits, so every job's limit is drawn as users overestimate theirs: "
+        "its run time on its slowest allowed GPU type times a factor drawn per job from "
+        f"{SimConfig().limit_overestimate} (seed {SimConfig().limit_overestimate.seed}; "
+        "`hctl simulate --limit-overestimate`, docs/simulator.md). `slurm` never forks, so "
+        "its figures in the all-forkable cases are those of the same trace without forking.",
+        "",
+    ]
+    headline = results.get(HEADLINE, {})
+    if DEFAULT_POLICY in headline and SLURM in headline:
+        ratio = headline[SLURM]["avg_jct_s"] / headline[DEFAULT_POLICY]["avg_jct_s"]
+        lines += [
+            f"**`{DEFAULT_POLICY}` (the master's default policy), avg JCT vs Slurm-style "
+            f"FIFO+backfill: {ratio:.2f}x** on {HEADLINE} "
+            f"({_h(headline[DEFAULT_POLICY]['avg_jct_s'])} h against "
+            f"{_h(headline[SLURM]['avg_jct_s'])} h; no job forkable).",
+            "",
+        ]
+    policies = sorted({p for of_trace in results.values() for p in of_trace} - {SLURM})
+    lines += [
+        "Average JCT under `slurm` divided by each policy's (above 1: jobs finish sooner "
+        "than under Slurm):",
+        "",
+        "| trace | slurm avg JCT | " + " | ".join(f"`{p}`" for p in policies) + " |",
+        "|---|---|" + "---|" * len(policies),
+    ]
+    for trace, of_trace in results.items():
+        if SLURM not in of_trace:
+            continue
+        ref = of_trace[SLURM]["avg_jct_s"]
+        cells = [
+            f"{ref / of_trace[p]['avg_jct_s']:.2f}x" if p in of_trace else "-" for p in policies
+        ]
+        lines.append(f"| {trace} | {_h(ref)} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
         "## Targets",
         "",
         "The best research policy (lowest average JCT among those whose p99 JCT is not "
@@ -339,19 +393,21 @@ def write_markdown(
         cluster = next(iter(per_policy.values()))["cluster"]
         n_jobs = next(iter(per_policy.values()))["jobs"]
         gavel_avg = per_policy.get("gavel", {}).get("avg_jct_s")
+        slurm_avg = per_policy.get(SLURM, {}).get("avg_jct_s")
         lines += [
             f"## {trace} ({n_jobs} jobs, {cluster})",
             "",
-            "| policy | avg JCT | median | p99 | makespan | vs gavel avg | util. | "
-            "jobs forked | plan ms |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| policy | avg JCT | median | p99 | makespan | vs gavel avg | vs slurm avg | "
+            "util. | jobs forked | plan ms |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for policy in sorted(per_policy, key=lambda p: per_policy[p]["avg_jct_s"]):
             f = per_policy[policy]
             versus = f"{gavel_avg / f['avg_jct_s']:.2f}x" if gavel_avg else "-"
+            against = f"{slurm_avg / f['avg_jct_s']:.2f}x" if slurm_avg else "-"
             lines.append(
                 f"| `{policy}` | {_h(f['avg_jct_s'])} | {_h(f['median_jct_s'])} | "
-                f"{_h(f['p99_jct_s'])} | {_h(f['makespan_s'])} | {versus} | "
+                f"{_h(f['p99_jct_s'])} | {_h(f['makespan_s'])} | {versus} | {against} | "
                 f"{f['utilization']:.0%} | {f['copies_jobs']} | "
                 f"{f['plan_ms_mean']:.1f} / {f['plan_ms_max']:.0f} |"
             )

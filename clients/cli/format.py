@@ -161,9 +161,17 @@ def parse_size(text: str) -> int:
 
 
 def placement(tasks: tuple[Task, ...]) -> str:
-    """``gpu-01[0,1]`` per task, comma separated; a shared GPU is marked with the other job."""
+    """``gpu-01[0,1]`` per task of the job's newest placement, comma separated; a shared
+    GPU is marked with the other job.
+
+    While a job moves, the tasks of its previous placement are still stopping beside the
+    new ones (on the same GPUs, when it keeps some): listing both would name a GPU twice.
+    """
+    newest = max((task.lease for task in tasks), default=0)
     parts = []
     for task in tasks:
+        if task.lease != newest:
+            continue
         gpus = ",".join(str(i) for i in task.gpu_indices)
         shared = f"+{task.shared_with_job_id}" if task.shared_with_job_id else ""
         parts.append(f"{task.node}[{gpus}]{shared}")

@@ -229,6 +229,8 @@ def job_view(
         restart_s=job.restart_s if job.restart_s is not None else restart_s,
         gpu_seconds_by_type=by_type,
         run_seconds=run_s,
+        # Already the cluster's default when the job gave none (set at submission).
+        time_limit_s=float(spec.time_limit_s),
     )
 
 

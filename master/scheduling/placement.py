@@ -8,10 +8,10 @@ GPUs it hands out, so a policy cannot give one GPU to two jobs by accident.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from master.scheduling.plan import GpuSlot
-from master.scheduling.views import ClusterView
+from master.scheduling.plan import Allocation, GpuSlot, Plan
+from master.scheduling.views import ClusterView, Snapshot
 
 
 class FreeGpus:
@@ -97,6 +97,40 @@ class FreeGpus:
         self._move(gpu_type, name, old, old - k)
         self._count[gpu_type] -= k
         return [GpuSlot(name, i) for i in picked]
+
+    def servers_needed(self, n: int, gpu_type: str) -> int | None:
+        """How many servers :meth:`take` would spread ``n`` GPUs of ``gpu_type`` over
+        (None: too few free); takes nothing."""
+        if n < 1:
+            raise ValueError(f"cannot take {n} GPUs")
+        if self._count.get(gpu_type, 0) < n:
+            return None
+        sizes = [len(bucket) for bucket in self._buckets[gpu_type]]
+        servers = 0
+        remaining = n
+        while remaining > 0:
+            servers += 1
+            if any(sizes[c] for c in range(remaining, len(sizes))):
+                break
+            largest = next(c for c in range(len(sizes) - 1, 0, -1) if sizes[c])
+            sizes[largest] -= 1
+            remaining -= largest
+        return servers
+
+    def packed_type(self, n: int, allowed: Iterable[str] | None = None) -> str | None:
+        """The type among ``allowed`` (all when None) whose free GPUs hold ``n`` on
+        the fewest servers; ties go to the type with the most free GPUs (spreading work
+        over the types, blind to their speeds), then the name. None when no single type
+        has ``n`` free."""
+        best: tuple[int, int, str] | None = None
+        for gpu_type in sorted(set(self._count) if allowed is None else set(allowed)):
+            servers = self.servers_needed(n, gpu_type) if self.count(gpu_type) >= n else None
+            if servers is None:
+                continue
+            key = (servers, -self.count(gpu_type), gpu_type)
+            if best is None or key < best:
+                best = key
+        return best[2] if best is not None else None
 
     def take(self, n: int, gpu_type: str) -> tuple[GpuSlot, ...] | None:
         """``n`` free GPUs of one type on as few servers as possible, or None if too few.
@@ -194,3 +228,56 @@ class FreeGpus:
 def num_servers(slots: Iterable[GpuSlot]) -> int:
     """How many distinct servers these GPUs are on."""
     return len({slot.node for slot in slots})
+
+
+def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation]) -> Plan:
+    """``plan`` with every job it places anew across servers moved onto one server, where
+    one server has enough GPUs of an allowed type that no other job in the plan uses.
+
+    Policies choose a job's GPU type (or a mix of types) by counts over the whole cluster,
+    and a choice that spreads the job can leave a server that holds it whole unused; a
+    spread job runs slower and ties up more servers. Only jobs the plan starts or moves are
+    repacked, as one ordinary copy on unshared GPUs (copies, sharing and folding are
+    deliberate). The new type is one the plan chose for the job if it fits on one server,
+    else the allowed type on which the job runs fastest consolidated, the tightest server
+    first. The plan's other jobs keep exactly their GPUs.
+    """
+    moved: dict[int, Allocation] = {}
+    used: set[GpuSlot] | None = None
+    for job_id, alloc in plan.allocations.items():
+        if (
+            alloc.num_copies != 1
+            or alloc.shared_with is not None
+            or alloc.accumulation_steps != 1
+            or len(alloc.nodes) < 2
+        ):
+            continue
+        held = current.get(job_id)
+        if held is not None and alloc.same_placement(held):
+            continue
+        job = snapshot.jobs_by_id().get(job_id)
+        if job is None or job.num_gpus != alloc.num_gpus:
+            continue
+        if used is None:
+            used = {slot for a in plan.allocations.values() for slot in a.slots}
+        mine = set(alloc.slots)
+        free = FreeGpus(snapshot.cluster, used - mine)
+        chosen = {free.type_of(slot) for slot in alloc.slots}
+        n = job.num_gpus
+        roomy = [t for t in free.types() if job.allows(t) and free.max_free_on_one_node(t) >= n]
+        if not roomy:
+            continue
+        speed = {
+            t: snapshot.throughput.throughput(job.job_type, t, n, consolidated=True) for t in roomy
+        }
+        best = min(roomy, key=lambda t: (t not in chosen, -speed[t], t))
+        slots = free.take(n, best)
+        if slots is None:  # pragma: no cover - the type has a server with room
+            continue
+        new = Allocation.on(slots, job.batch_size)
+        moved[job_id] = new
+        used -= mine
+        used.update(new.slots)
+    if not moved:
+        return plan
+    return Plan({**plan.allocations, **moved}, plan.reasons)

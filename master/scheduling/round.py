@@ -16,7 +16,9 @@ The steps, in order:
    policy until that lease is over, so it never runs twice. Opaque commands are exempt:
    their workers run them to completion whatever the lease, so waiting would not help.
 3. The policy's plan, with pinning: a running job that may not be preempted keeps exactly
-   its GPUs; a job the plan put on them waits, saying so.
+   its GPUs; a job the plan put on them waits, saying so. Then packing: a job the plan
+   starts or moves across servers goes onto one server instead where one has room for it
+   (:func:`master.scheduling.placement.pack_spread`), whatever the policy.
    Fair share and quotas (:mod:`master.scheduling.fairshare`, when ``RoundState.fair_share``
    is set): before the policy plans, priorities are scaled by each user's fair-share
    factor and waiting jobs past their user's quota, or past their user's entitlement while
@@ -46,6 +48,7 @@ from typing import Any
 
 from master.scheduling.diff import Action, ActionKind, Hysteresis, diff
 from master.scheduling.fairshare import FairShareConfig, limit_plan, prepare
+from master.scheduling.placement import pack_spread
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policy import Policy, export_memory, learns, notify_completion
 from master.scheduling.views import ClusterView, JobView, NodeView, Snapshot
@@ -237,6 +240,7 @@ def decide_round(
         planned = keep_non_preemptible(visible, current, planned)
         if fair is not None:
             planned = limit_plan(visible, planned, fair, current)
+        planned = pack_spread(visible, planned, current)
         problems = tuple(planned.violations(visible))
         if problems:
             fallback = f"policy {policy.name!r} produced an invalid plan: " + "; ".join(

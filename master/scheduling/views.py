@@ -221,6 +221,9 @@ class JobView:
     honours it, so no policy can place a job on GPUs too small for it.
     ``restart_s`` is what one move (migration, resize, new set of copies) costs the job in
     seconds without progress (see :mod:`master.scheduling.churn`).
+    ``time_limit_s`` is the run time the job may use in all (``sbatch --time``; 0: no
+    limit), counted by ``run_seconds``; a backfilling policy takes it as the job's run time
+    estimate.
     """
 
     id: int
@@ -246,8 +249,11 @@ class JobView:
     run_seconds: float = 0.0
     memory_gpu_types: frozenset[str] | None = None
     restart_s: float = DEFAULT_RESTART_S
+    time_limit_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not self.time_limit_s >= 0:
+            raise ValueError(f"job {self.id}: time_limit_s must be >= 0, got {self.time_limit_s}")
         if self.restart_s < 0:
             raise ValueError(f"job {self.id}: restart_s must be >= 0, got {self.restart_s}")
         if self.num_gpus < 1:

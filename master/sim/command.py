@@ -25,6 +25,7 @@ from master.scheduling.throughput import ThroughputModel
 from master.sim.cluster_spec import build_cluster, parse_cluster_spec
 from master.sim.data import THROUGHPUTS, bundled_traces, resolve_trace
 from master.sim.engine import SimConfig, SimResult, SimulationError, Simulator
+from master.sim.limits import Overestimate
 from master.sim.metrics import summarize
 from master.sim.report import as_json, print_table, write_reports
 from master.sim.trace import TraceError, read_trace
@@ -110,6 +111,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float_type(0, 1, above=True),
         default=0.9,
         help="progress factor of a job running as averaged copies, more than 0 up to 1 (0.9)",
+    )
+    parser.add_argument(
+        "--limit-overestimate",
+        default=str(Overestimate()),
+        metavar="FACTOR|LOW-HIGH",
+        help="time limits of jobs whose trace gives none: their run time on their slowest "
+        "allowed GPU type times a factor drawn from LOW-HIGH per job (seeded by --seed), or "
+        f"times FACTOR; at least 1 ({Overestimate()}); the slurm policy backfills by them",
     )
     parser.add_argument(
         "--param",
@@ -268,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
             fork_all=args.forkable == "all",
             min_migration_gain=args.min_migration_gain,
             fair_share=fair_share_config(args),
+            limit_overestimate=Overestimate.parse(args.limit_overestimate, args.seed),
         )
         cluster = build_cluster(parse_cluster_spec(args.cluster), args.gpus_per_server)
         model = _throughput_model(args.throughputs)

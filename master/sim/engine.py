@@ -44,6 +44,7 @@ from master.scheduling.round import (
 )
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, JobView, Snapshot
+from master.sim.limits import Overestimate, time_limit
 from master.sim.trace import TraceJob
 
 
@@ -81,6 +82,8 @@ class SimConfig:
     with its ``half_life_s`` over simulated time. None: neither applies.
     ``fork_all``: treat every job as forkable (it may run as averaged copies), whatever
     the trace says; for what-if runs, since forking changes how a model trains.
+    ``limit_overestimate``: how the time limit of a job whose trace gives none is drawn
+    (:mod:`master.sim.limits`); every policy sees the limits, backfilling ones plan by them.
     """
 
     round_s: float = 360.0
@@ -96,6 +99,7 @@ class SimConfig:
     min_migration_gain: float = Hysteresis().min_migration_gain
     pay_restart: bool = Hysteresis().pay_restart
     fair_share: FairShareConfig | None = None
+    limit_overestimate: Overestimate = field(default_factory=Overestimate)
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -196,6 +200,7 @@ class SimResult:
 class _Job:
     spec: TraceJob
     total: float
+    limit_s: float = 0.0
     done: float = 0.0
     start: float | None = None
     finish: float | None = None
@@ -333,8 +338,9 @@ class Simulator:
         if not trace:
             raise ValueError("trace has no jobs")
         totals = resolve_iterations(trace, cluster, model)
+        over = self.config.limit_overestimate
         self._jobs = [
-            _Job(spec, total)
+            _Job(spec, total, time_limit(spec, total, cluster, model, over))
             for spec, total in sorted(
                 zip(trace, totals, strict=True), key=lambda p: (p[0].arrival_s, p[0].id)
             )
@@ -386,6 +392,7 @@ class Simulator:
             run_seconds=job.run_s,
             # What a move costs here: the simulated restart overhead.
             restart_s=self.config.overhead_s,
+            time_limit_s=job.limit_s,
         )
         return job.view
 

@@ -7,7 +7,7 @@ GPUs), priority_weight, SLO, arrival_time (seconds).
 CSV (header required; column order free; extra columns ignored)::
 
     job_id,arrival_s,job_type,num_gpus,iterations,duration_s,user,priority,batch_size,
-    allowed_gpu_types,preemptible,shareable,forkable
+    allowed_gpu_types,preemptible,shareable,forkable,time_limit_s
 
 ``job_id``, ``arrival_s``, ``job_type`` and ``num_gpus`` are required, and one of
 ``iterations`` or ``duration_s`` per row (``duration_s`` is the run time alone on the
@@ -16,7 +16,8 @@ model). ``user`` defaults to empty, ``priority`` to 1, ``batch_size`` to the num
 "(batch size N)" in the job type or 1, ``allowed_gpu_types`` (types separated by ``|``)
 to any type, ``preemptible`` to true, ``shareable`` and ``forkable`` (may run as several
 averaged copies) to false (booleans: true/false, yes/no, 1/0). A Gavel trace marks no job
-forkable.
+forkable. ``time_limit_s`` is the time limit the user asked for (``sbatch --time``); empty
+or absent, the simulator draws one (see :mod:`master.sim.limits`). A Gavel trace has none.
 
 A malformed line raises :class:`TraceError` naming ``file:line`` and the problem.
 """
@@ -55,10 +56,14 @@ class TraceJob:
     shareable: bool = False
     # May run as several averaged copies (HadarE); a Gavel trace marks no job so.
     forkable: bool = False
+    # The user's time limit in seconds; None: the trace gives none (the simulator draws one).
+    time_limit_s: float | None = None
 
     def __post_init__(self) -> None:
         if (self.iterations is None) == (self.duration_s is None):
             raise ValueError(f"job {self.id}: give exactly one of iterations and duration_s")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ValueError(f"job {self.id}: time_limit_s must be > 0, got {self.time_limit_s}")
 
 
 def batch_size_of(job_type: str) -> int:
@@ -177,6 +182,7 @@ def _csv_job(row: dict[str, str | None], seen: set[int]) -> TraceJob:
     shareable = _flag(cell("shareable"), "shareable", default=False)
     forkable = _flag(cell("forkable"), "forkable", default=False)
     batch = cell("batch_size")
+    limit = cell("time_limit_s")
     return TraceJob(
         id=job_id,
         arrival_s=_finite(cell("arrival_s"), "arrival_s"),
@@ -191,6 +197,7 @@ def _csv_job(row: dict[str, str | None], seen: set[int]) -> TraceJob:
         preemptible=preemptible,
         shareable=shareable,
         forkable=forkable,
+        time_limit_s=_finite(limit, "time_limit_s", positive=True) if limit else None,
     )
 
 
@@ -229,6 +236,7 @@ def write_csv_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
         "preemptible",
         "shareable",
         "forkable",
+        "time_limit_s",
     ]
     with Path(path).open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -249,6 +257,7 @@ def write_csv_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
                     str(job.preemptible).lower(),
                     str(job.shareable).lower(),
                     str(job.forkable).lower(),
+                    "" if job.time_limit_s is None else repr(job.time_limit_s),
                 ]
             )
 

@@ -135,6 +135,18 @@ def test_node_or_reason_shows_placement_when_running_and_reason_otherwise():
     assert fmt.node_or_reason(make_job()) == "(waiting for the next round)"
 
 
+def test_placement_of_a_moving_job_lists_only_its_new_tasks():
+    """While a job moves, its old placement's tasks still stop beside the new ones (on the
+    same GPU here): the placement names the new lease's tasks, no GPU twice."""
+    old = replace(make_task("local-2", "p100", (0,)), lease=3, state=TaskState.STOPPING)
+    new = [
+        replace(make_task("local-2", "p100", (0,)), lease=4, state=TaskState.STARTING),
+        replace(make_task("local-3", "k80", (1,)), task_index=1, lease=4),
+    ]
+    running = make_job(state=JobState.RUNNING, tasks=(old, new[0], new[1]))
+    assert fmt.node_or_reason(running) == "local-2[0],local-3[1]"
+
+
 def test_run_time_counts_from_first_start_to_the_end_or_now():
     """Elapsed time starts at the first start and stops when the job ends."""
     assert fmt.run_time(make_job(), NOW) is None

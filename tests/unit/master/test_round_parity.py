@@ -78,6 +78,7 @@ def stored_job(view: JobView, state: JobState, iterations_done: float) -> Job:
             shareable=view.shareable,
             forkable=view.forkable,
             job_type=view.job_type,
+            time_limit_s=int(view.time_limit_s),
         ),
         state=state,
         reason="",

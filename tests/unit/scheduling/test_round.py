@@ -85,12 +85,16 @@ def kinds(decision: Any) -> dict[int, ActionKind]:
 
 
 def test_a_first_round_starts_what_fits_splits_tasks_and_says_why_the_rest_waits() -> None:
-    """Nothing runs yet: every placed job starts, a placement over two nodes and GPU types
-    becomes one task per node and type with ranks counted across them, and the job that
-    got nothing waits with the policy's reason."""
-    policy = Scripted(lambda s: Plan({1: Allocation.on((V0, K0), 32)}, {2: "waiting: full"}))
-    decision = decide_round(state(job(1, num_gpus=2), job(2)), policy)
-    assert kinds(decision) == {1: ActionKind.START}
+    """Every placed job starts, a placement over two nodes and GPU types (no server has
+    two GPUs left) becomes one task per node and type with ranks counted across them, and
+    the job that got nothing waits with the policy's reason."""
+    policy = Scripted(
+        lambda s: Plan({1: Allocation.on((V0, K0), 32), 3: on(V1, K1)}, {2: "waiting: full"})
+    )
+    decision = decide_round(
+        state(job(1, num_gpus=2), job(2), job(3, num_gpus=2, current=on(V1, K1))), policy
+    )
+    assert kinds(decision) == {1: ActionKind.START, 3: ActionKind.EXTEND}
     assert decision.started() == (1,)
     assert decision.tasks[1] == (
         TaskPlacement(0, "n1", "v100", (0,), (16,), 0),

@@ -126,6 +126,12 @@ def test_early_rounds_reach_the_simulator(capsys: pytest.CaptureFixture[str]) ->
         (["--shares", "alice=x"], "share of 'alice' is not a number"),
         (["--fair-share-half-life", "soon"], "'soon' is not a duration"),
         (["--max-gpus-per-user", "-1"], "--max-gpus-per-user: -1 is out of range: 0..2147483647"),
+        (
+            ["--limit-overestimate", "0.5"],
+            "--limit-overestimate: '0.5': factors must be at least 1",
+        ),
+        (["--limit-overestimate", "5-2"], "LOW at most HIGH (e.g. 3 or 1.5-5)"),
+        (["--limit-overestimate", "lots"], "'lots' is not a factor or a LOW-HIGH range"),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(

@@ -259,14 +259,16 @@ def test_hadare_copies_add_progress_times_efficiency() -> None:
 
 
 def test_mixed_types_run_at_the_slowest_gpu_unless_the_batch_follows_speed() -> None:
-    """v100+k80 with an even batch split runs at the k80 pace (3 it/s for 2 GPUs)."""
+    """v100+k80 with an even batch split runs at the k80 pace (3 it/s for 2 GPUs). (One GPU
+    per server, so no server could hold the job whole instead.)"""
+    one_each = ClusterView.from_counts({"v100": 1, "k80": 1})
     policy = ScriptedPolicy(lambda r, s: {0: on([V[0], K[0]])})
-    result = simulate(policy, [job(0, 300.0, num_gpus=2)], cluster(), model())
+    result = simulate(policy, [job(0, 300.0, num_gpus=2)], one_each, model())
     assert result.jobs[0].finish_s == pytest.approx(100.0)
     weighted = ScriptedPolicy(
         lambda r, s: {0: Allocation.on([V[0], K[0]], 19000, weights=[16.0, 3.0])}
     )
-    faster = simulate(weighted, [job(0, 300.0, num_gpus=2)], cluster(), model())
+    faster = simulate(weighted, [job(0, 300.0, num_gpus=2)], one_each, model())
     assert faster.jobs[0].finish_s == pytest.approx(300.0 / 9.5, rel=1e-3)
 
 
