@@ -114,6 +114,7 @@ def spec_to_proto(spec: JobSpec) -> common_pb2.JobSpec:
         no_notify=spec.no_notify,
         warn_signal=spec.warn_signal,
         warn_before_s=spec.warn_before_s,
+        interactive=spec.interactive,
     )
     if spec.preemptible is not None:
         message.preemptible = spec.preemptible
@@ -162,6 +163,7 @@ def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:
         array_index=message.array_index if message.HasField("array_index") else None,
         warn_signal=message.warn_signal,
         warn_before_s=message.warn_before_s,
+        interactive=message.interactive,
         dependencies=tuple(
             [Dependency("afterok", i) for i in message.after_ok]
             + [Dependency("afterany", i) for i in message.after_any]

@@ -178,6 +178,9 @@ class JobSpec:
     # before a preemption or its time limit stops them (0: none; see protos.warnsignal).
     warn_signal: int = 0
     warn_before_s: int = 0
+    # An interactive session (hctl run --pty): the command runs under a terminal that its
+    # owner attaches to (Client.attach_job); never preempted.
+    interactive: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,9 @@ class JobSpec:
     # preemption or its time limit stops them; 0: none.
     warn_signal: int = 0
     warn_before_s: int = 0
+    # An interactive session (hctl run --pty): its command runs under a terminal that its
+    # owner attaches to; never preempted.
+    interactive: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,6 +169,8 @@ class JobRow(Base):
     # The warning signal before a stop (sbatch --signal) and how long before; 0: none.
     warn_signal: Mapped[int] = mapped_column(Integer, default=0)
     warn_before_s: Mapped[int] = mapped_column(Integer, default=0)
+    # An interactive session (hctl run --pty): its command runs under a terminal.
+    interactive: Mapped[bool] = mapped_column(Boolean, default=False)
     # Life.
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")

@@ -162,6 +162,8 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         raise InvalidArgumentError(
             "spec.forkable", "a job that may not be preempted cannot run as averaged copies"
         )
+    if spec.interactive:
+        _check_interactive(spec, kind)
 
     allowed: list[str] = []
     if len(spec.allowed_gpu_types) > ALLOWED_GPU_TYPES_MAX:
@@ -288,7 +290,28 @@ def validate_spec(spec: common_pb2.JobSpec, facts: ClusterFacts) -> JobSpec:
         no_notify=spec.no_notify,
         warn_signal=spec.warn_signal,
         warn_before_s=spec.warn_before_s,
+        interactive=spec.interactive,
     )
+
+
+def _check_interactive(spec: common_pb2.JobSpec, kind: ProgramKind) -> None:
+    """An interactive session is one command under one terminal, attached to by a person:
+    nothing may stop it to run it again, copy it, or fan it out."""
+    field = "spec.interactive"
+    if kind is not ProgramKind.COMMAND:
+        raise InvalidArgumentError(field, "an interactive session runs a command (spec.command)")
+    if spec.HasField("preemptible") and spec.preemptible:
+        raise InvalidArgumentError(
+            field, "an interactive session is never preempted; leave spec.preemptible unset"
+        )
+    if spec.array.strip():
+        raise InvalidArgumentError(field, "an interactive session cannot be an array")
+    if spec.HasField("max_retries") and spec.max_retries:
+        raise InvalidArgumentError(field, "an interactive session is never retried")
+    if spec.output or spec.error:
+        raise InvalidArgumentError(
+            field, "an interactive session keeps no output files (its output is the terminal)"
+        )
 
 
 def _check_warning(spec: common_pb2.JobSpec) -> None:

@@ -90,6 +90,7 @@ def spec_to_pb(spec: domain.JobSpec) -> common_pb2.JobSpec:
         no_notify=spec.no_notify,
         warn_signal=spec.warn_signal,
         warn_before_s=spec.warn_before_s,
+        interactive=spec.interactive,
     )
     if spec.array_index is not None:
         out.array_index = spec.array_index

@@ -61,6 +61,7 @@ def job_spec(row: JobRow) -> JobSpec:
         no_notify=row.no_notify,
         warn_signal=row.warn_signal or 0,
         warn_before_s=row.warn_before_s or 0,
+        interactive=bool(row.interactive),
     )
 
 
@@ -96,6 +97,7 @@ def fill_spec(row: JobRow, spec: JobSpec) -> None:
     row.no_notify = spec.no_notify
     row.warn_signal = spec.warn_signal
     row.warn_before_s = spec.warn_before_s
+    row.interactive = spec.interactive
 
 
 def job(row: JobRow) -> Job:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from worker.agent import userdirs
+from worker.agent.terminals import start_session
 from worker.agent.userdirs import UserDirectoryError, ensure_directory
 
 
@@ -42,6 +43,9 @@ class ProcessSpec:
     # --error), absolute; written by a copying process that runs as the job's user.
     stdout_copy: Path | None = None
     stderr_copy: Path | None = None
+    # An interactive session's command: started on a pseudo-terminal of its own (see
+    # worker.agent.terminals) instead of writing to the log files, which it leaves empty.
+    terminal: bool = False
 
 
 class ProcessHandle(Protocol):
@@ -186,6 +190,11 @@ class SubprocessLauncher:
         run_as = spec.run_as
         if run_as is not None and run_as.uid == os.geteuid():
             run_as = None
+        if spec.terminal:
+            for path in (spec.stdout_path, spec.stderr_path):
+                os.close(_open_private(path))
+            ids = None if run_as is None else (run_as.uid, run_as.gid, run_as.groups)
+            return start_session(self._python, list(spec.argv), spec.env, spec.cwd, ids)
         copiers: list[subprocess.Popen[bytes]] = []
         with contextlib.ExitStack() as opened:
             stdout = self._sink(spec.stdout_path, spec.stdout_copy, run_as, opened, copiers)

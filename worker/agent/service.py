@@ -18,6 +18,7 @@ from protos.hadar.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from worker.agent.fence import FencedError
 from worker.agent.progressfile import tail_offset
 from worker.agent.tasklogs import TASK_DIR_RE, rank_logs
+from worker.agent.terminals import TerminalBusyError, relay
 
 if TYPE_CHECKING:
     from worker.agent.agent import WorkerAgent
@@ -245,6 +246,29 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 return
             if self._stopping.wait(FOLLOW_POLL_S):
                 return
+
+    def AttachTask(  # noqa: N802
+        self,
+        request_iterator: Iterator[common_pb2.TerminalInput],
+        context: grpc.ServicerContext,
+    ) -> Iterator[common_pb2.TerminalOutput]:
+        first = next(request_iterator, None)
+        if first is None or not first.job_id or not first.lease:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "the first message must name job_id and lease"
+            )
+        assert first is not None
+        terminal = self._agent.supervisor.terminal(first.job_id, first.lease)
+        if terminal is None:
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"no interactive task of lease {first.lease} of job {first.job_id} runs here",
+            )
+        assert terminal is not None
+        try:
+            yield from relay(terminal, first, request_iterator, context.is_active)
+        except TerminalBusyError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job {first.job_id}: {exc}")
 
 
 def _lease_of(task_dir: Path) -> int | None:

@@ -54,6 +54,7 @@ from worker.agent.tasklogs import (
     stderr_log,
     stdout_log,
 )
+from worker.agent.terminals import PtyProcess, Terminal
 from worker.agent.userdirs import UserDirectoryError
 from worker.agent.users import UnknownUserError, UserDirectory
 from worker.gpus import GpuInfo
@@ -166,6 +167,8 @@ class Task:
     # then runs again from its checkpoint.
     note: str = ""
     resumes: bool = False
+    # An interactive session's terminal (the job's first task only); None for the others.
+    terminal: Terminal | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -179,6 +182,12 @@ class Task:
         if spec.warn_signal and spec.warn_before_s:
             return spec.warn_signal, float(spec.warn_before_s)
         return 0, 0.0
+
+    @property
+    def stop_signal(self) -> int:
+        """What a graceful stop sends: SIGTERM, or for a session on a terminal the hang-up
+        an interactive shell obeys (it ignores SIGTERM)."""
+        return signal.SIGHUP if self.terminal is not None else signal.SIGTERM
 
     @property
     def preemptible(self) -> bool:
@@ -549,8 +558,12 @@ class Supervisor:
         if a.reason:
             # Why the job runs again (a retry, a lost placement), before anything it prints.
             self._write_note(task, a.reason + _resume_clause(task, a.iterations_done, True))
+        # An interactive session is one command on one terminal, seeing all the task's GPUs
+        # (a job spread over servers has it on its first; its other tasks run as commands).
+        session = spec.interactive and a.task_index == 0
+        gpus = list(a.gpu_indices[:1] if session else a.gpu_indices)
         try:
-            for local_rank, gpu_index in enumerate(a.gpu_indices):
+            for local_rank, gpu_index in enumerate(gpus):
                 rank = a.rendezvous.rank_offset + local_rank
                 env = dict(common)
                 env["RANK"] = str(rank)
@@ -577,8 +590,11 @@ class Supervisor:
                         run_as=run_as,
                         stdout_copy=stdout_copy,
                         stderr_copy=stderr_copy,
+                        terminal=session,
                     )
                 )
+                if isinstance(handle, PtyProcess):
+                    task.terminal = handle.terminal
                 task.processes.append(RankProcess(rank, local_rank, gpu_index, handle, out, err))
         except OSError as exc:
             for started in task.processes:
@@ -695,6 +711,9 @@ class Supervisor:
         now = self._clock.monotonic()
         grace = grace_s if grace_s > 0 else self._config.grace_s
         if not task.stop_requested:
+            if task.terminal is not None and reason:
+                # The person at the terminal learns why the session ends there.
+                task.terminal.notice(f"the session is ending: {reason}")
             task.stop_requested = True
             task.stop_reason = reason
             task.phase = Phase.STOPPING
@@ -707,7 +726,7 @@ class Supervisor:
                 task.kill_at = task.term_at + grace
                 return
             for process in task.alive():
-                process.handle.signal_group(signal.SIGTERM if graceful else signal.SIGKILL)
+                process.handle.signal_group(task.stop_signal if graceful else signal.SIGKILL)
             if not graceful:
                 task.killed = True
             task.kill_at = now + grace
@@ -740,7 +759,7 @@ class Supervisor:
                     # The warning's time is up: stopped now as without one.
                     task.term_at = None
                     for process in alive:
-                        process.handle.signal_group(signal.SIGTERM)
+                        process.handle.signal_group(task.stop_signal)
                 elif task.kill_at is not None and now >= task.kill_at and not task.killed:
                     self._kill(task)
             for task in list(self._tasks.values()):
@@ -827,7 +846,7 @@ class Supervisor:
                 # No status to judge by: the progress file tells how it ended.
                 continue
             # A program ended by its warning signal ended as it was asked to.
-            asked = (-signal.SIGTERM, -signal.SIGKILL, -task.warning[0])
+            asked = (-task.stop_signal, -signal.SIGKILL, -task.warning[0])
             expected = task.stop_requested and code in asked
             if code != 0 and not expected and task.failure is None:
                 task.failure = (process.rank, code)
@@ -888,13 +907,16 @@ class Supervisor:
             # Every non-zero status was the SIGTERM it was asked to take: stopped without
             # a checkpoint.
             report.kind = common_pb2.EXIT_KIND_KILLED
-            report.signal = signal.SIGTERM
+            report.signal = task.stop_signal
             report.message = f"terminated on request without a checkpoint ({task.stop_reason})"
         if task.lease_expired and not report.message:
             report.message = f"stopped: {task.stop_reason}"
         if task.note and task.processes and report.kind != common_pb2.EXIT_KIND_COMPLETED:
             # Before the task is forgotten: a log follower reads until then.
             self._write_note(task, task.note + _resume_clause(task, report.iterations_done))
+        if task.terminal is not None:
+            # An attached reader closes it once it has shown the end.
+            task.terminal.release()
         self._tasks.pop(task.key, None)
         self._emit_exit(task, report)
 
@@ -1064,6 +1086,14 @@ class Supervisor:
         """Whether a task whose processes write to `task_dir` is still supervised."""
         with self._lock:
             return any(t.task_dir == task_dir for t in self._tasks.values())
+
+    def terminal(self, job_id: int, lease: int) -> Terminal | None:
+        """The terminal of the job's interactive task of `lease` while it runs here."""
+        with self._lock:
+            task = self._tasks.get((job_id, lease))
+            if task is None or task.terminal is None or task.phase is Phase.EXITED:
+                return None
+            return task.terminal
 
     def is_running(self, job_id: int, lease: int) -> bool:
         with self._lock:

@@ -133,7 +133,7 @@ class CommandProgram(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "num_gpus", "iterations", "batch_size", "priority", "allowed_gpu_types", "preemptible", "shareable", "workload", "script", "command", "env", "workdir", "checkpoint_dir", "job_type", "gpu_memory_bytes", "max_retries", "output", "error", "forkable", "time_limit_s", "array", "array_job_id", "array_index", "after_ok", "after_any", "after_fail", "notify_url", "notify_on", "no_notify", "warn_signal", "warn_before_s")
+    __slots__ = ("name", "num_gpus", "iterations", "batch_size", "priority", "allowed_gpu_types", "preemptible", "shareable", "workload", "script", "command", "env", "workdir", "checkpoint_dir", "job_type", "gpu_memory_bytes", "max_retries", "output", "error", "forkable", "time_limit_s", "array", "array_job_id", "array_index", "after_ok", "after_any", "after_fail", "notify_url", "notify_on", "no_notify", "warn_signal", "warn_before_s", "interactive")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +173,7 @@ class JobSpec(_message.Message):
     NO_NOTIFY_FIELD_NUMBER: _ClassVar[int]
     WARN_SIGNAL_FIELD_NUMBER: _ClassVar[int]
     WARN_BEFORE_S_FIELD_NUMBER: _ClassVar[int]
+    INTERACTIVE_FIELD_NUMBER: _ClassVar[int]
     name: str
     num_gpus: int
     iterations: int
@@ -205,7 +206,8 @@ class JobSpec(_message.Message):
     no_notify: bool
     warn_signal: int
     warn_before_s: int
-    def __init__(self, name: _Optional[str] = ..., num_gpus: _Optional[int] = ..., iterations: _Optional[int] = ..., batch_size: _Optional[int] = ..., priority: _Optional[float] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., preemptible: _Optional[bool] = ..., shareable: _Optional[bool] = ..., workload: _Optional[_Union[WorkloadProgram, _Mapping]] = ..., script: _Optional[_Union[ScriptProgram, _Mapping]] = ..., command: _Optional[_Union[CommandProgram, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., job_type: _Optional[str] = ..., gpu_memory_bytes: _Optional[int] = ..., max_retries: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ..., forkable: _Optional[bool] = ..., time_limit_s: _Optional[int] = ..., array: _Optional[str] = ..., array_job_id: _Optional[int] = ..., array_index: _Optional[int] = ..., after_ok: _Optional[_Iterable[int]] = ..., after_any: _Optional[_Iterable[int]] = ..., after_fail: _Optional[_Iterable[int]] = ..., notify_url: _Optional[str] = ..., notify_on: _Optional[_Iterable[_Union[JobState, str]]] = ..., no_notify: _Optional[bool] = ..., warn_signal: _Optional[int] = ..., warn_before_s: _Optional[int] = ...) -> None: ...
+    interactive: bool
+    def __init__(self, name: _Optional[str] = ..., num_gpus: _Optional[int] = ..., iterations: _Optional[int] = ..., batch_size: _Optional[int] = ..., priority: _Optional[float] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., preemptible: _Optional[bool] = ..., shareable: _Optional[bool] = ..., workload: _Optional[_Union[WorkloadProgram, _Mapping]] = ..., script: _Optional[_Union[ScriptProgram, _Mapping]] = ..., command: _Optional[_Union[CommandProgram, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., job_type: _Optional[str] = ..., gpu_memory_bytes: _Optional[int] = ..., max_retries: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ..., forkable: _Optional[bool] = ..., time_limit_s: _Optional[int] = ..., array: _Optional[str] = ..., array_job_id: _Optional[int] = ..., array_index: _Optional[int] = ..., after_ok: _Optional[_Iterable[int]] = ..., after_any: _Optional[_Iterable[int]] = ..., after_fail: _Optional[_Iterable[int]] = ..., notify_url: _Optional[str] = ..., notify_on: _Optional[_Iterable[_Union[JobState, str]]] = ..., no_notify: _Optional[bool] = ..., warn_signal: _Optional[int] = ..., warn_before_s: _Optional[int] = ..., interactive: _Optional[bool] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("job_id", "task_index", "node", "gpu_indices", "gpu_type", "lease", "state", "rank_offset", "local_batch_size", "accumulation_steps", "shared_with_job_id")
@@ -384,3 +386,33 @@ class LogChunk(_message.Message):
     attempts: int
     nodes: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, job_id: _Optional[int] = ..., task_index: _Optional[int] = ..., rank: _Optional[int] = ..., node: _Optional[str] = ..., data: _Optional[bytes] = ..., offset: _Optional[int] = ..., lease: _Optional[int] = ..., stream: _Optional[_Union[LogStream, str]] = ..., attempt: _Optional[int] = ..., start_failure: _Optional[str] = ..., attempts: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WindowSize(_message.Message):
+    __slots__ = ("rows", "cols")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    cols: int
+    def __init__(self, rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
+
+class TerminalInput(_message.Message):
+    __slots__ = ("job_id", "lease", "data", "size")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    lease: int
+    data: bytes
+    size: WindowSize
+    def __init__(self, job_id: _Optional[int] = ..., lease: _Optional[int] = ..., data: _Optional[bytes] = ..., size: _Optional[_Union[WindowSize, _Mapping]] = ...) -> None: ...
+
+class TerminalOutput(_message.Message):
+    __slots__ = ("data", "exited", "exit_code")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    exited: bool
+    exit_code: int
+    def __init__(self, data: _Optional[bytes] = ..., exited: _Optional[bool] = ..., exit_code: _Optional[int] = ...) -> None: ...

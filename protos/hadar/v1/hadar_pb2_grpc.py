@@ -85,6 +85,11 @@ class HadarStub:
                 request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.StreamLogsRequest.SerializeToString,
                 response_deserializer=protos_dot_hadar_dot_v1_dot_common__pb2.LogChunk.FromString,
                 _registered_method=True)
+        self.AttachJob = channel.stream_stream(
+                '/hadar.v1.Hadar/AttachJob',
+                request_serializer=protos_dot_hadar_dot_v1_dot_common__pb2.TerminalInput.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_common__pb2.TerminalOutput.FromString,
+                _registered_method=True)
         self.ListNodes = channel.unary_unary(
                 '/hadar.v1.Hadar/ListNodes',
                 request_serializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.ListNodesRequest.SerializeToString,
@@ -271,6 +276,23 @@ class HadarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AttachJob(self, request_iterator, context):
+        """Opens the terminal of an interactive job (spec.interactive) that runs: bytes typed and
+        window sizes go to the command's pseudo-terminal on the worker of the job's first task,
+        what it shows comes back, and the last message says how the command exited. The first
+        message names the job (and should carry the window size). Only the job's owner may
+        attach, admins included (an admin may cancel it); one terminal at a time. When the
+        caller goes away, the worker hangs up the terminal (SIGHUP to the command's session)
+        and the job ends. INVALID_ARGUMENT without a first message; NOT_FOUND for an unknown
+        job; PERMISSION_DENIED for another user's job; FAILED_PRECONDITION for a job that is
+        not interactive, not running (yet, or any more) or already attached; UNAVAILABLE when
+        its worker cannot be reached (at once for a node known unreachable) or the connection
+        to it breaks. It is a stream: the master's caps on open streams apply.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListNodes(self, request, context):
         """Every registered node, by name, with its GPUs and the jobs using each.
         """
@@ -445,6 +467,11 @@ def add_HadarServicer_to_server(servicer, server):
                     servicer.StreamLogs,
                     request_deserializer=protos_dot_hadar_dot_v1_dot_hadar__pb2.StreamLogsRequest.FromString,
                     response_serializer=protos_dot_hadar_dot_v1_dot_common__pb2.LogChunk.SerializeToString,
+            ),
+            'AttachJob': grpc.stream_stream_rpc_method_handler(
+                    servicer.AttachJob,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_common__pb2.TerminalInput.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_common__pb2.TerminalOutput.SerializeToString,
             ),
             'ListNodes': grpc.unary_unary_rpc_method_handler(
                     servicer.ListNodes,
@@ -792,6 +819,33 @@ class Hadar:
             '/hadar.v1.Hadar/StreamLogs',
             protos_dot_hadar_dot_v1_dot_hadar__pb2.StreamLogsRequest.SerializeToString,
             protos_dot_hadar_dot_v1_dot_common__pb2.LogChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachJob(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/hadar.v1.Hadar/AttachJob',
+            protos_dot_hadar_dot_v1_dot_common__pb2.TerminalInput.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_common__pb2.TerminalOutput.FromString,
             options,
             channel_credentials,
             insecure,

@@ -50,6 +50,11 @@ class WorkerStub:
                 request_serializer=protos_dot_hadar_dot_v1_dot_worker__pb2.StreamTaskLogsRequest.SerializeToString,
                 response_deserializer=protos_dot_hadar_dot_v1_dot_common__pb2.LogChunk.FromString,
                 _registered_method=True)
+        self.AttachTask = channel.stream_stream(
+                '/hadar.v1.Worker/AttachTask',
+                request_serializer=protos_dot_hadar_dot_v1_dot_common__pb2.TerminalInput.SerializeToString,
+                response_deserializer=protos_dot_hadar_dot_v1_dot_common__pb2.TerminalOutput.FromString,
+                _registered_method=True)
         self.GetWorkerStatus = channel.unary_unary(
                 '/hadar.v1.Worker/GetWorkerStatus',
                 request_serializer=protos_dot_hadar_dot_v1_dot_worker__pb2.GetWorkerStatusRequest.SerializeToString,
@@ -90,6 +95,18 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AttachTask(self, request_iterator, context):
+        """The pseudo-terminal of an interactive task (the first message names its job and
+        lease): input and window sizes in, the terminal's output back, and a last message with
+        the command's exit. When the input stream ends or the call is cancelled before the
+        command has exited, the terminal is hung up (SIGHUP to the command's session). NOT_FOUND
+        when no such interactive task runs here (not started yet, or ended); FAILED_PRECONDITION
+        when its terminal is already attached, or was hung up.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetWorkerStatus(self, request, context):
         """The worker's own view: its GPUs, the tasks it supervises and whether it reaches the
         master. For diagnostics; scheduling rounds do not use it.
@@ -115,6 +132,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.StreamTaskLogs,
                     request_deserializer=protos_dot_hadar_dot_v1_dot_worker__pb2.StreamTaskLogsRequest.FromString,
                     response_serializer=protos_dot_hadar_dot_v1_dot_common__pb2.LogChunk.SerializeToString,
+            ),
+            'AttachTask': grpc.stream_stream_rpc_method_handler(
+                    servicer.AttachTask,
+                    request_deserializer=protos_dot_hadar_dot_v1_dot_common__pb2.TerminalInput.FromString,
+                    response_serializer=protos_dot_hadar_dot_v1_dot_common__pb2.TerminalOutput.SerializeToString,
             ),
             'GetWorkerStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetWorkerStatus,
@@ -203,6 +225,33 @@ class Worker:
             '/hadar.v1.Worker/StreamTaskLogs',
             protos_dot_hadar_dot_v1_dot_worker__pb2.StreamTaskLogsRequest.SerializeToString,
             protos_dot_hadar_dot_v1_dot_common__pb2.LogChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachTask(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/hadar.v1.Worker/AttachTask',
+            protos_dot_hadar_dot_v1_dot_common__pb2.TerminalInput.SerializeToString,
+            protos_dot_hadar_dot_v1_dot_common__pb2.TerminalOutput.FromString,
             options,
             channel_credentials,
             insecure,
