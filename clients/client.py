@@ -42,12 +42,14 @@ from clients.types import (
     LogChunk,
     Node,
     NotifyDefault,
+    TerminalInput,
+    TerminalOutput,
     TokenInfo,
     UsageGrouping,
     UsageReport,
     Workload,
 )
-from protos.hadar.v1 import hadar_pb2, hadar_pb2_grpc
+from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc
 
 T = TypeVar("T")
 
@@ -454,6 +456,31 @@ class HadarClient:
         # Resuming a broken log stream would repeat output, so only the opening is retried.
         return self._stream(self._stub.StreamLogs, request, None, limit, convert.log_chunk)
 
+    def attach_job(
+        self, job_id: int, inputs: Iterable[TerminalInput], *, size: tuple[int, int] | None = None
+    ) -> Iterator[TerminalOutput]:
+        """The terminal of an interactive job of the caller's that runs: `inputs` (bytes
+        typed, window sizes) are sent as they come, from gRPC's own thread, and what the
+        terminal shows comes back, the last output carrying the command's exit. `size` is
+        the window size (rows, columns) it opens with. No deadline and no retry: a session
+        cannot be resumed, and the worker hangs it up once this stream goes away."""
+
+        def requests() -> Iterator[common_pb2.TerminalInput]:
+            yield _terminal_input(TerminalInput(size=size), job_id)
+            for item in inputs:
+                yield _terminal_input(item, 0)
+
+        call = self._stub.AttachJob(requests(), metadata=self._metadata)
+        try:
+            for message in call:
+                yield TerminalOutput(message.data, message.exited, message.exit_code)
+                if message.exited:
+                    return
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        finally:
+            call.cancel()
+
     # -- cluster ---------------------------------------------------------------------------
 
     def list_nodes(self, *, timeout: float | None = None) -> list[Node]:
@@ -563,6 +590,13 @@ class HadarClient:
                     current = resync
             finally:
                 call.cancel()
+
+
+def _terminal_input(item: TerminalInput, job_id: int) -> common_pb2.TerminalInput:
+    message = common_pb2.TerminalInput(job_id=job_id, data=item.data)
+    if item.size is not None:
+        message.size.rows, message.size.cols = item.size
+    return message
 
 
 def _open_channel(config: ClientConfig) -> grpc.Channel:

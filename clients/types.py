@@ -522,6 +522,25 @@ class LogStream(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class TerminalInput:
+    """What a terminal sends to an interactive job: bytes typed, and/or its new window
+    size as (rows, columns)."""
+
+    data: bytes = b""
+    size: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalOutput:
+    """What an interactive job's terminal shows; the last one carries how its command
+    exited (`exit_code`, negative: killed by that signal) and no data."""
+
+    data: bytes = b""
+    exited: bool = False
+    exit_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class LogChunk:
     job_id: int
     task_index: int

@@ -163,6 +163,17 @@ class WorkerClients:
         )
         return call
 
+    def attach_task(
+        self, address: str, requests: Iterator[common_pb2.TerminalInput]
+    ) -> Iterator[common_pb2.TerminalOutput]:
+        """An interactive task's terminal: `requests` are sent from gRPC's own thread as
+        they come; the returned call can be cancelled. No deadline (a session lasts as long
+        as it lasts): :meth:`connect` first."""
+        call: Iterator[common_pb2.TerminalOutput] = self._stub(address).AttachTask(
+            requests, metadata=self._metadata
+        )
+        return call
+
     def close(self) -> None:
         with self._lock:
             for channel, _ in self._channels.values():

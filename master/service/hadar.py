@@ -19,6 +19,7 @@ from master.jobs.logs import LogRelay
 from master.jobs.manager import Caller
 from master.jobs.notifications import check_url
 from master.jobs.privacy import JobPrivacy
+from master.jobs.terminals import TerminalRelay
 from master.jobs.usage import Grouping, gpu_seconds, run_seconds, summarize
 from master.jobs.validation import notify_states
 from master.jobs.workloads import workload_info
@@ -351,6 +352,27 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             rank=request.rank if request.HasField("rank") else None,
             attempt=request.attempt if request.HasField("attempt") else None,
             active=context.is_active,
+        )
+
+    @streaming(_metrics)
+    def AttachJob(
+        self, request_iterator: Iterator[common_pb2.TerminalInput], context: grpc.ServicerContext
+    ) -> Iterator[common_pb2.TerminalOutput]:
+        first = next(request_iterator, None)
+        if first is None:
+            raise InvalidArgumentError("job_id", "the first message must name the job")
+        job_id = fields.job_id(first.job_id)
+        caller = current_caller()
+        owner = self.parts.jobs.get(job_id)[0].user
+        if caller.user != owner:
+            # Typing into a shell is acting as its user: no admin may, as no admin may log
+            # in as another user; an admin ends a session with CancelJob.
+            raise PermissionDeniedError(
+                f"job {job_id} belongs to {owner}: only its owner may attach to its terminal"
+                + (f"; end it with `hctl cancel {job_id}`" if caller.admin else "")
+            )
+        yield from TerminalRelay(self.parts.tx, self.parts.workers).attach(
+            job_id, first, request_iterator, context.is_active, context.add_callback
         )
 
     # -- nodes and the cluster -------------------------------------------------------------

@@ -78,6 +78,9 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     # START of a job of one of these users is refused as a worker running as root refuses
     # a user without a Unix account on its node.
     unknown_users: frozenset[str] = frozenset()
+    # What AttachTask saw, in order: "attach JOB LEASE ROWSxCOLS", "size ROWSxCOLS",
+    # "exit CODE" and "hung up" (its caller went away before the exit).
+    terminal_events: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
@@ -408,6 +411,41 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
             if not live or not context.is_active():
                 return
             time.sleep(0.05)
+
+    def AttachTask(
+        self,
+        request_iterator: Iterator[common_pb2.TerminalInput],
+        context: grpc.ServicerContext,
+    ) -> Iterator[common_pb2.TerminalOutput]:
+        """An echoing terminal: what is typed comes back; typing `exit N` ends it with N."""
+        self._check(context)
+        first = next(request_iterator)
+        with self._lock:
+            known = any(
+                (t.job_id, t.lease) == (first.job_id, first.lease) for t in self.tasks.values()
+            )
+        if not known:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no interactive task of job {first.job_id}")
+        size = f"{first.size.rows}x{first.size.cols}"
+        self.terminal_events.append(f"attach {first.job_id} {first.lease} {size}")
+        exited = False
+        try:
+            for message in request_iterator:
+                if message.HasField("size"):
+                    self.terminal_events.append(f"size {message.size.rows}x{message.size.cols}")
+                if message.data.startswith(b"exit "):
+                    code = int(message.data.split()[1])
+                    self.terminal_events.append(f"exit {code}")
+                    exited = True
+                    yield common_pb2.TerminalOutput(exited=True, exit_code=code)
+                    return
+                if message.data:
+                    yield common_pb2.TerminalOutput(data=b"echo:" + message.data)
+        except grpc.RpcError:
+            pass  # the caller went away: the same as the end of its input
+        finally:
+            if not exited:
+                self.terminal_events.append("hung up")
 
     def GetWorkerStatus(
         self, request: worker_pb2.GetWorkerStatusRequest, context: grpc.ServicerContext
