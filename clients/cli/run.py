@@ -1,6 +1,7 @@
 """``hctl run``: a job in the foreground, as ``srun`` runs one. It submits the job, waits for
 its GPUs, prints its output as it is written (stdout to stdout, stderr to stderr) and exits
-with the job's own exit code; Ctrl-C cancels the job."""
+with the job's own exit code; Ctrl-C cancels the job. With ``--pty`` the job is an
+interactive session on a terminal instead (see clients.cli.session)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ INTERRUPTED = 130
 def _configure(parser: argparse.ArgumentParser) -> None:
     from clients.cli.jobs import add_spec_arguments
 
+    parser.add_argument(
+        "--pty",
+        action="store_true",
+        help="run COMMAND interactively on a terminal on the node, as `srun --pty`: your "
+        "terminal becomes its terminal (keys, Ctrl-C and window size go there) until it exits",
+    )
     add_spec_arguments(parser)
 
 
@@ -40,6 +47,10 @@ def _run(args: argparse.Namespace, ctx: Context) -> int:
             ExitCode.USAGE,
             "submit it with `hctl submit --array ...` and follow it with `hctl queue`",
         )
+    if args.pty:
+        from clients.cli.session import run_session
+
+        return run_session(ctx, spec)
     client = ctx.client()
     job = client.submit_job(spec)
     ctx.note(f"job {job.id} ({job.spec.name}) submitted; waiting for GPUs (Ctrl-C cancels it)")
@@ -73,8 +84,15 @@ COMMANDS = [
         "standard error on stderr, a note on stderr when it moves to another attempt), "
         "and exit with its exit code once it ends. Ctrl-C cancels the job. A job that ends "
         "without an exit code of its own (cancelled, timed out, lost) exits as `hctl wait` "
-        "does.",
+        "does. With --pty the command runs on a terminal on the node instead, as `srun "
+        "--pty` runs one: hctl waits for its GPUs (Ctrl-C cancels it while it waits), puts "
+        "this terminal in raw mode and relays it both ways (every key, Ctrl-C included, and "
+        "the window size) until the command exits, and exits with its exit status. Only you "
+        "can attach to it; it is never preempted; its time counts against --time and in "
+        "accounting; nothing it shows is kept in the job's log. If hctl goes away, the "
+        "session is hung up (SIGHUP) and the job ends; `hctl cancel` ends it too.",
         epilog="examples:\n"
+        "  hctl run --pty --gpus 1 -- bash\n"
         "  hctl run --gpus 1 -- python train.py --epochs 1\n"
         "  hctl run --gpus 2 --gpu-type a100 --time 30m -- ./eval.sh && echo passed",
     ),
