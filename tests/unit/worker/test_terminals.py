@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from protos.hadar.v1 import common_pb2
+from protos.hadar.v1 import common_pb2, worker_pb2
+from tests.unit.worker.test_supervisor import APPLIED, Rig
+from worker.agent.processes import SubprocessLauncher
 from worker.agent.terminals import PtyProcess, TerminalBusyError, relay, start_session
 
 DEADLINE_S = 10.0
@@ -140,3 +142,83 @@ def test_one_reader_at_a_time(tmp_path: Path) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     process.terminal.close()
+
+
+def _interactive(job: int, argv: list[str], workdir: Path) -> worker_pb2.TaskAssignment:
+    spec = common_pb2.JobSpec(name="session", num_gpus=2, interactive=True, workdir=str(workdir))
+    spec.command.argv.extend(argv)
+    return worker_pb2.TaskAssignment(
+        job_id=job,
+        lease=1,
+        action=worker_pb2.ASSIGNMENT_ACTION_START,
+        spec=spec,
+        gpu_indices=[0, 1],
+        gpu_type="v100",
+    )
+
+
+def _real_rig(tmp_path: Path) -> Rig:
+    rig = Rig(tmp_path)
+    rig.launcher = SubprocessLauncher(sys.executable)  # type: ignore[assignment]
+    rig.supervisor = rig.make()
+    return rig
+
+
+def test_an_interactive_task_runs_one_command_on_a_terminal_with_all_its_gpus(
+    tmp_path: Path,
+) -> None:
+    """The job's first task starts its command once, on a terminal, seeing every GPU of the
+    task as any job does; its exit status is the task's."""
+    rig = _real_rig(tmp_path)
+    argv = ["sh", "-c", "read x; echo gpus=$CUDA_VISIBLE_DEVICES rank=$RANK; exit 4"]
+    assert rig.supervisor.apply(_interactive(7, argv, tmp_path)).outcome == APPLIED
+    terminal = rig.supervisor.terminal(7, 1)
+    assert terminal is not None
+    feed: queue.Queue[common_pb2.TerminalInput | None] = queue.Queue()
+    feed.put(common_pb2.TerminalInput(data=b"\n"))
+    shown = b""
+    deadline = time.monotonic() + DEADLINE_S
+    first = common_pb2.TerminalInput(job_id=7, lease=1)
+    for message in relay(terminal, first, _inputs(feed), lambda: time.monotonic() < deadline):
+        shown += message.data
+        if message.exited:
+            assert message.exit_code == 4
+    assert b"gpus=0,1 rank=0" in shown
+    deadline = time.monotonic() + DEADLINE_S
+    while rig.supervisor.running_keys():
+        assert time.monotonic() < deadline
+        rig.supervisor.poll()
+        time.sleep(0.05)
+    (report,) = rig.state.pending_exits()
+    assert (report.kind, report.exit_code) == (common_pb2.EXIT_KIND_FAILED, 4)
+
+
+def test_a_stop_tells_the_terminal_why_and_hangs_the_session_up(tmp_path: Path) -> None:
+    """Stopped (its time limit), the session's terminal shows the reason as a `hadar:` line
+    and the shell gets the hang-up it obeys (not SIGTERM, which an interactive shell
+    ignores); the task is reported stopped, not failed."""
+    rig = _real_rig(tmp_path)
+    rig.supervisor.apply(_interactive(8, ["sh", "-c", "echo ready; sleep 30"], tmp_path))
+    terminal = rig.supervisor.terminal(8, 1)
+    assert terminal is not None
+    feed: queue.Queue[common_pb2.TerminalInput | None] = queue.Queue()
+    shown = b""
+    status: int | None = None
+    deadline = time.monotonic() + DEADLINE_S
+    first = common_pb2.TerminalInput(job_id=8, lease=1)
+    for message in relay(terminal, first, _inputs(feed), lambda: time.monotonic() < deadline):
+        shown += message.data
+        if b"ready" in shown and not rig.supervisor.stop(8, reason="time limit 1m reached"):
+            raise AssertionError("nothing to stop")
+        if message.exited:
+            status = message.exit_code
+    assert b"hadar: the session is ending: time limit 1m reached" in shown
+    assert status == -signal.SIGHUP
+    deadline = time.monotonic() + DEADLINE_S
+    while rig.supervisor.running_keys():
+        assert time.monotonic() < deadline
+        rig.supervisor.poll()
+        time.sleep(0.05)
+    (report,) = rig.state.pending_exits()
+    assert report.kind == common_pb2.EXIT_KIND_KILLED
+    assert report.signal == signal.SIGHUP
