@@ -41,9 +41,10 @@ def preemptible(job: Job) -> bool:
     its first progress report. Until then a script is scheduled like an opaque command:
     placed once (never forked into copies) and left where it started until it exits, since
     stopping a plain script loses all its work and a second copy would redo it alongside.
+    An interactive session never is: a person is typing into it.
     """
     spec = job.spec
-    if not spec.preemptible:
+    if not spec.preemptible or spec.interactive:
         return False
     return spec.program_kind is not ProgramKind.SCRIPT or job.reports_progress
 

@@ -99,7 +99,8 @@ class WorkerServicer:
         """The pseudo-terminal of an interactive task (the first message names its job and
         lease): input and window sizes in, the terminal's output back, and a last message with
         the command's exit. When the input stream ends or the call is cancelled before the
-        command has exited, the terminal is hung up (SIGHUP to the command's session). NOT_FOUND
+        command has exited, the terminal is hung up (SIGHUP to the command's session), as it is
+        when nobody attaches within two minutes of the task's start. NOT_FOUND
         when no such interactive task runs here (not started yet, or ended); FAILED_PRECONDITION
         when its terminal is already attached, or was hung up.
         """

@@ -3,6 +3,7 @@ what the round does with the others is in tests/unit/scheduling/test_round.py.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -73,3 +74,11 @@ def test_a_script_is_preemptible_only_once_it_has_reported_progress(
     preemptible always wins."""
     job = make_job(1, kind, reports_progress=reports_progress, spec_preemptible=spec_preemptible)
     assert preemptible(job) is expected
+
+
+def test_an_interactive_session_is_never_preemptible() -> None:
+    """Whatever its spec's preemptible flag says, a session is pinned where it runs."""
+    job = make_job(1, ProgramKind.COMMAND, spec_preemptible=True)
+    assert preemptible(job)
+    session = replace(job, spec=replace(job.spec, interactive=True))
+    assert not preemptible(session)
