@@ -4,14 +4,17 @@ worker that runs it.
 The session's command runs under a pseudo-terminal on the worker of the job's first task;
 the master only passes bytes: what is typed (and window sizes) to the worker's AttachTask,
 what the terminal shows back, and the command's exit at the end. The relay holds the
-caller's stream (which admission caps) and nothing else of the master's: gRPC's client
-thread forwards the input, so a terminal that is slow, idle or gone holds up only itself.
+caller's stream (which admission caps) and nothing else of the master's pool: gRPC's
+client thread forwards the input, so a terminal that is slow, idle or gone holds up only
+itself, and a sleeping thread looks the session's task up every few seconds, so that a
+worker that vanished without a word (its node lost) ends the call with UNAVAILABLE.
 When the caller goes away the worker's call is cancelled, and the worker hangs the session
 up: nobody can reconnect to it, and the job ends.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +33,12 @@ from store.states import JobState, NodeState, TaskState, is_terminal
 # How long a placed session's worker has to acknowledge its start before attaching fails.
 START_WAIT_S = 30.0
 POLL_S = 0.25
+# How often an open session's task is looked up in the store: a worker that vanished
+# without closing the stream (its node lost) must not leave the caller waiting for ever.
+WATCH_S = 2.0
+# How long the command's exit may take to come down the stream once the store has the task
+# ended (the worker reports the exit on another connection).
+EXIT_GRACE_S = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +129,26 @@ class TerminalRelay:
 
         call: Any = self._workers.attach_task(node.address, requests())
         on_end(call.cancel)
+        over = threading.Event()
+        gone: list[str] = []
+
+        def watch() -> None:
+            # A thread of its own, sleeping mostly: the session's task as the store has it.
+            while not over.wait(WATCH_S):
+                now = self._tx.read(lambda uow: uow.tasks.find(job_id, task.task_index, task.lease))
+                if now is not None and now.active:
+                    continue
+                if over.wait(EXIT_GRACE_S):
+                    return
+                state = now.state.value if now is not None else "gone"
+                gone.append(
+                    f"{where}: its task is {state} there and its worker no longer answers; "
+                    f"see `hctl show {job_id}`"
+                )
+                call.cancel()
+                return
+
+        threading.Thread(target=watch, name=f"terminal-watch-{job_id}", daemon=True).start()
         try:
             for output in call:
                 yield output
@@ -130,6 +159,8 @@ class TerminalRelay:
         except grpc.RpcError as exc:
             code, detail = exc.code(), exc.details()
             if code is grpc.StatusCode.CANCELLED:
+                if gone:
+                    raise UnavailableError(gone[0]) from exc
                 return
             if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
                 raise FailedPreconditionError(f"{where}: {detail}") from exc
@@ -138,4 +169,5 @@ class TerminalRelay:
                 "worker hangs the session up"
             ) from exc
         finally:
+            over.set()
             call.cancel()

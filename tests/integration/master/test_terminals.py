@@ -189,3 +189,21 @@ def test_an_interactive_job_is_stored_as_one_and_never_preemptible(cluster: Clus
     read = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job
     assert read.spec.interactive
     assert read.spec.HasField("preemptible") is False or read.spec.preemptible is False
+
+
+def test_a_worker_that_vanishes_mid_session_ends_the_call_not_hangs_it(
+    cluster: Cluster,
+) -> None:
+    """Once the store has the session's task ended while its worker's stream stays silent
+    (the worker vanished without a word), the call ends with UNAVAILABLE saying so, within
+    seconds."""
+    api, worker, job_id = _session(cluster)
+    keyboard = Keyboard(job_id)
+    call = _attach(api, keyboard)
+    keyboard.type(b"x")
+    next(call)
+    worker.exit(job_id, common_pb2.EXIT_KIND_FAILED, exit_code=1)
+    failure = error_of(lambda: list(call))
+    assert failure.code == grpc.StatusCode.UNAVAILABLE
+    assert "no longer answers" in failure.details
+    wait_for(lambda: worker.terminal_events[-1:] == ["hung up"], timeout=10, what="the hang-up")
