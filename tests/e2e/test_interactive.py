@@ -155,3 +155,21 @@ def test_the_shell_sees_the_window_size_of_hctls_terminal_and_its_changes(
         assert terminal.wait_exit() == 0
     finally:
         terminal.close()
+
+
+def test_a_killed_hctl_hangs_the_session_up_and_the_job_ends(cluster: Cluster) -> None:
+    """hctl killed mid-session (no goodbye on the wire): the worker hangs the shell up and
+    the job ends, without anyone cancelling it."""
+    terminal = Terminal(cluster, "--pty", "--", "bash", rows=24, cols=80)
+    try:
+        terminal.wait_shown(rb"job (\d+) runs on")
+        match = re.search(rb"job (\d+) ", terminal.shown)
+        assert match is not None
+        job_id = int(match.group(1))
+        terminal.wait_shown(rb"ready> ")
+        terminal.process.kill()
+        terminal.process.wait()
+    finally:
+        terminal.close()
+    ended = cluster.wait_state(job_id, {JobState.FAILED}, timeout=30)
+    assert "killed by signal 1 " in ended.reason, ended.reason  # SIGHUP
