@@ -694,9 +694,7 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
     if spec.env:
         info.add_row("env", fmt.env_line(spec.env, job.id))
     if spec.interactive:
-        info.add_row(
-            "session", "interactive (hctl run --pty): on a terminal its owner attaches to"
-        )
+        info.add_row("session", "interactive (hctl run --pty): on a terminal its owner attaches to")
     if spec.warn_signal:
         info.add_row(
             "signal",

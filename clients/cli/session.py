@@ -119,10 +119,32 @@ def _wait_until_running(ctx: Context, job: Job) -> Job:
     return current
 
 
+def _session_problem(spec: JobSpec) -> str | None:
+    """Why `spec` cannot be an interactive session, naming the flag; None when it can."""
+    from clients.types import ProgramKind
+
+    if spec.program.kind is not ProgramKind.COMMAND:
+        return "--pty runs a command (`-- CMD`), not --workload or --script"
+    if spec.preemptible:
+        return "a session is never preempted: drop --preemptible"
+    if spec.forkable:
+        return "a session runs as one: drop --elastic"
+    if spec.shareable:
+        return "a session does not share its GPUs: drop --shareable"
+    if spec.max_retries:
+        return "a session is never retried: drop --retries"
+    if spec.output or spec.error:
+        return "a session's output is its terminal: drop --output/--error"
+    return None
+
+
 def run_session(ctx: Context, spec: JobSpec) -> int:
     from clients.cli.jobs import WAIT_EXIT_CODES
     from clients.cli.run import exit_status
 
+    problem = _session_problem(spec)
+    if problem is not None:
+        raise CliError(problem, ExitCode.USAGE, "see `hctl run --help`")
     stdin = sys.stdin.fileno()
     if not os.isatty(stdin):
         raise CliError(

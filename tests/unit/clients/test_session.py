@@ -41,11 +41,10 @@ def test_the_window_size_is_read_from_the_terminal() -> None:
         os.close(slave)
 
 
-def test_without_a_terminal_hctl_run_pty_is_a_usage_error() -> None:
-    """Standard input not a terminal: exit 2 with what to run instead, and no master asked
-    (the address given reaches nothing)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "clients.cli.main", "run", "--pty", "--", "bash"],
+def _hctl_run(*args: str) -> subprocess.CompletedProcess[str]:
+    """hctl run without a terminal, against an address that reaches nothing."""
+    return subprocess.run(
+        [sys.executable, "-m", "clients.cli.main", "run", *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -53,6 +52,29 @@ def test_without_a_terminal_hctl_run_pty_is_a_usage_error() -> None:
         timeout=60,
         check=False,
     )
+
+
+def test_without_a_terminal_hctl_run_pty_is_a_usage_error() -> None:
+    """Standard input not a terminal: exit 2 with what to run instead, and no master asked
+    (the address given reaches nothing)."""
+    done = _hctl_run("--pty", "--", "bash")
     assert done.returncode == 2, done.stderr
     assert "--pty needs a terminal on standard input" in done.stderr
     assert "hctl run -- CMD" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--preemptible"], "drop --preemptible"),
+        (["--retries", "2"], "drop --retries"),
+        (["--output", "out.txt"], "drop --output"),
+        (["--script", "--iterations", "10"], "not --workload or --script"),
+    ],
+)
+def test_flags_a_session_cannot_take_are_named(flags: list[str], words: str) -> None:
+    """What an interactive session cannot be is refused before anything is submitted,
+    naming the flag to drop."""
+    done = _hctl_run("--pty", *flags, "--", "bash")
+    assert done.returncode == 2, done.stderr
+    assert words in done.stderr
