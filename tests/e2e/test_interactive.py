@@ -137,7 +137,8 @@ def test_the_shell_sees_the_window_size_of_hctls_terminal_and_its_changes(
     cluster: Cluster,
 ) -> None:
     """`stty size` in the session shows the size of the terminal hctl runs on, and the new
-    size once that terminal is resized (SIGWINCH); `exit 0` makes hctl exit 0."""
+    size once that terminal is resized (SIGWINCH); Ctrl-C interrupts the remote command and
+    leaves hctl running; `exit 0` makes hctl exit 0."""
     terminal = Terminal(cluster, "--pty", "--", "bash", rows=37, cols=111)
     try:
         terminal.wait_shown(rb"ready> ")
@@ -151,6 +152,14 @@ def test_the_shell_sees_the_window_size_of_hctls_terminal_and_its_changes(
             terminal.type("stty size\r")
             time.sleep(0.3)
             terminal.read()
+        # Ctrl-C interrupts the remote command, not hctl: the shell prompts again.
+        terminal.shown = b""
+        terminal.type("sleep 30; echo slept\r")
+        terminal.wait_shown(rb"echo slept\r\n")
+        terminal.shown = b""
+        terminal.type("\x03")
+        terminal.wait_shown(rb"ready> ", timeout=10)
+        assert b"slept" not in terminal.shown
         terminal.type("exit 0\r")
         assert terminal.wait_exit() == 0
     finally:
