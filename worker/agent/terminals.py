@@ -271,6 +271,11 @@ def start_session(
     master, slave = pty.openpty()
     try:
         os.set_inheritable(slave, False)
+        if ids is not None:
+            # The user's own terminal, as a login gives it: programs that open it again by
+            # name (`tty`, `script`, ssh's password prompt) may, and other users may not.
+            os.fchown(slave, ids[0], -1)
+            os.fchmod(slave, 0o620)
         read_end, write_end = os.pipe()
         try:
             uid, gid, groups = (

@@ -222,3 +222,24 @@ def test_a_stop_tells_the_terminal_why_and_hangs_the_session_up(tmp_path: Path) 
     (report,) = rig.state.pending_exits()
     assert report.kind == common_pb2.EXIT_KIND_KILLED
     assert report.signal == signal.SIGHUP
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+def test_a_root_agent_runs_the_session_as_the_user_on_a_terminal_they_own(
+    tmp_path: Path,
+) -> None:
+    """Started by a root agent, the command runs as the job's user, and the terminal it
+    has is that user's (as a login's is), not root's."""
+    nobody = 65534
+    env = {"PATH": "/usr/bin:/bin"}
+    process = start_session(
+        sys.executable,
+        ["sh", "-c", 'echo uid=$(id -u) owner=$(stat -c %u "$(tty)")'],
+        env,
+        Path("/"),
+        (nobody, nobody, (nobody,)),
+    )
+    feed: queue.Queue[common_pb2.TerminalInput | None] = queue.Queue()
+    shown, status = _run(process, common_pb2.TerminalInput(job_id=1, lease=1), feed)
+    assert f"uid={nobody} owner={nobody}".encode() in shown, shown
+    assert status == 0
