@@ -46,7 +46,8 @@ DRAIN_S = 0.2
 # drops to the job's user when told to, enters the working directory and executes the
 # command. Popen has already made it a session leader (start_new_session). Run in a fresh
 # isolated interpreter, as the agent's other steps that run as root: the environment comes on
-# a pipe, never in argv, and nothing of the job's loads before the drop.
+# a pipe, never in argv (and only once the owner's terminal is attached: until then the step
+# waits), and nothing of the job's loads before the drop.
 _SESSION_STEP = (
     "import fcntl, json, os, sys, termios, warnings\n"
     "with os.fdopen(int(sys.argv[1]), 'rb') as pipe:\n"
@@ -74,9 +75,12 @@ class Terminal:
         fd: int,
         session: int,
         exit_status: Callable[[], int | None],
+        start: Callable[[], None],
         attach_wait_s: float = ATTACH_WAIT_S,
     ) -> None:
         self._fd = fd
+        # Lets the command begin (called once).
+        self._start: Callable[[], None] | None = start
         # The command's pid, which is also its session's and process group's id.
         self._session = session
         self._exit_status = exit_status
@@ -104,6 +108,13 @@ class Terminal:
                 raise TerminalBusyError("the session's terminal is attached already")
             self._attached = True
             self._unattended.cancel()
+
+    def start(self) -> None:
+        """Lets the command begin, once a reader is attached (and the window size set)."""
+        with self._lock:
+            begin, self._start = self._start, None
+        if begin is not None:
+            begin()
 
     def _hang_up_unattended(self) -> None:
         with self._lock:
@@ -231,12 +242,41 @@ class Terminal:
 
 
 class PtyProcess:
-    """A session's command: a process handle (see worker.agent.processes) with its terminal."""
+    """A session's command: a process handle (see worker.agent.processes) with its terminal.
 
-    def __init__(self, popen: subprocess.Popen[bytes], fd: int, attach_wait_s: float) -> None:
+    The process starts at once (it holds its place and is signalled and reaped as any
+    task's) but waits for its environment on a pipe, which is written only when the owner's
+    terminal attaches: the command starts with the window size of that terminal, and a
+    command that is over in a moment (`hctl run --pty -- nvidia-smi`) has a reader for its
+    output."""
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        fd: int,
+        env_pipe: int,
+        env: Mapping[str, str],
+        attach_wait_s: float,
+    ) -> None:
         self._popen = popen
         self._poll_lock = threading.Lock()
-        self.terminal = Terminal(fd, popen.pid, self.poll_status, attach_wait_s)
+        self._env_pipe: int | None = env_pipe
+        self._env = dict(env)
+        self.terminal = Terminal(fd, popen.pid, self.poll_status, self._go, attach_wait_s)
+
+    def _take_pipe(self) -> int | None:
+        with self._poll_lock:
+            pipe, self._env_pipe = self._env_pipe, None
+            return pipe
+
+    def _go(self) -> None:
+        # From Terminal.start. The step reads the pipe to its end while this writes, so an
+        # environment larger than the pipe's buffer does not block.
+        fd = self._take_pipe()
+        if fd is None:
+            return
+        with os.fdopen(fd, "wb") as pipe, contextlib.suppress(BrokenPipeError):
+            pipe.write(json.dumps(self._env).encode())
 
     @property
     def pid(self) -> int:
@@ -251,6 +291,10 @@ class PtyProcess:
         if code is not None:
             # What the session left in its process group must not outlive it.
             self.signal_group(signal.SIGKILL)
+            # Never started (hung up while waiting): its pipe is the agent's to close.
+            unused = self._take_pipe()
+            if unused is not None:
+                os.close(unused)
         return code
 
     def signal_group(self, sig: int) -> None:
@@ -266,8 +310,9 @@ def start_session(
     ids: tuple[int, int, tuple[int, ...]] | None,
     attach_wait_s: float = ATTACH_WAIT_S,
 ) -> PtyProcess:
-    """Starts `argv` on a new pseudo-terminal as the leader of a new session, as the user
-    `ids` (uid, gid, groups) when given. Raises OSError."""
+    """Starts the step that will run `argv` on a new pseudo-terminal, as the leader of a new
+    session, as the user `ids` (uid, gid, groups) when given; the command itself starts
+    when the terminal is started (see PtyProcess). Raises OSError."""
     master, slave = pty.openpty()
     try:
         os.set_inheritable(slave, False)
@@ -276,31 +321,14 @@ def start_session(
             # name (`tty`, `script`, ssh's password prompt) may, and other users may not.
             os.fchown(slave, ids[0], -1)
             os.fchmod(slave, 0o620)
+        uid, gid, groups = ("", "", "")
+        if ids is not None:
+            uid, gid, groups = str(ids[0]), str(ids[1]), ",".join(str(g) for g in ids[2])
         read_end, write_end = os.pipe()
         try:
-            uid, gid, groups = (
-                ("", "", "")
-                if ids is None
-                else (
-                    str(ids[0]),
-                    str(ids[1]),
-                    ",".join(str(g) for g in ids[2]),
-                )
-            )
+            step = [python, "-I", "-S", "-c", _SESSION_STEP, str(read_end), uid, gid, groups]
             popen = subprocess.Popen(
-                [
-                    python,
-                    "-I",
-                    "-S",
-                    "-c",
-                    _SESSION_STEP,
-                    str(read_end),
-                    uid,
-                    gid,
-                    groups,
-                    str(cwd),
-                    *argv,
-                ],
+                [*step, str(cwd), *argv],
                 env=_STEP_ENV,
                 cwd="/",
                 stdin=slave,
@@ -315,16 +343,13 @@ def start_session(
             raise
         finally:
             os.close(read_end)
-        # Written after the start, so an environment larger than the pipe cannot block it.
-        with os.fdopen(write_end, "wb") as pipe, contextlib.suppress(BrokenPipeError):
-            pipe.write(json.dumps(dict(env)).encode())
     except BaseException:
         os.close(master)
         raise
     finally:
         os.close(slave)
     os.set_blocking(master, False)
-    return PtyProcess(popen, master, attach_wait_s)
+    return PtyProcess(popen, master, write_end, env, attach_wait_s)
 
 
 def relay(
@@ -355,7 +380,9 @@ def relay(
             terminal.hang_up()
 
     try:
+        # The window size first, so that the command starts with it.
         apply(first)
+        terminal.start()
         threading.Thread(target=pump, name="terminal-input", daemon=True).start()
         for item in terminal.output(active):
             if isinstance(item, int):

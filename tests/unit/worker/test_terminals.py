@@ -72,6 +72,24 @@ def test_the_window_size_reaches_the_command_and_its_exit_status_comes_last(
     assert status == 3
 
 
+def test_the_command_waits_for_its_terminal_so_nothing_it_shows_is_lost(
+    tmp_path: Path,
+) -> None:
+    """A command that would be over at once starts only when its terminal is attached: a
+    reader that comes late still sees all it printed, and the window size it starts with
+    is the attached terminal's."""
+    process = _session(tmp_path, "sh", "-c", "stty size; echo quick")
+    time.sleep(0.5)
+    assert process.poll() is None
+    feed: queue.Queue[common_pb2.TerminalInput | None] = queue.Queue()
+    first = common_pb2.TerminalInput(
+        job_id=1, lease=1, size=common_pb2.WindowSize(rows=21, cols=77)
+    )
+    shown, status = _run(process, first, feed)
+    assert b"21 77" in shown and b"quick" in shown
+    assert status == 0
+
+
 def test_ctrl_c_typed_interrupts_the_foreground_command(tmp_path: Path) -> None:
     """A raw 0x03 typed into the terminal is turned into SIGINT by the terminal driver."""
     process = _session(tmp_path, "sh", "-c", "echo ready; exec cat")
