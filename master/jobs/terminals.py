@@ -128,8 +128,14 @@ class TerminalRelay:
             yield from inputs
 
         call: Any = self._workers.attach_task(node.address, requests())
-        on_end(call.cancel)
         over = threading.Event()
+
+        def end() -> None:
+            # The caller's call is over, whether or not this generator is resumed again.
+            over.set()
+            call.cancel()
+
+        on_end(end)
         gone: list[str] = []
 
         def watch() -> None:
