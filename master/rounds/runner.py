@@ -20,6 +20,7 @@ Rounds never overlap: one lock serializes them, whoever triggers them.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 import time
@@ -35,6 +36,7 @@ from master.jobs.lifecycle import StopOrder
 from master.nodes.dispatch import Dispatcher, Outgoing
 from master.process.metrics import MasterMetrics
 from master.process.transactions import Transactor
+from master.rounds.forecaster import Forecaster
 from master.rounds.snapshot import ReadMemo, RoundInput, read_round_input
 from master.scheduling.diff import Action, ActionKind, preemption_reason
 from master.scheduling.plan import Allocation
@@ -113,8 +115,11 @@ class RoundRunner:
         base_model: ThroughputModel,
         on_change: Callable[[], None],
         memo: ReadMemo | None = None,
+        forecaster: Forecaster | None = None,
     ) -> None:
         self._tx = tx
+        # Expected start times, computed from a round's input off the round thread.
+        self.forecaster = forecaster
         # What the last round read: each round loads and converts only what changed since.
         self.memo = memo if memo is not None else ReadMemo()
         self._policy = policy
@@ -178,6 +183,7 @@ class RoundRunner:
             )
         )
         read_s = time.monotonic() - started
+        twin = self._policy_twin()
         decision = decide(inp, self._policy, self._settings, now.timestamp())
         self._report(decision)
         plan_s = time.monotonic() - started - read_s
@@ -231,6 +237,8 @@ class RoundRunner:
             push_s=push_s,
         )
         self.last_result = result
+        if twin is not None and self.forecaster is not None:
+            self.forecaster.submit(inp, twin, now)
         log.info(
             "round finished",
             round=number,
@@ -246,6 +254,17 @@ class RoundRunner:
             push_s=round(result.push_s, 4),
         )
         return result
+
+    def _policy_twin(self) -> Policy | None:
+        """A copy of the policy as it is before this round decides, for the forecast of
+        start times, when one is due; its first simulated round is this round."""
+        if self.forecaster is None or not self.forecaster.due():
+            return None
+        try:
+            return copy.deepcopy(self._policy)
+        except Exception:
+            log.exception("the policy cannot be copied; no start times are forecast")
+            return None
 
     def _settled(self, number: int, unreachable: set[str]) -> None:
         """Every push of round `number` is over: store how many workers it did not reach
