@@ -105,15 +105,11 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         message shared between listings when it has no tasks, which the response copies."""
         if tasks:
             return self._shown(job_to_pb(job, tasks), job, caller)
-        listed = self._listed.pb(job, hidden=not self._privacy.may_read(caller, job.user))
-        expected = self._expected_start(job)
-        if expected is None:
-            return listed
-        # The listed message is shared between listings: the estimate goes on a copy.
-        out = common_pb2.Job()
-        out.CopyFrom(listed)
-        out.expected_start.CopyFrom(timestamp(expected))
-        return out
+        return self._listed.pb_expected(
+            job,
+            hidden=not self._privacy.may_read(caller, job.user),
+            expected_start=self._expected_start(job),
+        )
 
     def _expected_start(self, job: Job) -> datetime | None:
         """The newest forecast's start time for a waiting job that nobody holds; public
