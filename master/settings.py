@@ -84,13 +84,15 @@ class Settings:
     # Seconds one move (migration, resize, new copies) costs a running job: a checkpoint and
     # a restart. A move is made only when it wins this back within the next round.
     restart_cost_s: float = DEFAULT_RESTART_S
-    # Expected start times (hctl queue --start): after a round, at most every
-    # `forecast_interval_s` (0: never), the policy is run forward over the queue off the
-    # round thread, for at most `forecast_horizon_s` of simulated time and
-    # `forecast_max_rounds` decided rounds (master/scheduling/forecast.py).
+    # Expected start times (hctl queue --start): after a round, once `forecast_interval_s`
+    # has passed since the last forecast ended (0: never), the policy is run forward over
+    # the queue off the round thread, for at most `forecast_horizon_s` of simulated time,
+    # `forecast_max_rounds` decided rounds and `forecast_budget_s` of computing
+    # (master/scheduling/forecast.py).
     forecast_interval_s: float = 60.0
     forecast_horizon_s: float = DEFAULT_HORIZON_S
     forecast_max_rounds: int = DEFAULT_MAX_ROUNDS
+    forecast_budget_s: float = 30.0
     # Gavel-format throughputs JSON used before measurements exist; empty: priors only.
     throughput_profile: str = ""
     gpu_speeds: Mapping[str, float] = field(default_factory=dict)
@@ -263,6 +265,7 @@ class Settings:
             ),
             (self.forecast_horizon_s > 0, "forecast_horizon_s must be > 0"),
             (self.forecast_max_rounds >= 1, "forecast_max_rounds must be >= 1"),
+            (self.forecast_budget_s > 0, "forecast_budget_s must be > 0"),
             (self.auth in get_args(AuthMode), f"auth must be one of {get_args(AuthMode)}"),
             (
                 self.job_data_readers in get_args(JobDataReaders),

@@ -1,6 +1,7 @@
 """Expected start times, computed after a round off the round thread and served from memory.
 
-After a round, at most every ``forecast_interval_s`` (0: never), the round hands its own
+After a round, once ``forecast_interval_s`` has passed since the last forecast ended (0:
+never), the round hands its own
 input (the store as it read it: jobs, placements, cluster, throughput model, lost leases)
 and a copy of the policy as it was before deciding to :class:`Forecaster`, which runs
 :func:`master.scheduling.forecast.forecast` on a thread of its own. The forecast's first
@@ -10,7 +11,11 @@ without waiting for anything. A forecast in progress is never doubled: a round t
 one running hands over nothing.
 
 The forecast's Python work shares the interpreter with the RPC threads, so it gives the
-interpreter up between simulated rounds, and its horizon bounds its length.
+interpreter up between simulated rounds, and its length is bounded three ways: the horizon
+(``forecast_horizon_s``), the rounds it decides (``forecast_max_rounds``) and the time it
+may compute (``forecast_budget_s``, after which it keeps the starts found so far). Counting
+the interval from the end of the last forecast keeps the interpreter free of it for at
+least ``forecast_interval_s`` between two.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ class Forecaster:
 
     def __init__(self, settings: Settings) -> None:
         self._interval_s = settings.forecast_interval_s
+        self._budget_s = settings.forecast_budget_s
         self._limits = ForecastLimits(
             horizon_s=settings.forecast_horizon_s,
             max_rounds=settings.forecast_max_rounds,
@@ -70,6 +76,7 @@ class Forecaster:
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._busy = False
+        # When the last forecast ended (monotonic clock).
         self._last_at = -float("inf")
         self._stopping = threading.Event()
         self.latest: StartTimes | None = None
@@ -80,7 +87,8 @@ class Forecaster:
 
     def due(self) -> bool:
         """Whether the round about to run should hand its input over: on, none in
-        progress, and the last one started at least ``forecast_interval_s`` ago."""
+        progress, and the last one ended at least ``forecast_interval_s`` ago (so that
+        forecasts that take long still leave the interpreter to other work between them)."""
         if not self.enabled or self._stopping.is_set():
             return False
         with self._lock:
@@ -93,7 +101,6 @@ class Forecaster:
             if self._busy or self._stopping.is_set():
                 return None
             self._busy = True
-            self._last_at = time.monotonic()
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="hadar-forecast"
@@ -114,14 +121,20 @@ class Forecaster:
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
 
-    def _between_rounds(self) -> None:
-        if self._stopping.is_set():
-            raise _StoppedError
-        # Gives the interpreter to the RPC threads between simulated rounds.
-        time.sleep(0)
-
     def _compute(self, inp: RoundInput, policy: Policy, now: datetime) -> None:
         started = time.monotonic()
+        deadline = started + self._budget_s
+        spent = False
+
+        def between_rounds() -> bool:
+            nonlocal spent
+            if self._stopping.is_set():
+                raise _StoppedError
+            # Gives the interpreter to the RPC threads between simulated rounds.
+            time.sleep(0)
+            spent = time.monotonic() >= deadline
+            return not spent
+
         try:
             state = RoundState(
                 inp.snapshot,
@@ -142,7 +155,7 @@ class Forecaster:
                 self._rules,
                 self._limits,
                 unknown_work=unknown,
-                between_rounds=self._between_rounds,
+                between_rounds=between_rounds,
             )
         except _StoppedError:
             return
@@ -153,6 +166,7 @@ class Forecaster:
         finally:
             with self._lock:
                 self._busy = False
+                self._last_at = time.monotonic()
         duration = time.monotonic() - started
         self.latest = StartTimes(
             now, MappingProxyType(dict(result.starts)), result.rounds, duration
@@ -163,5 +177,7 @@ class Forecaster:
             estimates=len(result.starts),
             rounds=result.rounds,
             complete=result.complete,
+            reached_s=round(result.reached - result.now),
+            budget_spent=spent,
             duration_s=round(duration, 3),
         )

@@ -15,13 +15,17 @@ What the forecast assumes, so that its cost stays bounded and its answer honest:
 - A job whose amount of work is unknown (``unknown_work``: a command submitted without
   iterations, which never reports progress) runs until its time limit; one without a time
   limit is taken to run past the horizon. Every job stops at its time limit at the latest.
-- A round that starts, stops and moves no job is taken to repeat until the next simulated
-  exit or lost-lease end, so a quiet stretch costs one decision rather than one per round.
+- After a round that starts, stops and moves no job, the next is decided 1 round later,
+  then 2, 4, 8... (sooner at a simulated exit or lost-lease end), so a quiet stretch of n
+  rounds costs about log2(n) decisions; a policy that changes its mind as time passes (as
+  its jobs' received service grows) is caught at most about as late as the stretch is
+  long.
 - Jobs sharing GPUs progress at the profile's co-location figure (half their speed without
   one) for the whole round; HadarE copies at ``copy_efficiency`` of their summed speed.
 - It stops at the horizon: ``ForecastLimits.horizon_s`` of simulated time or
-  ``ForecastLimits.max_rounds`` decided rounds, whichever comes first. Jobs not started by
-  then get no estimate, nor do jobs the round's input leaves out (held, waiting on a
+  ``ForecastLimits.max_rounds`` decided rounds, whichever comes first, or earlier when the
+  caller says so between rounds (the daemon's computing budget). Jobs not started by then
+  get no estimate, nor do jobs the round's input leaves out (held, waiting on a
   dependency, past their array's limit).
 
 It reads no clock, store or network; the daemon (``master/rounds/forecaster.py``) runs it
@@ -32,8 +36,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Set
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from master.scheduling.fairshare import decay_factor
 from master.scheduling.plan import Allocation
@@ -99,6 +104,8 @@ class _Run:
     begin: float
     rate: float
     finish: float
+    #: When its work would be done, were it not stopped by its time limit.
+    work_done: float
 
 
 def forecast(
@@ -108,11 +115,12 @@ def forecast(
     limits: ForecastLimits | None = None,
     *,
     unknown_work: Set[int] = frozenset(),
-    between_rounds: Callable[[], None] | None = None,
+    between_rounds: Callable[[], bool] | None = None,
 ) -> Forecast:
     """Run ``policy`` forward from ``state``; see the module docstring. ``policy`` is
     changed as rounds change it: pass a copy of the live one. ``between_rounds`` is called
-    after each decided round (the daemon yields the interpreter there)."""
+    after each decided round (the daemon yields the interpreter there); when it returns
+    False the forecast ends there, with the starts found so far."""
     rules = rules or RoundRules()
     limits = limits or ForecastLimits()
     first = state.snapshot
@@ -128,8 +136,12 @@ def forecast(
     half_life = fair.half_life_s if fair is not None else 1.0
     lost_ends = sorted(lease.ends_at for lease in state.lost.values())
     weights: dict[tuple[str, str], float] = {}
+    speeds: dict[int, tuple[Allocation, Allocation | None, float]] = {}
+    kinds: dict[int, tuple[Allocation, tuple[tuple[str, int, float], ...]]] = {}
+    running = {job.id for job in first.jobs if job.current is not None}
     number = first.round_number
     rounds = 0
+    quiet = 0  # decided rounds in a row that changed nothing
     while len(starts) < len(waiting) and now < end and rounds < limits.max_rounds and jobs:
         snapshot = Snapshot(cluster, tuple(jobs.values()), number, round_s, model)
         # Views restricted to the GPUs their memory fits are kept, so later rounds reuse them.
@@ -144,30 +156,43 @@ def forecast(
                 starts[job_id] = now
         runs = [
             _course(
-                jobs[job_id], alloc, placements, jobs, now, limits, unknown_work, model, cluster
+                jobs[job_id],
+                alloc,
+                placements,
+                jobs,
+                now,
+                limits,
+                unknown_work,
+                model,
+                cluster,
+                speeds,
             )
             for job_id, alloc in placements.items()
         ]
         first_exit = min((run.finish for run in runs), default=math.inf)
         round_end = now + round_s
         others_wait = len(jobs) > len(placements)
+        quiet = 0 if decision.changes() or decision.learned else quiet + 1
         if limits.early_rounds and others_wait and first_exit < round_end:
             round_end = first_exit + limits.early_round_delay_s
-        elif not decision.changes() and not decision.learned:
-            # Quiet: the same decision until something exits or a lost lease ends.
+        elif quiet:
+            # Quiet: the next round comes 1, 2, 4... rounds later, sooner when something
+            # exits or a lost lease ends.
+            step = round_s * 2.0 ** min(quiet - 1, 40)
             until = min([first_exit, *(t for t in lost_ends if t > now)], default=math.inf)
-            if limits.early_rounds and others_wait and until < math.inf:
+            if until >= now + step:
+                round_end = now + step
+            elif limits.early_rounds and others_wait:
                 round_end = max(round_end, until + limits.early_round_delay_s)
-            elif until < math.inf:
-                round_end = now + max(1, math.ceil((until - now) / round_s)) * round_s
             else:
-                round_end = end
+                round_end = now + max(1, math.ceil((until - now) / round_s)) * round_s
         round_end = min(round_end, max(end, now + round_s))
         by_user: dict[str, float] = {}
         notices: list[CompletedJob] = []
-        for job_id, job in list(jobs.items()):
-            if job.current is not None and job_id not in placements:
-                jobs[job_id] = replace(job, current=None)  # preempted
+        for job_id in running - placements.keys():
+            if job_id in jobs:
+                jobs[job_id] = _changed(jobs[job_id], current=None)  # preempted
+        running = set(placements)
         for run in runs:
             job = run.job
             stop = min(run.finish, round_end)
@@ -175,16 +200,19 @@ def forecast(
             progress = run.rate * max(0.0, stop - run.begin)
             by_user[job.user] = by_user.get(job.user, 0.0) + held * run.alloc.num_gpus
             if run.finish <= round_end:
-                notices.append(CompletedJob(job, job.total_iterations, run.finish))
+                done = job.iterations_done + progress
+                if job.id not in unknown_work and run.finish == run.work_done:
+                    done = job.total_iterations
+                notices.append(CompletedJob(job, min(done, job.total_iterations), run.finish))
                 del jobs[job.id]
+                running.discard(job.id)
                 continue
             by_type = dict(job.gpu_seconds_by_type)
             attained = job.attained_service
-            for slot in run.alloc.slots:
-                gpu_type = cluster.gpu_type(slot)
-                by_type[gpu_type] = by_type.get(gpu_type, 0.0) + held
-                attained += held * _weight(weights, model, cluster, job.job_type, gpu_type)
-            jobs[job.id] = replace(
+            for gpu_type, count, weight in _types(kinds, weights, model, cluster, job, run.alloc):
+                by_type[gpu_type] = by_type.get(gpu_type, 0.0) + held * count
+                attained += held * count * weight
+            jobs[job.id] = _changed(
                 job,
                 current=run.alloc,
                 iterations_done=min(job.total_iterations, job.iterations_done + progress),
@@ -200,8 +228,8 @@ def forecast(
                 usage[user] = usage.get(user, 0.0) + used
         now = round_end
         number += 1
-        if between_rounds is not None:
-            between_rounds()
+        if between_rounds is not None and not between_rounds():
+            break
     return Forecast(
         now=state.now,
         starts=MappingProxyType(starts),
@@ -221,31 +249,80 @@ def _course(
     unknown_work: Set[int],
     model: ThroughputModel,
     cluster: ClusterView,
+    speeds: dict[int, tuple[Allocation, Allocation | None, float]],
 ) -> _Run:
-    """When ``job`` placed on ``alloc`` at ``now`` exits, and at what speed it progresses."""
-    restarted = job.current is None or job.current != alloc
+    """When ``job`` placed on ``alloc`` at ``now`` exits, and at what speed it progresses.
+    ``speeds`` keeps each job's speed with the allocations it was worked out for."""
+    restarted = job.current is None or (job.current is not alloc and job.current != alloc)
     begin = now + (job.restart_s if restarted else 0.0)
-    alone = allocation_throughput(model, cluster, job.job_type, alloc)
-    rate = alone
-    if alloc.num_copies > 1:
-        rate = alone * limits.copy_efficiency
-    elif alloc.shared_with is not None:
-        partner_alloc = placements.get(alloc.shared_with)
-        partner = jobs.get(alloc.shared_with)
-        if (
-            partner_alloc is not None
-            and partner is not None
-            and partner_alloc.shared_with == job.id
-        ):
-            gpu_type = cluster.gpu_type(alloc.slots[0])
-            pair = model.colocated(job.job_type, partner.job_type, gpu_type, alloc.num_gpus)
-            rate = min(pair[0], alone) if pair is not None else alone / 2.0
-    finish = math.inf
+    partner_alloc = placements.get(alloc.shared_with) if alloc.shared_with is not None else None
+    known = speeds.get(job.id)
+    if known is not None and known[0] is alloc and known[1] is partner_alloc:
+        rate = known[2]
+    else:
+        rate = _speed(job, alloc, partner_alloc, jobs, limits, model, cluster)
+        speeds[job.id] = (alloc, partner_alloc, rate)
+    work_done = math.inf
     if job.id not in unknown_work and rate > 0:
-        finish = begin + job.remaining_iterations / rate
+        work_done = begin + job.remaining_iterations / rate
+    finish = work_done
     if job.time_limit_s > 0:
         finish = min(finish, now + max(0.0, job.time_limit_s - job.run_seconds))
-    return _Run(job, alloc, begin, rate, finish)
+    return _Run(job, alloc, begin, rate, finish, work_done)
+
+
+def _speed(
+    job: JobView,
+    alloc: Allocation,
+    partner_alloc: Allocation | None,
+    jobs: Mapping[int, JobView],
+    limits: ForecastLimits,
+    model: ThroughputModel,
+    cluster: ClusterView,
+) -> float:
+    """Iterations/s of ``job`` on ``alloc``, as the simulator counts them."""
+    alone = allocation_throughput(model, cluster, job.job_type, alloc)
+    if alloc.num_copies > 1:
+        return alone * limits.copy_efficiency
+    partner = jobs.get(alloc.shared_with) if alloc.shared_with is not None else None
+    if partner_alloc is not None and partner is not None and partner_alloc.shared_with == job.id:
+        gpu_type = cluster.gpu_type(alloc.slots[0])
+        pair = model.colocated(job.job_type, partner.job_type, gpu_type, alloc.num_gpus)
+        return min(pair[0], alone) if pair is not None else alone / 2.0
+    return alone
+
+
+def _changed(job: JobView, **changes: Any) -> JobView:
+    """``job`` with ``changes``, without the checks of a new view: rounds change views of
+    every running job, and only fields a valid view keeps valid (progress, service, what it
+    holds) change here."""
+    out = object.__new__(JobView)
+    out.__dict__.update(job.__dict__)
+    out.__dict__.update(changes)
+    return out
+
+
+def _types(
+    cache: dict[int, tuple[Allocation, tuple[tuple[str, int, float], ...]]],
+    weights: dict[tuple[str, str], float],
+    model: ThroughputModel,
+    cluster: ClusterView,
+    job: JobView,
+    alloc: Allocation,
+) -> tuple[tuple[str, int, float], ...]:
+    """(GPU type, GPUs of it, service weight) of ``job``'s allocation, kept per job."""
+    known = cache.get(job.id)
+    if known is not None and known[0] is alloc:
+        return known[1]
+    counts: dict[str, int] = {}
+    for slot in alloc.slots:
+        gpu_type = cluster.gpu_type(slot)
+        counts[gpu_type] = counts.get(gpu_type, 0) + 1
+    out = tuple(
+        (t, n, _weight(weights, model, cluster, job.job_type, t)) for t, n in counts.items()
+    )
+    cache[job.id] = (alloc, out)
+    return out
 
 
 def _weight(
