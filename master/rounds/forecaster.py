@@ -1,13 +1,15 @@
 """Expected start times, computed after a round off the round thread and served from memory.
 
 After a round, once ``forecast_interval_s`` has passed since the last forecast ended (0:
-never), the round hands its own
-input (the store as it read it: jobs, placements, cluster, throughput model, lost leases)
-and a copy of the policy as it was before deciding to :class:`Forecaster`, which runs
-:func:`master.scheduling.forecast.forecast` on a thread of its own. The forecast's first
-round is therefore the round just made, and its later rounds what the policy would decide
-next. The newest result is kept with the time it was computed; ListJobs and GetJob read it
-without waiting for anything. A forecast in progress is never doubled: a round that finds
+never), the round hands its own input (the store as it read it: jobs, placements, cluster,
+throughput model, lost leases) to :class:`Forecaster`, which on a thread of its own copies
+the policy as the round left it (between rounds: a policy's copy can take a tenth of a
+second, which the round thread does not pay) and runs
+:func:`master.scheduling.forecast.forecast`. Its first simulated round decides again from
+the round's input, as the round did (the copy has already learned of the completions the
+round told it of), and its later rounds are what the policy would decide next. The
+newest result is kept with the time it was computed; ListJobs and GetJob read it without
+waiting for anything. A forecast in progress is never doubled: a round that finds
 one running hands over nothing.
 
 The forecast's Python work shares the interpreter with the RPC threads, so it gives the
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -94,9 +96,12 @@ class Forecaster:
         with self._lock:
             return not self._busy and time.monotonic() - self._last_at >= self._interval_s
 
-    def submit(self, inp: RoundInput, policy: Policy, now: datetime) -> Future[None] | None:
-        """Forecast from a round's input with ``policy``, a copy of the live policy as it
-        was before the round decided (this call owns it). None when one is in progress."""
+    def submit(
+        self, inp: RoundInput, policy: Callable[[], Policy], now: datetime
+    ) -> Future[None] | None:
+        """Forecast from a round's input (``now``: the round's start) with the policy
+        ``policy()`` returns: a copy of the live one, which the forecast then owns. None when
+        one is in progress."""
         with self._lock:
             if self._busy or self._stopping.is_set():
                 return None
@@ -121,7 +126,7 @@ class Forecaster:
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
 
-    def _compute(self, inp: RoundInput, policy: Policy, now: datetime) -> None:
+    def _compute(self, inp: RoundInput, copy_policy: Callable[[], Policy], now: datetime) -> None:
         started = time.monotonic()
         deadline = started + self._budget_s
         spent = False
@@ -135,12 +140,14 @@ class Forecaster:
             spent = time.monotonic() >= deadline
             return not spent
 
+        name = "?"
         try:
+            policy = copy_policy()
+            name = policy.name
             state = RoundState(
                 inp.snapshot,
                 now.timestamp(),
                 inp.lost,
-                inp.completed,
                 fair_share=self._fair_share,
                 usage=inp.usage,
             )
@@ -161,7 +168,7 @@ class Forecaster:
             return
         except Exception:
             # The previous forecast stays served; the next round tries again.
-            log.exception("forecast of start times failed", policy=policy.name)
+            log.exception("forecast of start times failed", policy=name)
             return
         finally:
             with self._lock:

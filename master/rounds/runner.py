@@ -183,7 +183,6 @@ class RoundRunner:
             )
         )
         read_s = time.monotonic() - started
-        twin = self._policy_twin()
         decision = decide(inp, self._policy, self._settings, now.timestamp())
         self._report(decision)
         plan_s = time.monotonic() - started - read_s
@@ -237,8 +236,9 @@ class RoundRunner:
             push_s=push_s,
         )
         self.last_result = result
-        if twin is not None and self.forecaster is not None:
-            self.forecaster.submit(inp, twin, now)
+        if self.forecaster is not None and self.forecaster.due():
+            # The forecaster copies the policy itself, off this thread, between rounds.
+            self.forecaster.submit(inp, self.policy_copy, now)
         log.info(
             "round finished",
             round=number,
@@ -255,16 +255,11 @@ class RoundRunner:
         )
         return result
 
-    def _policy_twin(self) -> Policy | None:
-        """A copy of the policy as it is before this round decides, for the forecast of
-        start times, when one is due; its first simulated round is this round."""
-        if self.forecaster is None or not self.forecaster.due():
-            return None
-        try:
+    def policy_copy(self) -> Policy:
+        """A copy of the policy as the last round left it, taken between rounds (waits for
+        a round in progress to end)."""
+        with self._lock:
             return copy.deepcopy(self._policy)
-        except Exception:
-            log.exception("the policy cannot be copied; no start times are forecast")
-            return None
 
     def _settled(self, number: int, unreachable: set[str]) -> None:
         """Every push of round `number` is over: store how many workers it did not reach
