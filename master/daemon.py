@@ -209,7 +209,7 @@ class Master:
             self.metrics,
             self._base_model,
             self.changes.notify,
-            forecaster=Forecaster(settings),
+            forecaster=Forecaster(settings, self.metrics),
         )
         self.holds = HoldEnforcer(self.tx, self.changes.notify, self.rounds.memo.jobs)
         self.time_limits = TimeLimitEnforcer(

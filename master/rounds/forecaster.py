@@ -32,6 +32,7 @@ from types import MappingProxyType
 
 import structlog
 
+from master.process.metrics import MasterMetrics
 from master.rounds.snapshot import RoundInput
 from master.scheduling.forecast import ForecastLimits, forecast
 from master.scheduling.policy import Policy
@@ -64,7 +65,8 @@ class _StoppedError(Exception):
 class Forecaster:
     """Computes forecasts on its own thread and keeps the newest; see the module docstring."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics: MasterMetrics | None = None) -> None:
+        self._metrics = metrics
         self._interval_s = settings.forecast_interval_s
         self._budget_s = settings.forecast_budget_s
         self._limits = ForecastLimits(
@@ -178,6 +180,11 @@ class Forecaster:
         self.latest = StartTimes(
             now, MappingProxyType(dict(result.starts)), result.rounds, duration
         )
+        if self._metrics is not None:
+            waiting = sum(1 for job in inp.snapshot.jobs if job.current is None)
+            self._metrics.forecast_duration.observe(duration)
+            self._metrics.forecast_jobs.labels(estimate="yes").set(len(result.starts))
+            self._metrics.forecast_jobs.labels(estimate="no").set(waiting - len(result.starts))
         log.info(
             "start times forecast",
             jobs=len(inp.snapshot.jobs),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from master.process.metrics import MasterMetrics
 from master.rounds.forecaster import Forecaster
 from master.rounds.snapshot import RoundInput
 from master.scheduling.plan import Allocation, GpuSlot
@@ -51,6 +52,20 @@ def test_a_forecast_runs_off_the_callers_thread_and_is_kept() -> None:
     assert forecaster.expected_start(2) == NOW + timedelta(seconds=101)
     assert forecaster.expected_start(3) == NOW + timedelta(seconds=152)
     assert forecaster.expected_start(1) is None
+    forecaster.stop()
+
+
+def test_metrics_say_what_a_forecast_cost_and_reached() -> None:
+    """One forecast observed; its two waiting jobs both with an estimate."""
+    metrics = MasterMetrics()
+    forecaster = Forecaster(Settings(), metrics)
+    future = forecaster.submit(round_input(), lambda: make_policy("fifo"), NOW)
+    assert future is not None
+    future.result(timeout=30)
+    registry = metrics.registry
+    assert registry.get_sample_value("hadar_forecast_duration_seconds_count") == 1.0
+    assert registry.get_sample_value("hadar_forecast_jobs", {"estimate": "yes"}) == 2.0
+    assert registry.get_sample_value("hadar_forecast_jobs", {"estimate": "no"}) == 0.0
     forecaster.stop()
 
 
