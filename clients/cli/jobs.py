@@ -648,7 +648,10 @@ def expected_start_line(job: Job, now: datetime) -> str:
         )
     if job.held_by:
         return f"- (held; `hctl release {job.id}` lets it run)"
-    return "- (none: waiting on a dependency or an array's limit, or past the forecast's horizon)"
+    return (
+        "- (no estimate: submitted since the last forecast, waiting on a dependency or its "
+        "array's limit, or not started within the forecast's reach)"
+    )
 
 
 def _configure_show(parser: argparse.ArgumentParser) -> None:
