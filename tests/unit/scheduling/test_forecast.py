@@ -4,6 +4,7 @@ hand, with the horizon, time limits and unknown amounts of work."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from master.scheduling.forecast import ForecastLimits, forecast
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.policy import make_policy
-from master.scheduling.round import RoundState
+from master.scheduling.round import RoundRules, RoundState
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
 
@@ -191,3 +192,47 @@ def test_running_jobs_gain_service_as_rounds_pass() -> None:
     running = job(1, 100_000, current=Allocation.on([V0], 1))
     result = forecast(state(running, job(2, 500)), make_policy("las"))
     assert NOW + 3600.0 <= result.starts[2] <= NOW + 2 * 3600.0
+
+
+@pytest.mark.parametrize("policy", ["fifo", "las", "srtf", "hadare", "gavel"])
+def test_the_forecast_starts_jobs_when_the_simulator_does(policy: str) -> None:
+    """Twenty jobs queued at once on v100:4,k80:4: the forecast's start times are the
+    simulator's (early rounds, no restart cost), since both run the same round function
+    with the same progress model; the forecast only samples quiet rounds more sparsely."""
+    from master.sim.data import THROUGHPUTS
+    from master.sim.engine import SimConfig, simulate
+    from master.sim.trace import TraceJob
+
+    model = ThroughputModel.from_gavel_json(THROUGHPUTS)
+    cluster = ClusterView.from_counts({"v100": 4, "k80": 4})
+    rng = random.Random(3)
+    types = ("ResNet-18 (batch size 64)", "LM (batch size 20)")
+    trace = [
+        TraceJob(
+            i,
+            0.0,
+            rng.choice(types),
+            rng.choice((1, 2, 4)),
+            float(rng.randrange(2000, 20000)),
+            time_limit_s=1e7,
+        )
+        for i in range(1, 21)
+    ]
+    config = SimConfig(round_s=60.0, early_rounds=True)
+    simulated = simulate(make_policy(policy), trace, cluster, model, config)
+    views = tuple(
+        JobView(
+            id=t.id,
+            job_type=t.job_type,
+            num_gpus=t.num_gpus,
+            total_iterations=float(t.iterations or 0),
+            restart_s=0.0,
+            time_limit_s=1e7,
+        )
+        for t in trace
+    )
+    state = RoundState(Snapshot(cluster, views, 0, 60.0, model), 0.0)
+    rules = RoundRules(config.min_migration_gain, pay_restart=config.pay_restart)
+    result = forecast(state, make_policy(policy), rules)
+    assert result.complete
+    assert result.starts == pytest.approx({job.id: job.start_s for job in simulated.jobs})
