@@ -222,6 +222,7 @@ def job(message: common_pb2.Job) -> Job:
         held_by=message.held_by,
         requeues=message.requeues,
         limit_run_seconds=message.limit_run_seconds,
+        expected_start=timestamp(message.expected_start, message.HasField("expected_start")),
     )
 
 

@@ -49,6 +49,8 @@ ACTIVE_JOB_STATES: tuple[JobState, ...] = (
     JobState.RUNNING,
     JobState.PREEMPTED,
 )
+# Jobs waiting for GPUs: what `hctl queue --start` lists and forecasts.
+WAITING_JOB_STATES: tuple[JobState, ...] = (JobState.PENDING, JobState.PREEMPTED)
 _JOB_STATE_ALIASES: dict[str, JobState] = {
     "pd": JobState.PENDING,
     "r": JobState.RUNNING,
@@ -250,6 +252,10 @@ class Job:
     # Run time its time limit counts: since its last requeue (get_job and describe_job
     # only; 0 elsewhere).
     limit_run_seconds: float = 0.0
+    # When a waiting (pending or preempted) job is expected to start, from the master's
+    # newest forecast (the policy run forward over the queue); None when it has no
+    # estimate: running or finished, held, waiting on a dependency, or beyond the horizon.
+    expected_start: datetime | None = None
 
     @property
     def progress_measured(self) -> bool:

@@ -45,6 +45,7 @@ from master.process.events import ChangeSignal
 from master.process.leadership import Leadership, NotLeaderError, idle_transaction_limit_s
 from master.process.metrics import ClusterGauges, MasterMetrics
 from master.process.transactions import Transactor
+from master.rounds.forecaster import Forecaster
 from master.rounds.runner import RoundResult, RoundRunner
 from master.scheduling.policy import Policy, UnknownPolicyError, import_memory, make_policy
 from master.scheduling.throughput import ThroughputModel
@@ -208,6 +209,7 @@ class Master:
             self.metrics,
             self._base_model,
             self.changes.notify,
+            forecaster=Forecaster(settings, self.metrics),
         )
         self.holds = HoldEnforcer(self.tx, self.changes.notify, self.rounds.memo.jobs)
         self.time_limits = TimeLimitEnforcer(
@@ -487,6 +489,8 @@ class Master:
             close = getattr(self._metrics_server, "server_close", None)
             if callable(close):
                 close()
+        if self.rounds.forecaster is not None:
+            self.rounds.forecaster.stop()
         self._background.shutdown(wait=True)
         self._rpc_pool.shutdown(wait=True)
         self.workers.close()

@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args
 
 from master.scheduling.churn import DEFAULT_RESTART_S
 from master.scheduling.fairshare import FairShareConfig
+from master.scheduling.forecast import DEFAULT_HORIZON_S, DEFAULT_MAX_ROUNDS
 from master.service.admission import AdmissionLimits
 from protos.durations import parse_duration
 
@@ -83,6 +84,15 @@ class Settings:
     # Seconds one move (migration, resize, new copies) costs a running job: a checkpoint and
     # a restart. A move is made only when it wins this back within the next round.
     restart_cost_s: float = DEFAULT_RESTART_S
+    # Expected start times (hctl queue --start): after a round, once `forecast_interval_s`
+    # has passed since the last forecast ended (0: never), the policy is run forward over
+    # the queue off the round thread, for at most `forecast_horizon_s` of simulated time,
+    # `forecast_max_rounds` decided rounds and `forecast_budget_s` of computing
+    # (master/scheduling/forecast.py).
+    forecast_interval_s: float = 60.0
+    forecast_horizon_s: float = DEFAULT_HORIZON_S
+    forecast_max_rounds: int = DEFAULT_MAX_ROUNDS
+    forecast_budget_s: float = 30.0
     # Gavel-format throughputs JSON used before measurements exist; empty: priors only.
     throughput_profile: str = ""
     gpu_speeds: Mapping[str, float] = field(default_factory=dict)
@@ -249,6 +259,13 @@ class Settings:
             (self.lease_rounds >= 1, "lease_rounds must be >= 1"),
             (self.early_round_delay_s >= 0, "early_round_delay_s must be >= 0"),
             (self.restart_cost_s >= 0, "restart_cost_s must be >= 0"),
+            (
+                self.forecast_interval_s >= 0,
+                "forecast_interval_s must be >= 0 (0 turns expected start times off)",
+            ),
+            (self.forecast_horizon_s > 0, "forecast_horizon_s must be > 0"),
+            (self.forecast_max_rounds >= 1, "forecast_max_rounds must be >= 1"),
+            (self.forecast_budget_s > 0, "forecast_budget_s must be > 0"),
             (self.auth in get_args(AuthMode), f"auth must be one of {get_args(AuthMode)}"),
             (
                 self.job_data_readers in get_args(JobDataReaders),

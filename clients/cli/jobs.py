@@ -32,6 +32,7 @@ from clients.cli.printable import printable_line
 from clients.errors import DeadlineExceeded, NotFound, PermissionDenied, Unavailable
 from clients.types import (
     ACTIVE_JOB_STATES,
+    WAITING_JOB_STATES,
     Delivery,
     Job,
     JobDescription,
@@ -506,6 +507,13 @@ def _configure_queue(parser: argparse.ArgumentParser) -> None:
         help="one line per array element (default: an array's pending elements share one "
         "line, 12_[4-31%%4], as squeue shows them)",
     )
+    parser.add_argument(
+        "--start",
+        action="store_true",
+        help="waiting jobs (pending, preempted; or those of -t) with a START column: when "
+        "each is expected to start, as squeue --start; - when there is no estimate (held, "
+        "waiting on a dependency, or past the forecast's horizon; see docs/user-guide.md)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md)")
     parser.add_argument(
         "--watch",
@@ -523,14 +531,22 @@ def queue_filter(args: argparse.Namespace, ctx: Context) -> tuple[str | None, li
     if args.me:
         user = ctx.client().whoami().user
     states = parse_states(args.state)
-    if not states and not getattr(args, "all", False):
+    if not states and getattr(args, "start", False):
+        states = list(WAITING_JOB_STATES)
+    elif not states and not getattr(args, "all", False):
         states = list(ACTIVE_JOB_STATES)
     return user, states
 
 
-def queue_table(jobs: Sequence[Job], now: datetime, *, expand: bool = False) -> Grid:
-    rows = [
-        (
+def queue_table(
+    jobs: Sequence[Job], now: datetime, *, expand: bool = False, start: bool = False
+) -> Grid:
+    """The queue as a table; with `start`, a START column after STATE (hctl queue
+    --start)."""
+    rows = []
+    for row in queue_rows(jobs, expand=expand):
+        job = row.first
+        cells = [
             row.shown_id,
             job.spec.name,
             job.user,
@@ -541,15 +557,19 @@ def queue_table(jobs: Sequence[Job], now: datetime, *, expand: bool = False) -> 
             fmt.format_time(job.submitted_at, now),
             fmt.format_duration(fmt.run_time(job, now)),
             fmt.job_progress(job),
-        )
-        for row in queue_rows(jobs, expand=expand)
-        for job in (row.first,)
-    ]
+        ]
+        if start:
+            cells.insert(QUEUE_COLUMNS.index("STATE") + 1, fmt.format_time(job.expected_start, now))
+        rows.append(tuple(cells))
+    columns: tuple[str, ...] = QUEUE_COLUMNS
+    if start:
+        at = QUEUE_COLUMNS.index("STATE") + 1
+        columns = (*QUEUE_COLUMNS[:at], "START", *QUEUE_COLUMNS[at:])
     return Grid.of(
-        QUEUE_COLUMNS,
+        columns,
         rows,
-        wrap_column=QUEUE_COLUMNS.index("NODE/REASON"),
-        styles={QUEUE_COLUMNS.index("STATE"): STATE_TEXT_STYLES},
+        wrap_column=columns.index("NODE/REASON"),
+        styles={columns.index("STATE"): STATE_TEXT_STYLES},
     )
 
 
@@ -566,11 +586,14 @@ def _run_queue(args: argparse.Namespace, ctx: Context) -> int:
         jobs = client.list_jobs(user=user, states=states)
         if not jobs:
             selective = args.state or args.all
-            ctx.note("no jobs" if selective else "no active jobs (add --all for finished ones)")
+            if args.start and not args.state:
+                ctx.note("no waiting jobs")
+            else:
+                ctx.note("no jobs" if selective else "no active jobs (add --all for finished ones)")
             return ExitCode.OK
-        ctx.show(queue_table(jobs, now_utc(), expand=args.expand))
+        ctx.show(queue_table(jobs, now_utc(), expand=args.expand, start=args.start))
         return ExitCode.OK
-    return _watch_queue(ctx, args.interval, user, states, expand=args.expand)
+    return _watch_queue(ctx, args.interval, user, states, expand=args.expand, start=args.start)
 
 
 def _watch_queue(
@@ -580,6 +603,7 @@ def _watch_queue(
     states: list[JobState],
     *,
     expand: bool = False,
+    start: bool = False,
 ) -> int:
     from rich.console import Group
     from rich.live import Live
@@ -591,7 +615,7 @@ def _watch_queue(
         jobs = client.list_jobs(user=user, states=states)
         now = now_utc()
         header = Text(f"{fmt.format_time(now, now.astimezone())}  {len(jobs)} jobs", style="dim")
-        return Group(header, queue_table(jobs, now, expand=expand))
+        return Group(header, queue_table(jobs, now, expand=expand, start=start))
 
     try:
         if ctx.out.is_terminal:
@@ -612,6 +636,22 @@ def _watch_queue(
 
 
 # -- show -------------------------------------------------------------------------------------
+
+
+def expected_start_line(job: Job, now: datetime) -> str:
+    """When a waiting job is expected to start, or why there is no estimate."""
+    if job.expected_start is not None:
+        return (
+            f"{fmt.format_time(job.expected_start, now)} "
+            f"({fmt.format_timestamp(job.expected_start)}; the policy run forward over the "
+            "queue as it is, without new arrivals)"
+        )
+    if job.held_by:
+        return f"- (held; `hctl release {job.id}` lets it run)"
+    return (
+        "- (no estimate: submitted since the last forecast, waiting on a dependency or its "
+        "array's limit, or not started within the forecast's reach)"
+    )
 
 
 def _configure_show(parser: argparse.ArgumentParser) -> None:
@@ -709,6 +749,8 @@ def render_job(described: JobDescription, now: datetime) -> RenderableType:
         f"finished {fmt.format_time(job.finished_at, now)}; "
         f"ran {fmt.format_duration(fmt.time_run(job, now))}",
     )
+    if job.state in WAITING_JOB_STATES:
+        info.add_row("expected start", expected_start_line(job, now))
     info.add_row("limit", fmt.time_limit_line(job))
     if spec.array_job_id:
         info.add_row(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -123,6 +123,20 @@ class MasterMetrics:
         )
         self.lost_nodes = Counter(
             "hadar_nodes_lost", "Nodes declared unreachable", registry=self.registry
+        )
+        # Expected start times (master/rounds/forecaster.py): what each forecast cost, and
+        # how much of the queue the newest one reached.
+        self.forecast_duration = Histogram(
+            "hadar_forecast_duration_seconds",
+            "Time to compute one forecast of start times",
+            buckets=ROUND_BUCKETS,
+            registry=self.registry,
+        )
+        self.forecast_jobs = Gauge(
+            "hadar_forecast_jobs",
+            "Waiting jobs in the newest forecast of start times, with an estimate or without",
+            labelnames=["estimate"],
+            registry=self.registry,
         )
 
     def watch_leadership(self, read: Callable[[], tuple[str, int]]) -> None:

@@ -20,6 +20,7 @@ Rounds never overlap: one lock serializes them, whoever triggers them.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 import time
@@ -35,6 +36,7 @@ from master.jobs.lifecycle import StopOrder
 from master.nodes.dispatch import Dispatcher, Outgoing
 from master.process.metrics import MasterMetrics
 from master.process.transactions import Transactor
+from master.rounds.forecaster import Forecaster
 from master.rounds.snapshot import ReadMemo, RoundInput, read_round_input
 from master.scheduling.diff import Action, ActionKind, preemption_reason
 from master.scheduling.plan import Allocation
@@ -113,8 +115,11 @@ class RoundRunner:
         base_model: ThroughputModel,
         on_change: Callable[[], None],
         memo: ReadMemo | None = None,
+        forecaster: Forecaster | None = None,
     ) -> None:
         self._tx = tx
+        # Expected start times, computed from a round's input off the round thread.
+        self.forecaster = forecaster
         # What the last round read: each round loads and converts only what changed since.
         self.memo = memo if memo is not None else ReadMemo()
         self._policy = policy
@@ -231,6 +236,9 @@ class RoundRunner:
             push_s=push_s,
         )
         self.last_result = result
+        if self.forecaster is not None and self.forecaster.due():
+            # The forecaster copies the policy itself, off this thread, between rounds.
+            self.forecaster.submit(inp, self.policy_copy, now)
         log.info(
             "round finished",
             round=number,
@@ -246,6 +254,12 @@ class RoundRunner:
             push_s=round(result.push_s, 4),
         )
         return result
+
+    def policy_copy(self) -> Policy:
+        """A copy of the policy as the last round left it, taken between rounds (waits for
+        a round in progress to end)."""
+        with self._lock:
+            return copy.deepcopy(self._policy)
 
     def _settled(self, number: int, unreachable: set[str]) -> None:
         """Every push of round `number` is over: store how many workers it did not reach

@@ -187,7 +187,36 @@ class ListedJobs:
         # id(job) -> (job, its messages by whether private parts are hidden). The job is
         # kept so that its id cannot be reused while the entry exists.
         self._encoded: dict[int, tuple[domain.Job, dict[bool, common_pb2.Job]]] = {}
+        # id(job) -> (job, its messages with an expected start, by whether private parts
+        # are hidden, each with the start it carries): a forecast changes the start only
+        # every forecast_interval_s, so listings between two copy each message once.
+        self._started: dict[
+            int, tuple[domain.Job, dict[bool, tuple[datetime, common_pb2.Job]]]
+        ] = {}
         self._lock = threading.Lock()
+
+    def pb_expected(
+        self, job: domain.Job, *, hidden: bool, expected_start: datetime | None
+    ) -> common_pb2.Job:
+        """As :meth:`pb`, with ``expected_start`` set when it is not None."""
+        base = self.pb(job, hidden=hidden)
+        if expected_start is None:
+            return base
+        entry = self._started.get(id(job))
+        if entry is None or entry[0] is not job:
+            entry = (job, {})
+            with self._lock:
+                while len(self._started) >= self._size:
+                    del self._started[next(iter(self._started))]
+                self._started[id(job)] = entry
+        known = entry[1].get(hidden)
+        if known is not None and known[0] == expected_start:
+            return known[1]
+        message = common_pb2.Job()
+        message.CopyFrom(base)
+        message.expected_start.CopyFrom(timestamp(expected_start))
+        entry[1][hidden] = (expected_start, message)
+        return message
 
     def pb(self, job: domain.Job, *, hidden: bool) -> common_pb2.Job:
         entry = self._encoded.get(id(job))

@@ -14,6 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from master import fields
 from master.errors import InvalidArgumentError, PermissionDeniedError
 from master.jobs.control import SpecChanges
+from master.jobs.holds import WAITING_STATES
 from master.jobs.lifecycle import retry_limit
 from master.jobs.logs import LogRelay
 from master.jobs.manager import Caller
@@ -105,7 +106,19 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         message shared between listings when it has no tasks, which the response copies."""
         if tasks:
             return self._shown(job_to_pb(job, tasks), job, caller)
-        return self._listed.pb(job, hidden=not self._privacy.may_read(caller, job.user))
+        return self._listed.pb_expected(
+            job,
+            hidden=not self._privacy.may_read(caller, job.user),
+            expected_start=self._expected_start(job),
+        )
+
+    def _expected_start(self, job: Job) -> datetime | None:
+        """The newest forecast's start time for a waiting job that nobody holds; public
+        like the rest of the queue."""
+        forecaster = self.parts.rounds.forecaster
+        if forecaster is None or job.held_by or job.state not in WAITING_STATES:
+            return None
+        return forecaster.expected_start(job.id)
 
     def _shown(self, out: common_pb2.Job, job: Job, caller: Caller) -> common_pb2.Job:
         """The job as `caller` may see it: whole for its readers, as a queue shows it for
@@ -147,6 +160,9 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         caller = current_caller()
         job, tasks = self.parts.jobs.get(fields.job_id(request.job_id))
         out = self._shown(job_to_pb(job, tasks, self._throughputs(job)), job, caller)
+        expected = self._expected_start(job)
+        if expected is not None:
+            out.expected_start.CopyFrom(timestamp(expected))
         out.retry_limit = retry_limit(job.spec, self.parts.settings.max_retries)
         records = self.parts.tx.read(lambda uow: uow.usage.for_jobs([job.id]))
         now = datetime.now(UTC)

@@ -264,7 +264,7 @@ class Throughput(_message.Message):
     def __init__(self, gpu_type: _Optional[str] = ..., iterations_per_s: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "user", "state", "reason", "iterations_done", "attained_service", "submitted_at", "started_at", "finished_at", "tasks", "retries", "exit_code", "throughputs", "version", "preemptions", "migrations", "checkpoint_iterations", "reports_progress", "retry_limit", "run_seconds", "gpu_seconds", "failure_output", "private_hidden", "held_by", "requeues", "limit_run_seconds")
+    __slots__ = ("id", "spec", "user", "state", "reason", "iterations_done", "attained_service", "submitted_at", "started_at", "finished_at", "tasks", "retries", "exit_code", "throughputs", "version", "preemptions", "migrations", "checkpoint_iterations", "reports_progress", "retry_limit", "run_seconds", "gpu_seconds", "failure_output", "private_hidden", "held_by", "requeues", "limit_run_seconds", "expected_start")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
@@ -292,6 +292,7 @@ class Job(_message.Message):
     HELD_BY_FIELD_NUMBER: _ClassVar[int]
     REQUEUES_FIELD_NUMBER: _ClassVar[int]
     LIMIT_RUN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_FIELD_NUMBER: _ClassVar[int]
     id: int
     spec: JobSpec
     user: str
@@ -319,7 +320,8 @@ class Job(_message.Message):
     held_by: str
     requeues: int
     limit_run_seconds: float
-    def __init__(self, id: _Optional[int] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., iterations_done: _Optional[int] = ..., attained_service: _Optional[float] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., retries: _Optional[int] = ..., exit_code: _Optional[int] = ..., throughputs: _Optional[_Iterable[_Union[Throughput, _Mapping]]] = ..., version: _Optional[int] = ..., preemptions: _Optional[int] = ..., migrations: _Optional[int] = ..., checkpoint_iterations: _Optional[int] = ..., reports_progress: _Optional[bool] = ..., retry_limit: _Optional[int] = ..., run_seconds: _Optional[float] = ..., gpu_seconds: _Optional[float] = ..., failure_output: _Optional[str] = ..., private_hidden: _Optional[bool] = ..., held_by: _Optional[str] = ..., requeues: _Optional[int] = ..., limit_run_seconds: _Optional[float] = ...) -> None: ...
+    expected_start: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[int] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., iterations_done: _Optional[int] = ..., attained_service: _Optional[float] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., retries: _Optional[int] = ..., exit_code: _Optional[int] = ..., throughputs: _Optional[_Iterable[_Union[Throughput, _Mapping]]] = ..., version: _Optional[int] = ..., preemptions: _Optional[int] = ..., migrations: _Optional[int] = ..., checkpoint_iterations: _Optional[int] = ..., reports_progress: _Optional[bool] = ..., retry_limit: _Optional[int] = ..., run_seconds: _Optional[float] = ..., gpu_seconds: _Optional[float] = ..., failure_output: _Optional[str] = ..., private_hidden: _Optional[bool] = ..., held_by: _Optional[str] = ..., requeues: _Optional[int] = ..., limit_run_seconds: _Optional[float] = ..., expected_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("name", "state", "address", "gpus", "last_heartbeat", "agent_version", "reason", "registered_at")

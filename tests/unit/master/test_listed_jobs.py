@@ -62,3 +62,20 @@ def test_a_changed_job_is_encoded_anew_and_old_entries_make_room() -> None:
     # Three jobs in a memo of two: the first one's entry went, its encoding is made again.
     again = listed.pb(first, hidden=False)
     assert again == before and again is not before
+
+
+def test_an_expected_start_goes_on_a_copy_made_once_per_forecast() -> None:
+    """The shared message never carries the start; the copy that does is reused while the
+    start stays the same and made again when a new forecast moves it."""
+    listed = ListedJobs()
+    one = job(1)
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    base = listed.pb(one, hidden=True)
+    started = listed.pb_expected(one, hidden=True, expected_start=at)
+    assert started.expected_start.ToDatetime(UTC) == at
+    assert started.private_hidden and "secret" not in str(started)
+    assert not base.HasField("expected_start")
+    assert listed.pb_expected(one, hidden=True, expected_start=at) is started
+    later = listed.pb_expected(one, hidden=True, expected_start=at.replace(hour=9))
+    assert later.expected_start.ToDatetime(UTC).hour == 9
+    assert listed.pb_expected(one, hidden=True, expected_start=None) is base

@@ -1,0 +1,197 @@
+"""Expected start times, computed after a round off the round thread and served from memory.
+
+After a round, once ``forecast_interval_s`` has passed since the last forecast ended (0:
+never), the round hands its own input (the store as it read it: jobs, placements, cluster,
+throughput model, lost leases) to :class:`Forecaster`, which on a thread of its own copies
+the policy as the round left it (between rounds: a policy's copy can take a tenth of a
+second, which the round thread does not pay) and runs
+:func:`master.scheduling.forecast.forecast`. Its first simulated round decides again from
+the round's input, as the round did (the copy has already learned of the completions the
+round told it of), and its later rounds are what the policy would decide next. The
+newest result is kept with the time it was computed; ListJobs and GetJob read it without
+waiting for anything. A forecast in progress is never doubled: a round that finds
+one running hands over nothing.
+
+The forecast's Python work shares the interpreter with the RPC threads, so it gives the
+interpreter up between simulated rounds, and its length is bounded three ways: the horizon
+(``forecast_horizon_s``), the rounds it decides (``forecast_max_rounds``) and the time it
+may compute (``forecast_budget_s``, after which it keeps the starts found so far). Counting
+the interval from the end of the last forecast keeps the interpreter free of it for at
+least ``forecast_interval_s`` between two.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+
+import structlog
+
+from master.process.metrics import MasterMetrics
+from master.rounds.snapshot import RoundInput
+from master.scheduling.forecast import ForecastLimits, forecast
+from master.scheduling.policy import Policy
+from master.scheduling.round import RoundRules, RoundState
+from master.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class StartTimes:
+    """A finished forecast: per job waiting when it was computed and expected to start
+    within the horizon, its expected start (Unix time). ``computed_at``: the start of the
+    round it was computed from; ``duration_s``: how long computing it took."""
+
+    computed_at: datetime
+    starts: Mapping[int, float] = field(default_factory=dict)
+    rounds: int = 0
+    duration_s: float = 0.0
+
+    def start_of(self, job_id: int) -> datetime | None:
+        at = self.starts.get(job_id)
+        return datetime.fromtimestamp(at, UTC) if at is not None else None
+
+
+class _StoppedError(Exception):
+    """The master is stopping: the forecast in progress is abandoned."""
+
+
+class Forecaster:
+    """Computes forecasts on its own thread and keeps the newest; see the module docstring."""
+
+    def __init__(self, settings: Settings, metrics: MasterMetrics | None = None) -> None:
+        self._metrics = metrics
+        self._interval_s = settings.forecast_interval_s
+        self._budget_s = settings.forecast_budget_s
+        self._limits = ForecastLimits(
+            horizon_s=settings.forecast_horizon_s,
+            max_rounds=settings.forecast_max_rounds,
+            early_rounds=settings.early_rounds,
+            early_round_delay_s=settings.early_round_delay_s,
+        )
+        self._rules = RoundRules(settings.min_migration_gain)
+        self._fair_share = settings.fair_share_config()
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._busy = False
+        # When the last forecast ended (monotonic clock).
+        self._last_at = -float("inf")
+        self._stopping = threading.Event()
+        self.latest: StartTimes | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self._interval_s > 0
+
+    def due(self) -> bool:
+        """Whether the round about to run should hand its input over: on, none in
+        progress, and the last one ended at least ``forecast_interval_s`` ago (so that
+        forecasts that take long still leave the interpreter to other work between them)."""
+        if not self.enabled or self._stopping.is_set():
+            return False
+        with self._lock:
+            return not self._busy and time.monotonic() - self._last_at >= self._interval_s
+
+    def submit(
+        self, inp: RoundInput, policy: Callable[[], Policy], now: datetime
+    ) -> Future[None] | None:
+        """Forecast from a round's input (``now``: the round's start) with the policy
+        ``policy()`` returns: a copy of the live one, which the forecast then owns. None when
+        one is in progress."""
+        with self._lock:
+            if self._busy or self._stopping.is_set():
+                return None
+            self._busy = True
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="hadar-forecast"
+                )
+            executor = self._executor
+        return executor.submit(self._compute, inp, policy, now)
+
+    def expected_start(self, job_id: int) -> datetime | None:
+        latest = self.latest
+        return latest.start_of(job_id) if latest is not None else None
+
+    def stop(self) -> None:
+        """Abandon a forecast in progress (at its next simulated round) and stop the
+        thread."""
+        self._stopping.set()
+        with self._lock:
+            executor = self._executor
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    def _compute(self, inp: RoundInput, copy_policy: Callable[[], Policy], now: datetime) -> None:
+        started = time.monotonic()
+        deadline = started + self._budget_s
+        spent = False
+
+        def between_rounds() -> bool:
+            nonlocal spent
+            if self._stopping.is_set():
+                raise _StoppedError
+            # Gives the interpreter to the RPC threads between simulated rounds.
+            time.sleep(0)
+            spent = time.monotonic() >= deadline
+            return not spent
+
+        name = "?"
+        try:
+            policy = copy_policy()
+            name = policy.name
+            state = RoundState(
+                inp.snapshot,
+                now.timestamp(),
+                inp.lost,
+                fair_share=self._fair_share,
+                usage=inp.usage,
+            )
+            # Commands submitted without iterations report no progress: only their time
+            # limit says when they end.
+            unknown = frozenset(
+                job_id for job_id, job in inp.jobs.items() if not job.spec.iterations
+            )
+            result = forecast(
+                state,
+                policy,
+                self._rules,
+                self._limits,
+                unknown_work=unknown,
+                between_rounds=between_rounds,
+            )
+        except _StoppedError:
+            return
+        except Exception:
+            # The previous forecast stays served; the next round tries again.
+            log.exception("forecast of start times failed", policy=name)
+            return
+        finally:
+            with self._lock:
+                self._busy = False
+                self._last_at = time.monotonic()
+        duration = time.monotonic() - started
+        self.latest = StartTimes(
+            now, MappingProxyType(dict(result.starts)), result.rounds, duration
+        )
+        if self._metrics is not None:
+            waiting = sum(1 for job in inp.snapshot.jobs if job.current is None)
+            self._metrics.forecast_duration.observe(duration)
+            self._metrics.forecast_jobs.labels(estimate="yes").set(len(result.starts))
+            self._metrics.forecast_jobs.labels(estimate="no").set(waiting - len(result.starts))
+        log.info(
+            "start times forecast",
+            jobs=len(inp.snapshot.jobs),
+            estimates=len(result.starts),
+            rounds=result.rounds,
+            complete=result.complete,
+            reached_s=round(result.reached - result.now),
+            budget_spent=spent,
+            duration_s=round(duration, 3),
+        )

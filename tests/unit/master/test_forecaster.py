@@ -1,0 +1,115 @@
+"""The daemon's forecaster (master.rounds.forecaster): when a forecast is due, that it runs
+on its own thread from a round's input and keeps the newest result, and that its computing
+budget and the interval between forecasts hold."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from master.process.metrics import MasterMetrics
+from master.rounds.forecaster import Forecaster
+from master.rounds.snapshot import RoundInput
+from master.scheduling.plan import Allocation, GpuSlot
+from master.scheduling.policy import make_policy
+from master.scheduling.throughput import ThroughputModel
+from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
+from master.settings import Settings
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+CLUSTER = ClusterView((NodeView("n1", (GpuView("n1", 0, "v100"),)),))
+MODEL = ThroughputModel({("a", "v100", 1, True): 10.0})
+
+
+def view(job_id: int, iterations: float, **fields: object) -> JobView:
+    return JobView(
+        id=job_id,
+        job_type="a",
+        num_gpus=1,
+        total_iterations=iterations,
+        restart_s=0.0,
+        arrival_time=NOW.timestamp() - 100 + job_id,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def round_input() -> RoundInput:
+    """Job 1 runs 100 s more; jobs 2 (50 s of work) and 3 wait behind it."""
+    running = view(1, 2000, iterations_done=1000, current=Allocation.on([GpuSlot("n1", 0)], 1))
+    jobs = (running, view(2, 500), view(3, 500))
+    return RoundInput(Snapshot(CLUSTER, jobs, 1, 60.0, MODEL), {}, {}, {}, {})
+
+
+def test_a_forecast_runs_off_the_callers_thread_and_is_kept() -> None:
+    """The starts are those of the policy run forward, kept with the round's time; a
+    running job has none."""
+    forecaster = Forecaster(Settings(forecast_interval_s=60.0))
+    assert forecaster.due()
+    future = forecaster.submit(round_input(), lambda: make_policy("fifo"), NOW)
+    assert future is not None
+    future.result(timeout=30)
+    latest = forecaster.latest
+    assert latest is not None and latest.computed_at == NOW
+    assert forecaster.expected_start(2) == NOW + timedelta(seconds=101)
+    assert forecaster.expected_start(3) == NOW + timedelta(seconds=152)
+    assert forecaster.expected_start(1) is None
+    forecaster.stop()
+
+
+def test_metrics_say_what_a_forecast_cost_and_reached() -> None:
+    """One forecast observed; its two waiting jobs both with an estimate."""
+    metrics = MasterMetrics()
+    forecaster = Forecaster(Settings(), metrics)
+    future = forecaster.submit(round_input(), lambda: make_policy("fifo"), NOW)
+    assert future is not None
+    future.result(timeout=30)
+    registry = metrics.registry
+    assert registry.get_sample_value("hadar_forecast_duration_seconds_count") == 1.0
+    assert registry.get_sample_value("hadar_forecast_jobs", {"estimate": "yes"}) == 2.0
+    assert registry.get_sample_value("hadar_forecast_jobs", {"estimate": "no"}) == 0.0
+    forecaster.stop()
+
+
+def test_the_interval_counts_from_the_end_of_the_last_forecast() -> None:
+    """Right after a forecast, the next is not due for forecast_interval_s."""
+    forecaster = Forecaster(Settings(forecast_interval_s=3600.0))
+    future = forecaster.submit(round_input(), lambda: make_policy("fifo"), NOW)
+    assert future is not None
+    future.result(timeout=30)
+    assert not forecaster.due()
+    forecaster.stop()
+
+
+def test_a_spent_budget_keeps_the_starts_found_so_far() -> None:
+    """With no time to compute, the forecast ends after its first round: job 2, placed
+    only later, gets no estimate."""
+    forecaster = Forecaster(Settings(forecast_budget_s=1e-9))
+    future = forecaster.submit(round_input(), lambda: make_policy("fifo"), NOW)
+    assert future is not None
+    future.result(timeout=30)
+    assert forecaster.latest is not None and forecaster.latest.rounds == 1
+    assert forecaster.expected_start(2) is None
+    forecaster.stop()
+
+
+def test_a_policy_that_cannot_be_copied_leaves_the_last_forecast_served() -> None:
+    """A failure is logged and the previous forecast stays; the next round tries again."""
+    forecaster = Forecaster(Settings(forecast_interval_s=1e-9))
+    first = forecaster.submit(round_input(), lambda: make_policy("fifo"), NOW)
+    assert first is not None
+    first.result(timeout=30)
+    kept = forecaster.latest
+
+    def broken() -> object:
+        raise RuntimeError("cannot copy")
+
+    second = forecaster.submit(round_input(), broken, NOW)  # type: ignore[arg-type]
+    assert second is not None
+    second.result(timeout=30)
+    assert forecaster.latest is kept
+    assert forecaster.due()
+    forecaster.stop()
+
+
+def test_turned_off_nothing_is_due() -> None:
+    """forecast_interval_s = 0 turns forecasts off."""
+    assert not Forecaster(Settings(forecast_interval_s=0)).due()
