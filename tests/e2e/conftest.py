@@ -90,9 +90,11 @@ class Cluster:
             ) from None
         return seen[-1]
 
-    def hctl(self, *args: str, token: str = "") -> subprocess.CompletedProcess[str]:
+    def hctl(
+        self, *args: str, token: str = "", cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """hctl run with the cluster's config: its address and the admin token, or `token`
-        (another user's)."""
+        (another user's); from `cwd` (a command job runs where it was submitted from)."""
         env = {
             **{k: v for k, v in os.environ.items() if k not in ("HADAR_MASTER", "HADAR_TOKEN")},
             "HADAR_CONFIG": str(self.local.config_path),
@@ -103,6 +105,7 @@ class Cluster:
             capture_output=True,
             text=True,
             env=env,
+            cwd=cwd,
             timeout=60,
             check=False,
         )

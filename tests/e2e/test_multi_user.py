@@ -46,10 +46,14 @@ SECRET = "sk-live-7f3a9c"
 class Lab:
     cluster: Cluster
     tokens: dict[str, str]
+    # Where the users run hctl: a command runs in the directory it was submitted from, and
+    # jobs run as alice, who cannot enter pytest's or CI's folders (root's alone).
+    home: Path
 
     def hctl(self, user: str, *args: str) -> subprocess.CompletedProcess[str]:
-        """hctl as `user` runs it: the cluster's address, their own token."""
-        return self.cluster.hctl(*args, token=self.tokens[user])
+        """hctl as `user` runs it: the cluster's address, their own token, from their
+        directory."""
+        return self.cluster.hctl(*args, token=self.tokens[user], cwd=self.home)
 
     def submit(self, user: str, *args: str) -> int:
         done = self.hctl(user, "submit", "--parsable", *args)
@@ -76,7 +80,7 @@ def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
             cluster = Cluster(local)
             try:
                 tokens = {user: cluster.client.create_token(user).token for user in (ALICE, BOB)}
-                yield Lab(cluster, tokens)
+                yield Lab(cluster, tokens, top)
             finally:
                 cluster.reconnect()
                 local.down(timeout=10)

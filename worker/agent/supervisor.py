@@ -56,7 +56,7 @@ from worker.agent.tasklogs import (
 )
 from worker.agent.terminals import PtyProcess, Terminal
 from worker.agent.userdirs import UserDirectoryError
-from worker.agent.users import UnknownUserError, UserDirectory
+from worker.agent.users import UnknownUserError, UserDirectory, shut_out
 from worker.gpus import GpuInfo
 from worker.runtime import contract
 from worker.runtime.contract import ProgressRecord
@@ -420,6 +420,13 @@ class Supervisor:
                 f"user {a.user!r} is root (uid 0): this worker runs no job as root "
                 "unless its allow_root_jobs setting is true"
             )
+        if spec.workdir:
+            blocked = shut_out(Path(spec.workdir), run_as)
+            if blocked:
+                raise AssignmentRefusedError(
+                    f"workdir {spec.workdir} cannot be entered by {a.user}: {blocked}; "
+                    "submit from a directory they can reach, or name one with --workdir"
+                )
         return run_as
 
     def _new_task(self, a: worker_pb2.TaskAssignment) -> Task:

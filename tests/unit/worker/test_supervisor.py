@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from worker.agent.clock import FakeClock
 from worker.agent.processes import FakeLauncher, RunAs, is_process_of
 from worker.agent.state import RunningTaskRecord, StateStore
 from worker.agent.supervisor import Supervisor, SupervisorConfig
-from worker.agent.users import FakeUsers
+from worker.agent.users import FakeUsers, shut_out
 from worker.gpus import FakeGpuProvider
 from worker.runtime.contract import ProgressRecord
 
@@ -726,3 +728,62 @@ def test_a_lease_that_ran_out_is_written_into_the_log_with_where_the_job_resumes
     assert line.endswith(
         "without renewal: the master did not renew it; resumes from checkpoint at iteration 40"
     ), line
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A folder every user may enter (pytest's own are root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="hadar-open-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_workdir_its_user_cannot_enter_fails_the_start_naming_what_shuts_them_out(
+    tmp_path: Path, open_tmp: Path
+) -> None:
+    """A root agent refuses to start a job in a directory its user cannot reach (as when
+    it was submitted from a folder of root's), naming the folder and its mode, instead of
+    letting the job fail with an exit code; a folder open to the user starts."""
+    rig = Rig(tmp_path, root=True)
+    private = open_tmp / "ci.x1"
+    (private / "repo").mkdir(parents=True)
+    private.chmod(0o700)
+    shared = open_tmp / "lab"
+    shared.mkdir(mode=0o755)
+    shut = start(1, 1, user="alice")
+    shut.spec.workdir = str(private / "repo")
+    refused = rig.supervisor.apply(shut)
+    assert refused.outcome == FAILED
+    assert refused.message == (
+        f"workdir {private / 'repo'} cannot be entered by alice: {private} is mode 0700 "
+        f"(uid {os.getuid()}, gid {os.getgid()}); submit from a directory they can reach, "
+        "or name one with --workdir"
+    )
+    assert rig.launcher.processes == []
+    open_to_her = start(2, 1, user="alice")
+    open_to_her.spec.workdir = str(shared)
+    assert rig.supervisor.apply(open_to_her).outcome == APPLIED
+
+
+def test_shut_out_goes_by_the_group_and_other_bits_and_never_shuts_out_root(
+    open_tmp: Path,
+) -> None:
+    """The group's bits count for its members, the others' for the rest; root is never
+    shut out."""
+    folder = open_tmp / "d"
+    folder.mkdir()
+    info = folder.stat()
+    member = RunAs("m", 54321, 54321, (info.st_gid,), "/")
+    other = RunAs("x", 54322, 54322, (), "/")
+    folder.chmod(0o710)
+    assert shut_out(folder, member) == ""
+    assert shut_out(folder, other) == (
+        f"{folder} is mode 0710 (uid {info.st_uid}, gid {info.st_gid})"
+    )
+    folder.chmod(0o701)
+    assert shut_out(folder, other) == ""
+    assert shut_out(folder, member) != ""
+    assert shut_out(folder, RunAs("root", 0, 0, (0,), "/root")) == ""
