@@ -253,11 +253,13 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         context: grpc.ServicerContext,
     ) -> Iterator[common_pb2.TerminalOutput]:
         first = next(request_iterator, None)
-        if first is None or not first.job_id or not first.lease:
+        if first is None or not first.job_id:
             context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "the first message must name job_id and lease"
+                grpc.StatusCode.INVALID_ARGUMENT, "job_id: the first message must name it"
             )
         assert first is not None
+        if not first.lease:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease: the first message must name it")
         terminal = self._agent.supervisor.terminal(first.job_id, first.lease)
         if terminal is None:
             context.abort(

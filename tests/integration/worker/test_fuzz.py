@@ -327,12 +327,47 @@ def test_stream_task_logs_survives_malformed_requests(target: Target) -> None:
     target.assert_serving()
 
 
+# A terminal may be asked of a job this node does not run, or of one that is no session.
+ATTACH_ALLOWED = LOGS_ALLOWED | {Code.FAILED_PRECONDITION}
+
+
+def test_attach_task_survives_malformed_requests(target: Target) -> None:
+    """Fuzzed terminal input (the first message names the job and lease; bytes; window
+    sizes at both ends of their range) is answered or refused, never a crash, and starts
+    nothing."""
+    target.call("ApplyAssignments", worker_pb2.ApplyAssignmentsRequest(assignments=[start(6)]))
+    launched = target.launcher.count()
+
+    @settings(FUZZ, max_examples=max(10, EXAMPLES // 2))
+    @given(
+        request=st.one_of(
+            of(common_pb2.TerminalInput),
+            around(common_pb2.TerminalInput(job_id=6, lease=1)),
+        )
+    )
+    def send(request: common_pb2.TerminalInput) -> None:
+        target.call("AttachTask", request, ATTACH_ALLOWED, timeout=0.5)
+
+    for request in (
+        common_pb2.TerminalInput(job_id=2**64 - 1, lease=2**64 - 1),
+        common_pb2.TerminalInput(
+            job_id=6, lease=1, size=common_pb2.WindowSize(rows=2**32 - 1, cols=2**32 - 1)
+        ),
+        common_pb2.TerminalInput(job_id=6, lease=1, data=b"\x00" * 65536),
+    ):
+        target.call("AttachTask", request, ATTACH_ALLOWED, timeout=2)
+    send()
+    assert target.launcher.count() == launched
+    target.assert_serving()
+
+
 def test_get_worker_status_and_every_method_are_covered(target: Target) -> None:
     """Every Worker RPC has a fuzz test here; the status call answers throughout."""
     assert {m.name for m in WORKER.methods} == {
         "ApplyAssignments",
         "StopTask",
         "StreamTaskLogs",
+        "AttachTask",
         "GetWorkerStatus",
     }
     for _ in range(3):
