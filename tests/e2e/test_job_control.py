@@ -1,11 +1,13 @@
 """Job control on a real local cluster (master and worker processes, real training on CPU,
-hctl as a user runs it): a TIMEOUT job requeued resumes from its checkpoint, and a job
-submitted held runs once released."""
+hctl as a user runs it): a TIMEOUT job requeued resumes from its checkpoint, a job
+submitted held runs once released, and a waiting job's expected start is shown."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 
@@ -23,7 +25,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         parse_worker_groups("v100:2"),
         policy="fifo",
         round_seconds=ROUND_S,
-        master_settings={"HADAR_TIME_LIMIT_CHECK_S": "1"},
+        master_settings={"HADAR_TIME_LIMIT_CHECK_S": "1", "HADAR_FORECAST_INTERVAL_S": "1"},
         worker_settings={"HADAR_WORKER_CHECKPOINT_INTERVAL_S": "2"},
         timeout=120,
     )
@@ -99,3 +101,32 @@ def test_a_job_submitted_held_runs_only_once_released(cluster: Cluster) -> None:
     assert released.returncode == 0, released.stderr
     done = cluster.wait_state(job_id, TERMINAL_JOB_STATES, timeout=120)
     assert done.state == JobState.COMPLETED, done.reason
+
+
+def test_queue_start_shows_when_a_waiting_job_is_expected_to_start(cluster: Cluster) -> None:
+    """squeue --start: a job waiting behind one that holds both GPUs with a 1-minute limit
+    is expected to start about when that limit ends; `hctl queue --start` lists it with
+    that START time and `--json` carries it as expected_start."""
+    blocker = cluster.submit_argv("--gpus", "2", "--time", "1m", "--", "sleep", "50")
+    wait_for(lambda: cluster.job(blocker).state == JobState.RUNNING, 60, "the blocker to run")
+    waiting = cluster.submit_argv("--gpus", "2", "--", "sh", "-c", "echo next")
+    try:
+        wait_for(lambda: cluster.job(waiting).expected_start is not None, 30, "an expected start")
+        started, expected = cluster.job(blocker).started_at, cluster.job(waiting).expected_start
+        assert started is not None and expected is not None
+        assert started + timedelta(seconds=50) <= expected <= started + timedelta(seconds=80), (
+            started,
+            expected,
+        )
+        listed = cluster.hctl("queue", "--start")
+        assert listed.returncode == 0, listed.stderr
+        header, *rows = listed.stdout.splitlines()
+        assert "START" in header.split()
+        (row,) = [r for r in rows if r.split()[0] == str(waiting)]
+        assert row.split()[header.split().index("START")] != "-", listed.stdout
+        shown = json.loads(cluster.hctl("queue", "--start", "--json").stdout)
+        (entry,) = [j for j in shown["jobs"] if j["id"] == waiting]
+        assert entry["expected_start"], entry
+    finally:
+        for job_id in (waiting, blocker):
+            cluster.hctl("cancel", str(job_id))
