@@ -30,7 +30,8 @@ def test_jobs_that_end_post_signed_summaries_to_their_webhooks(
         )
         set_result = cluster.hctl("notify", "set", hook.url("/default"))
         assert set_result.returncode == 0, set_result.stderr
-        ok = cluster.submit_argv("--iterations", "1", "--", "true")
+        # Long enough that its GPU-hours do not round to 0 in the summary (6 decimals).
+        ok = cluster.submit_argv("--iterations", "1", "--", "sleep", "1")
         failing = cluster.submit_argv(
             "--iterations", "1", "--notify", hook.url("/own"), "--", "sh", "-c", "exit 3"
         )
