@@ -4,6 +4,7 @@ run ``hctl`` with the admin token of the cluster's hctl config."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -109,6 +110,21 @@ class Cluster:
             timeout=60,
             check=False,
         )
+
+
+@contextlib.contextmanager
+def two_worker_cluster(state_dir: Path) -> Iterator[Cluster]:
+    """A local cluster of two one-GPU workers under fifo, for a test file to share."""
+    local = LocalCluster(state_dir)
+    local.up(
+        parse_worker_groups("v100:1;v100:1"), policy="fifo", round_seconds=ROUND_S, timeout=120
+    )
+    started = Cluster(local)
+    try:
+        yield started
+    finally:
+        started.reconnect()
+        local.down(timeout=10)
 
 
 class TwiceWatcher:

@@ -18,9 +18,8 @@ from typing import IO
 
 import pytest
 
-from clients.localcluster import LocalCluster, parse_worker_groups
 from clients.types import Dependency, JobSpec, JobState, Program
-from tests.e2e.conftest import ROUND_S, Cluster, wait_for
+from tests.e2e.conftest import Cluster, two_worker_cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -51,16 +50,8 @@ for step in run.steps():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("follow") / "cluster")
-    local.up(
-        parse_worker_groups("v100:1;v100:1"), policy="fifo", round_seconds=ROUND_S, timeout=120
-    )
-    started = Cluster(local)
-    try:
+    with two_worker_cluster(tmp_path_factory.mktemp("follow") / "cluster") as started:
         yield started
-    finally:
-        started.reconnect()
-        local.down(timeout=10)
 
 
 class Follower:

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from clients.localcluster import LocalCluster, parse_worker_groups
 from clients.types import TERMINAL_JOB_STATES, JobState
-from tests.e2e.conftest import ROUND_S, Cluster, wait_for
+from tests.e2e.conftest import Cluster, two_worker_cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -68,16 +67,10 @@ while True:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     top = Path(tempfile.mkdtemp(prefix="hadar-sbatch-"))
-    local = LocalCluster(top / "cluster")
-    local.up(
-        parse_worker_groups("v100:1;v100:1"), policy="fifo", round_seconds=ROUND_S, timeout=120
-    )
-    started = Cluster(local)
     try:
-        yield started
+        with two_worker_cluster(top / "cluster") as started:
+            yield started
     finally:
-        started.reconnect()
-        local.down(timeout=10)
         shutil.rmtree(top, ignore_errors=True)
 
 
