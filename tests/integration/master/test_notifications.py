@@ -96,7 +96,9 @@ def test_completed_failed_and_timed_out_jobs_are_posted_with_a_signed_summary(
         master.run_round()
         for job in (done, failed, slow):
             wait_for(partial(running, worker, job.id), what=f"job {job.id}")
-        worker.progress(done.id, 1000)
+        # Short of its last iteration: a job completed by its final progress report is
+        # notified at once, before its process's exit (and exit code) can be reported.
+        worker.progress(done.id, 500)
         worker.exit(done.id, common_pb2.EXIT_KIND_COMPLETED, exit_code=0)
         worker.exit(failed.id, common_pb2.EXIT_KIND_FAILED, exit_code=3)
         assert master.time_limits.check(datetime.now(UTC) + timedelta(seconds=31)) == [slow.id]
