@@ -155,8 +155,14 @@ class MasterProcess:
         # JSON strings and numbers are valid TOML values.
         config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
         with (workdir / "master.log").open("wb") as log:
+            # Under --profile every thread of the master is profiled (bench.profiled_master).
+            program = (
+                [sys.executable, "-m", "bench.profiled_master", args.profile]
+                if getattr(args, "profile", "")
+                else master_cli
+            )
             process = subprocess.Popen(
-                [*master_cli, "run", "--config", str(config)],
+                [*program, "run", "--config", str(config)],
                 cwd=REPO,
                 env=env,
                 stdout=log,
@@ -855,6 +861,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scrape-interval", type=float, default=1.0, help="metrics, seconds")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--profile", default="", help="write the master's cProfile stats (every thread) here"
+    )
     parser.add_argument(
         "--find-max-rate",
         action="store_true",

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 import structlog
 
@@ -30,7 +31,7 @@ from master.jobs.validation import (
     validate_spec,
 )
 from master.nodes.dispatch import Dispatcher
-from master.process.groupcommit import GroupCommitter
+from master.process.groupcommit import GroupCommitter, GroupStats
 from master.process.transactions import Transactor
 from master.scheduling.memory import memory_by_type
 from master.scheduling.throughput import ThroughputModel, plausible_rate
@@ -82,6 +83,23 @@ class TaskExit:
     contract_error: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class _ProgressReport:
+    """One worker's ReportProgress call, as it waits for its group's transaction."""
+
+    node: str
+    updates: tuple[ProgressUpdate, ...]
+    now: datetime
+    wall: float
+
+
+@dataclass(frozen=True, slots=True)
+class _ProgressApplied:
+    stale: list[bool]
+    orders: list[StopOrder]
+    finished: bool
+
+
 def completion_reason(job: Job, exit_code: int | None) -> str:
     """Why a job whose process exited cleanly is COMPLETED: its iterations when its program
     reports progress, else (opaque commands, plain scripts) only its exit code says so."""
@@ -121,12 +139,27 @@ class JobManager:
         # while the previous group commits. The groups are stored one at a time, which
         # also keeps the per-user pending limit exact.
         self._submissions: GroupCommitter[Submission, Stored] = GroupCommitter(self._store)
+        # Progress reports likewise: at 200 workers they are the master's most frequent
+        # write, and one transaction each cost more than the reports' own work.
+        self._progress: GroupCommitter[_ProgressReport, _ProgressApplied] = GroupCommitter(
+            self._store_progress
+        )
         # Wall time of the last progress report per (job, task, lease), for service.
         self._last_report: dict[tuple[int, int, int], float] = {}
         self._report_lock = threading.Lock()
 
     def stop_accepting(self) -> None:
         self._accepting = False
+
+    @property
+    def progress_groups(self) -> GroupStats:
+        """How the progress reports stored so far were grouped into transactions."""
+        return self._progress.stats
+
+    @property
+    def progress_queued(self) -> int:
+        """Progress calls waiting for a transaction to take them."""
+        return self._progress.queued
 
     # -- people ----------------------------------------------------------------------------
 
@@ -310,66 +343,103 @@ class JobManager:
     # -- workers ---------------------------------------------------------------------------
 
     def report_progress(self, node: str, updates: Sequence[ProgressUpdate]) -> list[bool]:
-        """Apply progress reports; returns, per report, whether its lease is stale."""
-        now = datetime.now(UTC)
-        wall = time.time()
+        """Apply progress reports; returns, per report, whether its lease is stale.
 
-        def change(uow: UnitOfWork) -> tuple[list[bool], list[StopOrder], bool]:
-            stale_flags: list[bool] = []
-            orders: list[StopOrder] = []
-            finished = False
-            for update in updates:
-                task = uow.tasks.find(update.job_id, update.task_index, update.lease)
-                if task is None or not task.active or task.node != node:
-                    stale_flags.append(True)
-                    continue
-                job = uow.jobs.get(task.job_id)
-                if is_terminal(job.state):
-                    # Finished or cancelled: whatever still runs must stop.
-                    stale_flags.append(True)
-                    continue
-                stale_flags.append(False)
-                if task.state in (TaskState.ASSIGNED, TaskState.STARTING):
-                    uow.tasks.set_state(task.id, TaskState.RUNNING, now=now)
-                    if task.task_index == 0:
-                        # Placement to first progress: what starting there cost the job
-                        # (for a move, the old placement's checkpoint too: it starts after).
-                        started = (now - task.created_at).total_seconds()
-                        uow.jobs.record_restart(task.job_id, max(0.0, started))
-                service = self._service(task, update, wall)
-                job = uow.jobs.record_progress(
-                    job.id,
-                    iterations_done=update.iterations_done,
-                    checkpoint_iterations=update.checkpoint_iterations,
-                    service_delta=service,
-                    reported=True,
-                )
-                self._measure(uow, job, task, update)
-                if job.iterations_done >= job.spec.iterations and job.state is JobState.RUNNING:
-                    uow.jobs.transition(
-                        job.id,
-                        JobState.COMPLETED,
-                        kind="completed",
-                        reason=f"ran all {job.spec.iterations} iterations",
-                        at=now,
-                    )
-                    log.info("job completed", job_id=job.id)
-                    orders.extend(
-                        release_finished_job(
-                            uow, job.id, "job completed", finishing=task.id, now=now
-                        )
-                    )
-                    finished = True
-            return stale_flags, orders, finished
-
-        flags, orders, finished = self._tx.write(change)
-        self._dispatcher.send_stops(orders)
-        if finished:
-            self._on_change()
+        Reports from all workers are stored in groups (one transaction for those that
+        arrive while the previous group commits), each answered once its group committed."""
+        if not updates:
+            return []
+        applied = self._progress.run(
+            _ProgressReport(node, tuple(updates), datetime.now(UTC), time.time())
+        )
+        self._dispatcher.send_stops(applied.orders)
+        self._on_change()
+        if applied.finished:
             self._on_capacity(True)
-        elif updates:
-            self._on_change()
-        return flags
+        return applied.stale
+
+    def _store_progress(
+        self, group: Sequence[_ProgressReport]
+    ) -> list[_ProgressApplied | BaseException]:
+        """One transaction for a group of workers' reports. Should it fail, each report is
+        stored again alone, so that one bad report fails only its own call."""
+        try:
+            return list(self._tx.write(lambda uow: self._apply_group(uow, group)))
+        except Exception as exc:
+            if len(group) == 1:
+                return [exc]
+            log.warning("storing a group of progress reports failed; storing them one by one")
+        outcomes: list[_ProgressApplied | BaseException] = []
+        for report in group:
+            alone = [report]
+            try:
+                outcomes.extend(self._tx.write(partial(self._apply_group, group=alone)))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    def _apply_group(
+        self, uow: UnitOfWork, group: Sequence[_ProgressReport]
+    ) -> list[_ProgressApplied]:
+        # The group's tasks and jobs are loaded with one query each; the per-report steps
+        # below then find the jobs' rows in the unit of work instead of querying each.
+        keys = [(u.job_id, u.task_index, u.lease) for r in group for u in r.updates]
+        tasks = uow.tasks.find_many(keys)
+        uow.jobs.get_many({t.job_id for t in tasks.values()})
+        return [self._apply_progress(uow, report, tasks) for report in group]
+
+    def _apply_progress(
+        self,
+        uow: UnitOfWork,
+        report: _ProgressReport,
+        tasks: dict[tuple[int, int, int], Task],
+    ) -> _ProgressApplied:
+        node, now, wall = report.node, report.now, report.wall
+        stale_flags: list[bool] = []
+        orders: list[StopOrder] = []
+        finished = False
+        for update in report.updates:
+            task = tasks.get((update.job_id, update.task_index, update.lease))
+            if task is None or not task.active or task.node != node:
+                stale_flags.append(True)
+                continue
+            job = uow.jobs.get(task.job_id)
+            if is_terminal(job.state):
+                # Finished or cancelled: whatever still runs must stop.
+                stale_flags.append(True)
+                continue
+            stale_flags.append(False)
+            if task.state in (TaskState.ASSIGNED, TaskState.STARTING):
+                task = uow.tasks.set_state(task.id, TaskState.RUNNING, now=now)
+                tasks[(update.job_id, update.task_index, update.lease)] = task
+                if task.task_index == 0:
+                    # Placement to first progress: what starting there cost the job
+                    # (for a move, the old placement's checkpoint too: it starts after).
+                    started = (now - task.created_at).total_seconds()
+                    uow.jobs.record_restart(task.job_id, max(0.0, started))
+            service = self._service(task, update, wall)
+            job = uow.jobs.record_progress(
+                job.id,
+                iterations_done=update.iterations_done,
+                checkpoint_iterations=update.checkpoint_iterations,
+                service_delta=service,
+                reported=True,
+            )
+            self._measure(uow, job, task, update)
+            if job.iterations_done >= job.spec.iterations and job.state is JobState.RUNNING:
+                uow.jobs.transition(
+                    job.id,
+                    JobState.COMPLETED,
+                    kind="completed",
+                    reason=f"ran all {job.spec.iterations} iterations",
+                    at=now,
+                )
+                log.info("job completed", job_id=job.id)
+                orders.extend(
+                    release_finished_job(uow, job.id, "job completed", finishing=task.id, now=now)
+                )
+                finished = True
+        return _ProgressApplied(stale_flags, orders, finished)
 
     def _service(self, task: Task, update: ProgressUpdate, wall: float) -> float:
         """Normalized GPU-seconds since this task's previous report: seconds x GPUs x the

@@ -85,6 +85,22 @@ class TaskRepository:
         row = self._session.scalars(query).one_or_none()
         return convert.task(self._keep(row)) if row is not None else None
 
+    def find_many(self, keys: Collection[tuple[int, int, int]]) -> dict[tuple[int, int, int], Task]:
+        """Tasks by (job id, task index, lease), in one query (missing keys are left out)."""
+        if not keys:
+            return {}
+        wanted = set(keys)
+        query = select(TaskRow).where(
+            TaskRow.job_id.in_(sorted({k[0] for k in wanted})),
+            TaskRow.lease.in_(sorted({k[2] for k in wanted})),
+        )
+        found: dict[tuple[int, int, int], Task] = {}
+        for row in self._session.scalars(query):
+            key = (row.job_id, row.task_index, row.lease)
+            if key in wanted:
+                found[key] = convert.task(self._keep(row))
+        return found
+
     def active(self) -> list[Task]:
         """Tasks that hold GPUs now, ordered by job and index."""
         query = (
