@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from sqlalchemy import case, select, update
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy import bindparam, case, select, text, update
+from sqlalchemy.orm import Session
 
 from store.domain import Gpu, Node
 from store.errors import NotFoundError
@@ -169,23 +169,26 @@ class NodeRepository:
         Returns how many nodes were written."""
         if not beats:
             return 0
-        query = (
-            select(NodeRow)
-            .where(NodeRow.name.in_(list(beats)))
-            .options(selectinload(NodeRow.gpus))
-            .order_by(NodeRow.name)
-        )
+        # Plain columns, not rows: a batch covers every node of the cluster, and loading
+        # each node with its GPUs cost more than the writes.
         times: dict[str, datetime] = {}
-        utilization: dict[str, dict[int, float]] = {}
-        for row in self._session.scalars(query):
-            if row.state == NodeState.UNREACHABLE.value:
+        nodes = select(NodeRow.name, NodeRow.state, NodeRow.last_heartbeat).where(
+            NodeRow.name.in_(list(beats))
+        )
+        for name, state, last in self._session.execute(nodes):
+            if state == NodeState.UNREACHABLE.value:
                 continue
-            at, gpus = beats[row.name]
-            times[row.name] = max(row.last_heartbeat, at)
-            known = {target.index for target in row.gpus}
-            reported = {g.index: g.utilization for g in gpus if g.index in known}
-            if reported:
-                utilization[row.name] = reported
+            times[name] = max(last, beats[name][0])
+        # Only the utilizations that changed since the last batch are written.
+        reported = {name: {g.index: g.utilization for g in beats[name][1]} for name in times}
+        changed: list[tuple[str, int, float]] = []
+        gpus = select(GpuRow.node_name, GpuRow.index, GpuRow.utilization).where(
+            GpuRow.node_name.in_(list(times))
+        )
+        for name, index, current in self._session.execute(gpus):
+            value = reported[name].get(index)
+            if value is not None and value != current:
+                changed.append((name, index, value))
         # Whole statements, not the rows changed one by one: the ORM would send those as
         # one batch (a pipeline, with psycopg), and a master frozen while such a batch
         # waits for a lock leaves its transaction where PostgreSQL's idle-in-transaction
@@ -197,16 +200,39 @@ class NodeRepository:
                 .values(last_heartbeat=case(times, value=NodeRow.name))
                 .execution_options(synchronize_session=False)
             )
-        for name, values in utilization.items():
-            self._session.execute(
-                update(GpuRow)
-                .where(GpuRow.node_name == name, GpuRow.index.in_(list(values)))
-                .values(utilization=case(values, value=GpuRow.index))
-                .execution_options(synchronize_session=False)
-            )
+        if changed:
+            self._write_utilization(changed)
         # The rows read above are stale now; nothing in this unit of work reads them again.
         self._session.expire_all()
         return len(times)
+
+    def _write_utilization(self, changed: Sequence[tuple[str, int, float]]) -> None:
+        """(node, GPU index, utilization) for many GPUs, in one statement."""
+        if self._session.get_bind().dialect.name == "postgresql":
+            self._session.execute(
+                text(
+                    "UPDATE gpus SET utilization = v.u FROM unnest("
+                    "CAST(:names AS text[]), CAST(:indices AS integer[]), "
+                    "CAST(:values AS double precision[])) AS v(n, i, u) "
+                    'WHERE gpus.node_name = v.n AND gpus."index" = v.i'
+                ),
+                {
+                    "names": [c[0] for c in changed],
+                    "indices": [c[1] for c in changed],
+                    "values": [c[2] for c in changed],
+                },
+            )
+            return
+        # SQLite: one statement run for each GPU by the driver (no network in between).
+        self._session.connection().execute(
+            update(GpuRow.__table__)  # type: ignore[arg-type]
+            .where(
+                GpuRow.__table__.c.node_name == bindparam("b_node"),
+                GpuRow.__table__.c.index == bindparam("b_index"),
+            )
+            .values(utilization=bindparam("b_value")),
+            [{"b_node": n, "b_index": i, "b_value": u} for n, i, u in changed],
+        )
 
     def set_state(self, name: str, state: NodeState, reason: str = "") -> Node:
         row = self._row(name)

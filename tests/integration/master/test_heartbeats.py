@@ -298,6 +298,39 @@ def test_heartbeat_times_are_written_in_one_transaction_for_all_nodes(
     assert master.registry.write_heartbeats() == 0  # nothing heard since
 
 
+def test_gpu_utilization_reaches_the_store_with_the_batch_and_only_what_changed(
+    cluster: Cluster,
+) -> None:
+    """Each GPU's reported utilization is written with the batch of heartbeat times, for
+    every node in one transaction; a later batch writes the GPUs whose value changed and
+    leaves the others as they were."""
+    master = cluster.master()
+    api = cluster.api(master)
+    workers = [cluster.worker(master, f"n{i}", num_gpus=2) for i in range(2)]
+
+    def with_load(worker: FakeWorker, values: list[float]) -> list[common_pb2.Gpu]:
+        gpus = worker.gpus()
+        for gpu, value in zip(gpus, values, strict=True):
+            gpu.utilization = value
+        return gpus
+
+    def stored() -> dict[tuple[str, int], float]:
+        nodes = api.ListNodes(hadar_pb2.ListNodesRequest()).nodes
+        return {(n.name, g.index): round(g.utilization, 3) for n in nodes for g in n.gpus}
+
+    beat(workers[0], [], with_load(workers[0], [0.25, 0.5]))
+    beat(workers[1], [], with_load(workers[1], [0.75, 1.0]))
+    with sql_on(master, threading.current_thread().name) as sql:
+        assert master.registry.write_heartbeats() == 2
+    assert sql.commits == 1
+    assert stored() == {("n0", 0): 0.25, ("n0", 1): 0.5, ("n1", 0): 0.75, ("n1", 1): 1.0}
+
+    beat(workers[0], [], with_load(workers[0], [0.25, 0.1]))
+    beat(workers[1], [], with_load(workers[1], [0.75, 1.0]))
+    assert master.registry.write_heartbeats() == 2
+    assert stored() == {("n0", 0): 0.25, ("n0", 1): 0.1, ("n1", 0): 0.75, ("n1", 1): 1.0}
+
+
 def test_a_silent_node_is_lost_a_timeout_after_its_last_heartbeat(cluster: Cluster) -> None:
     """By the master's own periodic check, never earlier; the other node stays."""
     timeout = 2.0
