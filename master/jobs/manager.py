@@ -416,16 +416,18 @@ class JobManager:
                     # Placement to first progress: what starting there cost the job
                     # (for a move, the old placement's checkpoint too: it starts after).
                     started = (now - task.created_at).total_seconds()
-                    uow.jobs.record_restart(task.job_id, max(0.0, started))
+                    uow.jobs.record_restart(task.job_id, max(0.0, started), flush=False)
             service = self._service(task, update, wall)
+            # Written at the group's commit, in one flush for all its reports.
             job = uow.jobs.record_progress(
                 job.id,
                 iterations_done=update.iterations_done,
                 checkpoint_iterations=update.checkpoint_iterations,
                 service_delta=service,
                 reported=True,
+                flush=False,
             )
-            self._measure(uow, job, task, update)
+            self._measure(uow, job, task, update, flush=False)
             if job.iterations_done >= job.spec.iterations and job.state is JobState.RUNNING:
                 uow.jobs.transition(
                     job.id,
@@ -469,7 +471,9 @@ class JobManager:
         return self._base_model.speed(gpu_type) / slowest
 
     @staticmethod
-    def _measure(uow: UnitOfWork, job: Job, task: Task, update: ProgressUpdate) -> None:
+    def _measure(
+        uow: UnitOfWork, job: Job, task: Task, update: ProgressUpdate, *, flush: bool = True
+    ) -> None:
         # The reported rate is the whole job's (all its processes step together); it is a
         # clean figure for (job type, GPU type, GPUs) only when one task runs the job.
         if update.iterations_per_s == 0 or task.num_copies > 1:
@@ -484,7 +488,7 @@ class JobManager:
         gpu_type = update.gpu_type or task.gpu_type
         try:
             uow.throughput.record(
-                job.spec.job_type, gpu_type, job.spec.num_gpus, update.iterations_per_s
+                job.spec.job_type, gpu_type, job.spec.num_gpus, update.iterations_per_s, flush=flush
             )
         except ValueError:
             log.warning("ignored a bad throughput", job_id=job.id, value=update.iterations_per_s)

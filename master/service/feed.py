@@ -98,10 +98,10 @@ def _read_after(after: int) -> Callable[[UnitOfWork], list[FeedEntry]]:
     def read(uow: UnitOfWork) -> list[FeedEntry]:
         events = uow.jobs.events_after(after, limit=READ_BATCH)
         jobs = uow.jobs.get_many({e.job_id for e in events})
-        shown: dict[int, common_pb2.Job] = {}
-        for job_id, job in jobs.items():
-            tasks = uow.tasks.active_for_job(job_id) if job.state is JobState.RUNNING else []
-            shown[job_id] = job_to_pb(job, tasks)
+        running = uow.tasks.active_for_jobs(
+            [job_id for job_id, job in jobs.items() if job.state is JobState.RUNNING]
+        )
+        shown = {job_id: job_to_pb(job, running.get(job_id, [])) for job_id, job in jobs.items()}
         return [
             FeedEntry(e.id, jobs[e.job_id].user, shown[e.job_id], event_to_pb(e))
             for e in events

@@ -683,11 +683,13 @@ class JobRepository:
         service_delta: float = 0.0,
         reported: bool = False,
         expected_version: int | None = None,
+        flush: bool = True,
     ) -> Job:
         """Progress only moves forward: a late report never lowers the counters.
 
         `reported`: this comes from the program's own progress report (not an exit), which
-        marks the job as one that reports progress.
+        marks the job as one that reports progress. With `flush=False` the write waits for
+        the unit of work's next flush (a conflict is then raised at commit).
         """
         row = self._row(job_id, expected_version)
         changed = False
@@ -703,18 +705,19 @@ class JobRepository:
         if service_delta > 0:
             row.attained_service += service_delta
             changed = True
-        if changed:
+        if changed and flush:
             self._flush(job_id)
         return convert.job(row)
 
-    def record_restart(self, job_id: int, seconds: float) -> Job:
+    def record_restart(self, job_id: int, seconds: float, *, flush: bool = True) -> Job:
         """Record how long a placement of the job took to report progress: the mean of this
         and the previous figure, so one slow start (a cold disk cache) weighs half."""
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"restart seconds must be finite and >= 0, got {seconds}")
         row = self._row(job_id)
         row.restart_s = seconds if row.restart_s is None else (row.restart_s + seconds) / 2
-        self._flush(job_id)
+        if flush:
+            self._flush(job_id)
         return convert.job(row)
 
     def set_exit_code(self, job_id: int, exit_code: int) -> Job:
@@ -778,12 +781,36 @@ class JobRepository:
     def events_after(
         self, after_id: int, *, job_ids: Sequence[int] = (), limit: int = 1000
     ) -> list[JobEvent]:
-        """Events with id > after_id, oldest first (for watchers that poll)."""
-        query = select(JobEventRow).where(JobEventRow.id > after_id)
+        """Events with id > after_id, oldest first (for watchers that poll). Read as plain
+        columns: watchers read every event once, and nothing changes them."""
+        query = select(
+            JobEventRow.id,
+            JobEventRow.job_id,
+            JobEventRow.at,
+            JobEventRow.from_state,
+            JobEventRow.to_state,
+            JobEventRow.kind,
+            JobEventRow.reason,
+            JobEventRow.round,
+        ).where(JobEventRow.id > after_id)
         if job_ids:
             query = query.where(JobEventRow.job_id.in_(list(job_ids)))
         query = query.order_by(JobEventRow.id).limit(limit)
-        return [convert.job_event(row) for row in self._session.scalars(query)]
+        return [
+            JobEvent(
+                id=event_id,
+                job_id=job_id,
+                at=at,
+                from_state=JobState(from_state),
+                to_state=JobState(to_state),
+                kind=kind,
+                reason=reason,
+                round=round_number,
+            )
+            for event_id, job_id, at, from_state, to_state, kind, reason, round_number in (
+                self._session.execute(query)
+            )
+        ]
 
     def last_event_id(self) -> int:
         value = self._session.execute(select(func.max(JobEventRow.id))).scalar_one_or_none()

@@ -31,8 +31,10 @@ class ThroughputRepository:
         *,
         alpha: float = DEFAULT_ALPHA,
         now: datetime | None = None,
+        flush: bool = True,
     ) -> ThroughputMeasurement:
-        """Fold a measurement into the EWMA. Measurements replace a profiled value."""
+        """Fold a measurement into the EWMA. Measurements replace a profiled value. With
+        `flush=False` the write waits for the unit of work's next flush."""
         row, created = self._row_for(job_type, gpu_type, num_gpus, iterations_per_s, MEASURED)
         if not created and row.source == MEASURED:
             row.iterations_per_s = alpha * iterations_per_s + (1 - alpha) * row.iterations_per_s
@@ -42,7 +44,8 @@ class ThroughputRepository:
             row.count = 1
             row.source = MEASURED
         row.updated_at = now or utcnow()
-        self._session.flush()
+        if flush:
+            self._session.flush()
         return convert.throughput(row)
 
     def set_profile(
