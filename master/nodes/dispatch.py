@@ -21,6 +21,7 @@ import structlog
 
 from master.jobs.lifecycle import StopOrder, fail_attempt, lose_job_placement, release_tasks
 from master.nodes.workers import WorkerClients, WorkerUnreachableError
+from master.process.groupcommit import GroupCommitter
 from master.process.metrics import MasterMetrics
 from master.process.transactions import Transactor
 from master.service.codec import spec_to_pb, timestamp
@@ -212,6 +213,11 @@ class Dispatcher:
         self._on_change = on_change
         self._lanes: dict[str, _Lane] = {}
         self._lanes_lock = threading.Lock()
+        # The answers of pushes to many workers that come back while a transaction records
+        # others are recorded together in the next one.
+        self._answers: GroupCommitter[Sequence[Answer], list[StopOrder]] = GroupCommitter(
+            self._record_group
+        )
 
     # -- building assignments ------------------------------------------------------------
 
@@ -452,10 +458,16 @@ class Dispatcher:
             a = item.assignment
             answers.append((item, results.get((a.job_id, a.task_index, a.lease))))
         if any(_needs_recording(item, result) for item, result in answers):
-            orders = self._record_answers(answers)
+            orders = self._answers.run(answers)
             self.send_stops(orders)
             self._on_change()
         return True
+
+    def _record_group(self, group: Sequence[Sequence[Answer]]) -> list[list[StopOrder]]:
+        """The answers of several pushes in one transaction; the stops it orders go back
+        with the first push of the group (whoever sends them, each is sent once)."""
+        orders = self._record_answers([answer for answers in group for answer in answers])
+        return [orders, *([] for _ in group[1:])]
 
     def _record_answers(self, answers: Sequence[Answer]) -> list[StopOrder]:
         """Store what the workers answered, job by job.
