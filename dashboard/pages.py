@@ -9,12 +9,13 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 
 from clients.cli.arrays import display_id
 from clients.errors import PermissionDenied
-from clients.types import JobState, LogChunk, UsageGrouping
+from clients.types import Job, JobState, LogChunk, UsageGrouping
 from dashboard.views import (
     QueueFilter,
     Series,
@@ -98,16 +99,25 @@ def queue(board: Dashboard, session: Session, request: Request) -> tuple[str, di
     params = request.query_params
     chosen = QueueFilter.parse(params.get("user"), params.get("state"), params.get("page"))
     jobs = session.client.list_jobs(user=chosen.user or None, states=chosen.states)
-    shown = queue_page(jobs, chosen.page, board.settings.page_size)
+    return "queue.html", queue_context(
+        jobs, chosen, params.get("state") or "", board.settings.page_size
+    )
+
+
+def queue_context(
+    jobs: Sequence[Job], chosen: QueueFilter, state_param: str, page_size: int
+) -> dict[str, Any]:
+    """What queue.html gets for these jobs (already filtered by the master)."""
+    shown = queue_page(jobs, chosen.page, page_size)
 
     def link(page: int) -> str:
-        query = {k: v for k, v in (("user", chosen.user), ("state", params.get("state"))) if v}
+        query = {k: v for k, v in (("user", chosen.user), ("state", state_param)) if v}
         query["page"] = str(page)
-        return "/queue?" + "&".join(f"{k}={v}" for k, v in query.items())
+        return "/queue?" + urlencode(query)
 
-    return "queue.html", {
+    return {
         "filter": chosen,
-        "state_param": params.get("state") or "",
+        "state_param": state_param,
         "shown": shown,
         "link": link,
         "states": [s for s in JobState if s.value != "unspecified"],
