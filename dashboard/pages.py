@@ -5,6 +5,7 @@ its template gets. Errors propagate as the client's exceptions; the app turns th
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,7 @@ from dashboard.views import (
     Series,
     day_matrix,
     gpus_by_type,
+    history_span,
     jct_histogram,
     queue_page,
     troubled_nodes,
@@ -67,15 +69,23 @@ def ago(value: datetime | None) -> str:
     return duration((datetime.now(UTC) - value).total_seconds())
 
 
-def chart(kind: str, series: Series, *, time_axis: bool = True, unit: str = "") -> dict[str, Any]:
-    """What dashboard.js draws with uPlot: 'line' or 'bars', x and named y series."""
+def chart(
+    kind: str, series: Series, *, unit: str = "", labels: Sequence[str] = ()
+) -> dict[str, Any]:
+    """What dashboard.js draws with uPlot: 'line' over time (x in Unix seconds), or 'bars'
+    over categories (x is 0, 1, ... and `labels` names each)."""
+    x = series.x if kind == "line" else [float(i) for i in range(len(labels))]
     return {
         "kind": kind,
-        "time": time_axis,
         "unit": unit,
-        "x": series.x,
+        "x": x,
+        "labels": list(labels),
         "series": [{"label": k, "values": v} for k, v in series.ys.items()],
     }
+
+
+def day_labels(series: Series) -> list[str]:
+    return [datetime.fromtimestamp(x, UTC).strftime("%m-%d") for x in series.x]
 
 
 # -- pages ------------------------------------------------------------------------------------
@@ -154,7 +164,7 @@ def job(board: Dashboard, session: Session, request: Request) -> tuple[str, dict
         "line",
         Series(
             [float(t) for t in times],
-            {"iterations": [float(n) for n in done], "it/s": [r or 0.0 for r in rates]},
+            {"iterations": [float(n) for n in done], "it/s": list(rates)},
         ),
     )
     return "job.html", {
@@ -187,7 +197,7 @@ def users(board: Dashboard, session: Session, request: Request) -> tuple[str, di
         "by_user": by_user,
         "by_type": by_type,
         "groups": groups,
-        "day_chart": chart("bars", days, unit="GPU-h") if days.x else None,
+        "day_chart": chart("bars", days, unit="GPU-h", labels=day_labels(days)) if days.x else None,
     }
 
 
@@ -197,7 +207,8 @@ def history(board: Dashboard, session: Session, request: Request) -> tuple[str, 
     records = client.job_history(since=now - timedelta(days=7), limit=5000)
     running = client.list_jobs(states=(JobState.RUNNING,))
     total_gpus = sum(g.total for g in client.cluster_status().gpus)
-    utilization = utilization_over_time(records, running, total_gpus, now)
+    span = history_span(records, running, now)
+    utilization = utilization_over_time(records, running, total_gpus, now, span, bins=60)
     since = now - timedelta(days=14)
     heaviest = client.usage(by=UsageGrouping.USER, since=since).rows
     per_user = {
@@ -208,16 +219,19 @@ def history(board: Dashboard, session: Session, request: Request) -> tuple[str, 
         for row in sorted(heaviest, key=lambda r: -r.gpu_seconds)[:HISTORY_USERS]
     }
     days = day_matrix(per_user)
-    jct = jct_histogram(records)
-    jct_series = Series(
-        [float(i) for i in range(len(jct.counts))], {"jobs": [float(c) for c in jct.counts]}
-    )
+    # About sqrt(n) bins, 3 to 12: a handful of jobs is not spread over a dozen empty bins.
+    jct = jct_histogram(records, bins=min(12, max(3, math.isqrt(len(records)))))
+    jct_labels = _bin_labels(jct.edges)
+    jct_series = Series([], {"jobs": [float(c) for c in jct.counts]})
     return "history.html", {
+        "span": span,
         "utilization_chart": chart("line", utilization, unit="%"),
-        "days_chart": chart("bars", days, unit="GPU-h") if days.x else None,
+        "days_chart": (
+            chart("bars", days, unit="GPU-h", labels=day_labels(days)) if days.x else None
+        ),
         "jct": jct,
-        "jct_chart": chart("bars", jct_series, time_axis=False) if jct.counts else None,
-        "jct_labels": _bin_labels(jct.edges),
+        "jct_chart": chart("bars", jct_series, labels=jct_labels) if jct.counts else None,
+        "jct_labels": jct_labels,
         "ended": len(records),
     }
 

@@ -163,7 +163,7 @@ class Series:
     """x values (Unix seconds, or bin starts) and one y list per named series."""
 
     x: list[float]
-    ys: dict[str, list[float]]
+    ys: dict[str, list[float | None]]
 
 
 def utilization_over_time(
@@ -204,7 +204,7 @@ def utilization_over_time(
     capacity = max(total_gpus, 1) * width
     return Series(
         x=[base + b * width for b in range(bins)],
-        ys={"busy %": [round(min(100.0, 100.0 * v / capacity), 1) for v in busy]},
+        ys={"busy": [round(min(100.0, 100.0 * v / capacity), 1) for v in busy]},
     )
 
 
@@ -233,7 +233,7 @@ def jct_histogram(records: Iterable[JobRecord], bins: int = 12) -> Histogram:
     counts = [0] * bins
     for m in minutes:
         counts[min(bins - 1, int((math.log10(m) - low) / step))] += 1
-    return Histogram([round(e, 2) for e in edges], counts)
+    return Histogram([round(e, 4) for e in edges], counts)
 
 
 def day_matrix(per_user: dict[str, dict[str, float]]) -> Series:
@@ -241,8 +241,18 @@ def day_matrix(per_user: dict[str, dict[str, float]]) -> Series:
     use by anyone left out, a user without use on a day at 0."""
     days = sorted({day for rows in per_user.values() for day in rows})
     x = [datetime.strptime(d, "%Y-%m-%d").replace(tzinfo=UTC).timestamp() for d in days]
-    ys = {
+    ys: dict[str, list[float | None]] = {
         user: [round(rows.get(day, 0.0), 3) for day in days]
         for user, rows in sorted(per_user.items())
     }
     return Series(x, ys)
+
+
+def history_span(records: Iterable[JobRecord], running: Iterable[Job], now: datetime) -> timedelta:
+    """How far back the utilization chart looks: to the earliest start among the jobs, at
+    least an hour and at most a day (a young cluster's chart is not a flat day)."""
+    starts = [r.job.started_at for r in records if r.job.started_at is not None]
+    starts += [j.started_at for j in running if j.started_at is not None]
+    if not starts:
+        return timedelta(hours=1)
+    return min(timedelta(days=1), max(timedelta(hours=1), now - min(starts)))

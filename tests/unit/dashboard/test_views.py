@@ -139,12 +139,12 @@ def test_utilization_spreads_gpu_seconds_over_the_jobs_time() -> None:
     now = T0
     done = record(now - timedelta(hours=1), now, 2 * 3600.0, now - timedelta(hours=2))
     series = utilization_over_time([done], [], 4, now, span=timedelta(hours=2), bins=2)
-    assert series.ys["busy %"] == [0.0, 50.0]
+    assert series.ys["busy"] == [0.0, 50.0]
     running = replace(
         make_job(2, JobState.RUNNING, num_gpus=4), started_at=now - timedelta(minutes=30)
     )
     both = utilization_over_time([done], [running], 4, now, span=timedelta(hours=2), bins=2)
-    assert both.ys["busy %"] == [0.0, 100.0]
+    assert both.ys["busy"] == [0.0, 100.0]
 
 
 def test_jct_histogram_counts_every_ended_job_once() -> None:
