@@ -54,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ssl_keyfile=settings.tls_key or None,
         log_level="warning",
         server_header=False,
+        # Open pages poll forever; a stop need not wait for their connections.
+        timeout_graceful_shutdown=5,
     )
     return 0
 

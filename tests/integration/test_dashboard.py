@@ -230,3 +230,20 @@ def test_the_dashboard_never_loads_the_master_or_the_store() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_master_that_goes_away_is_a_banner_on_open_pages(tmp_path: Path) -> None:
+    """Logged in, then the master stops: a page is a 503 with the outage banner, and a poll
+    gets the banner inside a section that keeps polling."""
+    with running_cluster(tmp_path) as own:
+        web = logged_in(own, "alice")
+        assert web.get("/queue").status_code == 200
+        own.master.stop(grace=0.5)
+        page = web.get("/queue")
+        assert page.status_code == 503
+        assert 'id="outage"' in page.text
+        assert "Traceback" not in page.text
+        poll = web.get("/queue", headers={"HX-Request": "true"})
+        assert poll.status_code == 200
+        assert poll.text.lstrip().startswith('<section id="live"')
+        assert 'id="outage"' in poll.text
