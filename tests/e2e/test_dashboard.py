@@ -5,6 +5,7 @@ docs/img/dashboard-*.png for docs/dashboard.md."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -194,6 +195,13 @@ def test_a_wrong_token_is_refused(board: Board) -> None:
     board.shoot("login")
     board.open("/cluster")
     assert board.driver.current_url.endswith("/login")
+
+
+def test_hctl_local_status_names_the_dashboard(board: Board) -> None:
+    """`hctl local status --json` gives the URL `hctl local up` printed."""
+    done = board.hctl("local", "status", "--json", "--state-dir", str(board.local.state_dir))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["dashboard"] == board.url
 
 
 def test_login_and_the_cluster_page_shows_every_gpu(board: Board) -> None:
