@@ -112,6 +112,23 @@ def test_the_cluster_page_shows_every_gpu_with_its_job_and_user(cluster: Cluster
     assert "<td>bob</td>" in page.text
 
 
+def test_a_drained_node_is_named_on_the_cluster_page(cluster: Cluster) -> None:
+    """A node an admin drains shows in the banner with its state and reason, and its GPUs'
+    rows say so."""
+    from clients.client import HadarClient
+
+    with HadarClient(cluster.address, token=cluster.tokens["root"], timeout=5.0) as admin:
+        admin.drain_node("gpu-b", "fan replacement")
+        try:
+            page = logged_in(cluster, "alice").get("/cluster")
+        finally:
+            admin.resume_node("gpu-b")
+    banner = page.text.split('id="troubled"')[1].split("</div>\n</div>")[0]
+    assert "gpu-b" in banner and "fan replacement" in banner
+    assert "drain" in banner
+    assert 'class="gpu drain' in page.text
+
+
 def test_another_users_job_shows_no_command_environment_or_output(cluster: Cluster) -> None:
     """Bob sees alice's job as the queue shows it, never its command or environment; alice
     sees her own."""
