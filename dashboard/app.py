@@ -9,6 +9,7 @@ live part, so it updates in place without a reload and without any inline script
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from dashboard import pages
 from dashboard.headers import SecurityHeaders
 from dashboard.sessions import COOKIE_NAME, Session, SessionStore
 from dashboard.settings import DashboardSettings
-from dashboard.views import FilterError, ProgressLog
+from dashboard.views import FilterError, ProgressLog, poll_interval
 
 STATIC_DIR = Path(__file__).parent / "static"
 # Longest token the login form takes: a real one is far shorter.
@@ -77,7 +78,9 @@ class Dashboard:
         status: int = 200,
         headers: Mapping[str, str] | None = None,
     ) -> HTMLResponse:
-        body = self.templates.get_template(name).render(settings=self.settings, **context)
+        body = self.templates.get_template(name).render(
+            {"settings": self.settings, "refresh": self.settings.refresh_s, **context}
+        )
         return HTMLResponse(body, status_code=status, headers=dict(headers or {}))
 
 
@@ -107,6 +110,7 @@ def create_app(settings: DashboardSettings, connect: Connect | None = None) -> S
                 return _to_login(request)
             partial = request.headers.get("HX-Request") == "true"
             base = {"session": session, "request": request, "partial": partial}
+            started = time.monotonic()
             try:
                 template, context = view(board, session, request)
             except Unauthenticated:
@@ -124,7 +128,9 @@ def create_app(settings: DashboardSettings, connect: Connect | None = None) -> S
                 return board.render("outage.html", context, 200 if partial else 503)
             except HadarError as exc:
                 return board.render("error.html", {**base, "message": str(exc)}, 502)
-            context = {**base, **context, "live_url": _live_url(request)}
+            asked = float(context.pop("refresh", settings.refresh_s))
+            refresh = poll_interval(settings.refresh_s, asked, time.monotonic() - started)
+            context = {**base, **context, "live_url": _live_url(request), "refresh": refresh}
             return board.render(template, context)
 
         return endpoint

@@ -40,6 +40,7 @@ EXPIRED_NOTE = "your session ended or your token is no longer accepted: log in a
 LOG_TAIL_LINES = 40
 # Users whose day-by-day use the history page plots (the heaviest).
 HISTORY_USERS = 8
+HISTORY_REFRESH_S = 10.0
 
 
 # -- template filters ----------------------------------------------------------------------------
@@ -224,6 +225,8 @@ def history(board: Dashboard, session: Session, request: Request) -> tuple[str, 
     jct_labels = _bin_labels(jct.edges)
     jct_series = Series([], {"jobs": [float(c) for c in jct.counts]})
     return "history.html", {
+        # What it shows moves over hours: no need to ask the master every second.
+        "refresh": HISTORY_REFRESH_S,
         "span": span,
         "utilization_chart": chart("line", utilization, unit="%"),
         "days_chart": (

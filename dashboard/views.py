@@ -70,6 +70,13 @@ def queue_page(jobs: Sequence[Job], page: int, page_size: int) -> QueuePage:
     return QueuePage(tuple(rows[start : start + page_size]), page, pages, len(rows), len(jobs))
 
 
+def poll_interval(base_s: float, asked_s: float, took_s: float) -> float:
+    """Seconds until an open page asks again: its own pace (never faster than the
+    dashboard's), slowed where its calls took long (a huge queue, a loaded master) so that
+    no open page keeps the master busy more than a fifth of the time; at most 30 s."""
+    return round(min(max(base_s, asked_s, 5 * took_s), 30.0), 1)
+
+
 # -- the cluster -----------------------------------------------------------------------------
 
 

@@ -197,6 +197,7 @@ def test_users_and_history_pages_render_the_accounting(cluster: Cluster) -> None
     history = web.get("/history")
     assert history.status_code == 200
     assert "data-chart='" in history.text
+    assert 'hx-trigger="every 10.0s"' in history.text
 
 
 def test_logout_ends_the_session(cluster: Cluster) -> None:

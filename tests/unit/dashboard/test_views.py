@@ -26,6 +26,7 @@ from dashboard.views import (
     day_matrix,
     gpus_by_type,
     jct_histogram,
+    poll_interval,
     queue_page,
     troubled_nodes,
     utilization_over_time,
@@ -165,3 +166,12 @@ def test_day_matrix_fills_missing_days_with_zero() -> None:
     assert series.ys["alice"] == [2.0, 0.0]
     assert series.ys["bob"] == [0.0, 1.5]
     assert series.x[1] - series.x[0] == 86400
+
+
+def test_a_slow_page_polls_less_often() -> None:
+    """A page polls at its pace, slowed to five times what its calls took, at most 30 s."""
+    assert poll_interval(1.0, 1.0, 0.05) == 1.0
+    assert poll_interval(1.0, 10.0, 0.05) == 10.0
+    assert poll_interval(1.0, 1.0, 0.4) == 2.0
+    assert poll_interval(1.0, 0.2, 0.0) == 1.0
+    assert poll_interval(1.0, 1.0, 60.0) == 30.0
