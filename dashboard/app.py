@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -30,9 +31,9 @@ from clients.errors import HadarError, NotFound, PermissionDenied, Unauthenticat
 from clients.retry import RetryPolicy
 from dashboard import pages
 from dashboard.headers import SecurityHeaders
-from dashboard.sessions import COOKIE_NAME, Session, SessionStore
+from dashboard.sessions import COOKIE_NAME, SessionStore
 from dashboard.settings import DashboardSettings
-from dashboard.views import FilterError, ProgressLog, poll_interval
+from dashboard.views import ProgressLog, poll_interval
 
 STATIC_DIR = Path(__file__).parent / "static"
 # Longest token the login form takes: a real one is far shorter.
@@ -118,7 +119,7 @@ def create_app(settings: DashboardSettings, connect: Connect | None = None) -> S
                 return _to_login(request, "your token is no longer accepted: log in again")
             except NotFound as exc:
                 return board.render("error.html", {**base, "message": str(exc)}, 404)
-            except (FilterError, ValueError) as exc:
+            except ValueError as exc:  # a FilterError, or a job id that is no id
                 return board.render("error.html", {**base, "message": str(exc)}, 400)
             except PermissionDenied as exc:
                 return board.render("error.html", {**base, "message": str(exc)}, 403)
@@ -146,8 +147,6 @@ def create_app(settings: DashboardSettings, connect: Connect | None = None) -> S
         token = str(form.get("token") or "").strip()
         if not token or len(token) > TOKEN_MAX or not token.isprintable():
             return board.render("login.html", {"error": "enter your API token"}, 400)
-        from starlette.concurrency import run_in_threadpool
-
         return await run_in_threadpool(_login, token)
 
     def _login(token: str) -> Response:
@@ -231,4 +230,4 @@ def _live_url(request: Request) -> str:
     return request.url.path + (f"?{query}" if query else "")
 
 
-__all__ = ["Session", "create_app"]
+__all__ = ["create_app"]

@@ -38,8 +38,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import uvicorn
 
+    from clients.config import ConfigError
     from dashboard.app import create_app
 
+    try:
+        app = create_app(settings)
+    except ConfigError as exc:
+        print(f"hadar-dashboard: master: {exc}", file=sys.stderr)
+        return 2
     scheme = "https" if settings.tls else "http"
     print(
         f"hadar-dashboard: serving {scheme}://{settings.listen} for the master at "
@@ -47,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         ssl_certfile=settings.tls_cert or None,

@@ -75,14 +75,21 @@ def test_the_dashboard_serves_https_with_a_secure_session_cookie(
         proc.wait(timeout=20)
 
 
-def test_unusable_settings_stop_the_dashboard_with_a_message() -> None:
-    """A certificate without its key exits 2 and names the settings."""
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tls-cert", "/etc/hostname"], "tls_cert and tls_key go together"),
+        (["--master", "gpu-master"], "master: master address 'gpu-master' is not HOST:PORT"),
+    ],
+)
+def test_unusable_settings_stop_the_dashboard_with_a_message(args: list[str], message: str) -> None:
+    """An unusable setting exits 2 with a message that names it."""
     done = subprocess.run(
-        [sys.executable, "-m", "dashboard.cli", "--tls-cert", "/etc/hostname"],
+        [sys.executable, "-m", "dashboard.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert done.returncode == 2
-    assert "tls_cert and tls_key go together" in done.stderr
+    assert message in done.stderr
