@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 
 from clients.cli.arrays import display_id
-from clients.errors import PermissionDenied
+from clients.errors import HadarError, PermissionDenied
 from clients.types import Job, JobState, LogChunk, UsageGrouping
 from dashboard.views import (
     QueueFilter,
@@ -139,10 +139,10 @@ def queue_context(
 def job(board: Dashboard, session: Session, request: Request) -> tuple[str, dict[str, Any]]:
     client = session.client
     ref = parse_job_ref(request.path_params["ref"])
-    target = client.get_job(ref.job_id)
+    job_id = ref.job_id
     if ref.array_index is not None:
-        target = client.find_element(ref.job_id, ref.array_index)
-    described = client.describe_job(target.id)
+        job_id = client.find_element(ref.job_id, ref.array_index).id
+    described = client.describe_job(job_id)
     found = described.job
     board.progress.record(found, time.time())
     times, done, rates = board.progress.series(found.id)
@@ -157,6 +157,10 @@ def job(board: Dashboard, session: Session, request: Request) -> tuple[str, dict
         except PermissionDenied:
             chunks = []
             output_note = "its output is its owner's only"
+        except HadarError as exc:
+            # The page stands without it: the master answered, the log's node may not.
+            chunks = []
+            output_note = f"its output cannot be read right now ({exc})"
         attempts = [c for c in chunks if not c.data]
         last = attempts[-1].attempt if attempts else 0
         text = b"".join(c.data for c in chunks if c.data and c.attempt == last)

@@ -151,8 +151,8 @@ def test_another_users_job_shows_no_command_environment_or_output(cluster: Clust
 
 
 def test_the_queue_filters_by_user_and_state_and_folds_arrays(cluster: Cluster) -> None:
-    """A user filter shows that user's jobs only; an array's pending elements are one line;
-    an unknown state is a 400 naming the parameter."""
+    """A user filter shows that user's jobs only; an array's pending elements are one line,
+    and each element has its page (`12_3`); an unknown state is a 400 naming the parameter."""
     array = submit_as(
         cluster,
         "alice",
@@ -163,6 +163,10 @@ def test_the_queue_filters_by_user_and_state_and_folds_arrays(cluster: Cluster) 
     assert mine.status_code == 200
     assert f'data-job="{array}_[0-5]"' in mine.text
     assert "<td>bob</td>" not in mine.text
+    element = web.get(f"/jobs/{array}_2")
+    assert element.status_code == 200
+    assert f"Job {array}_2" in element.text
+    assert web.get(f"/jobs/{array}_9").status_code == 404
     bad = web.get("/queue", params={"state": "sleeping"})
     assert bad.status_code == 400
     assert "state: &#39;sleeping&#39; is no job state" in bad.text
