@@ -31,7 +31,7 @@ from clients.errors import HadarError, NotFound, PermissionDenied, Unauthenticat
 from clients.retry import RetryPolicy
 from dashboard import pages
 from dashboard.headers import SecurityHeaders
-from dashboard.sessions import COOKIE_NAME, SessionStore
+from dashboard.sessions import COOKIE_NAME, LoginThrottle, SessionStore
 from dashboard.settings import DashboardSettings
 from dashboard.views import ProgressLog, poll_interval
 
@@ -71,6 +71,7 @@ class Dashboard:
     sessions: SessionStore
     templates: Environment
     progress: ProgressLog = field(default_factory=ProgressLog)
+    throttle: LoginThrottle = field(default_factory=LoginThrottle)
 
     def render(
         self,
@@ -147,14 +148,20 @@ def create_app(settings: DashboardSettings, connect: Connect | None = None) -> S
         token = str(form.get("token") or "").strip()
         if not token or len(token) > TOKEN_MAX or not token.isprintable():
             return board.render("login.html", {"error": "enter your API token"}, 400)
-        return await run_in_threadpool(_login, token)
+        address = request.client.host if request.client else ""
+        wait = board.throttle.wait_s(address)
+        if wait > 0:
+            note = f"too many failed logins from here: try again in {wait:.0f} s"
+            return board.render("login.html", {"error": note}, 429)
+        return await run_in_threadpool(_login, token, address)
 
-    def _login(token: str) -> Response:
+    def _login(token: str, address: str) -> Response:
         client = board.connect(token)
         try:
             identity = client.whoami()
         except PermissionDenied:
             client.close()
+            board.throttle.failed(address)
             return board.render("login.html", {"error": "that token is not accepted"}, 401)
         except HadarError as exc:
             client.close()

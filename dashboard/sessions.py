@@ -96,3 +96,41 @@ class SessionStore:
                 del self._sessions[session.id]
         for session in ended:
             session.client.close()
+
+
+class LoginThrottle:
+    """Failed logins per client address: after `limit` failures within `window_s` seconds,
+    that address may not try again until the oldest of them is `window_s` old. Tokens are
+    long and random; this keeps anyone from trying many of them through the dashboard."""
+
+    def __init__(
+        self, limit: int = 10, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._limit = limit
+        self._window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures: dict[str, list[float]] = {}
+
+    def wait_s(self, address: str) -> float:
+        """Seconds before `address` may try again; 0 when it may now."""
+        now = self._clock()
+        with self._lock:
+            recent = [t for t in self._failures.get(address, ()) if now - t < self._window_s]
+            if recent:
+                self._failures[address] = recent
+            else:
+                self._failures.pop(address, None)
+            if len(recent) < self._limit:
+                return 0.0
+            return recent[0] + self._window_s - now
+
+    def failed(self, address: str) -> None:
+        with self._lock:
+            self._failures.setdefault(address, []).append(self._clock())
+            # Bounded memory: addresses with no failure in the window are dropped.
+            if len(self._failures) > 10_000:
+                now = self._clock()
+                self._failures = {
+                    a: ts for a, ts in self._failures.items() if now - ts[-1] < self._window_s
+                }

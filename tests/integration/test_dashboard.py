@@ -70,6 +70,16 @@ def test_login_sets_a_private_session_cookie_and_a_wrong_token_is_refused(
     assert 'id="whoami">alice' in page.text
 
 
+def test_many_wrong_tokens_are_throttled(cluster: Cluster) -> None:
+    """After ten wrong tokens from one address, even the right one waits (429)."""
+    web = browser(cluster.address)
+    for _ in range(10):
+        assert web.post("/login", data={"token": "hdr_guess"}).status_code == 401
+    held = web.post("/login", data={"token": cluster.tokens["alice"]})
+    assert held.status_code == 429
+    assert "too many failed logins" in held.text
+
+
 def test_pages_need_a_login_and_htmx_polls_are_sent_to_it(cluster: Cluster) -> None:
     """Without a session a page redirects to the login page; an htmx poll gets HX-Redirect."""
     web = browser(cluster.address)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from clients.client import HadarClient
-from dashboard.sessions import SessionStore
+from dashboard.sessions import LoginThrottle, SessionStore
 from dashboard.settings import SettingsError, build
 
 
@@ -96,3 +96,18 @@ def test_tls_settings_take_existing_files(tmp_path: Path) -> None:
     cert.write_text("x")
     key.write_text("x")
     assert build({"tls_cert": str(cert), "tls_key": str(key)}, {}).tls
+
+
+def test_failed_logins_from_one_address_are_throttled() -> None:
+    """After 3 failures in 60 s an address waits until the oldest is 60 s old; another
+    address is not held back."""
+    clock = ManualClock()
+    throttle = LoginThrottle(limit=3, window_s=60.0, clock=clock)
+    for _ in range(3):
+        assert throttle.wait_s("10.0.0.1") == 0
+        throttle.failed("10.0.0.1")
+        clock.now += 10
+    assert throttle.wait_s("10.0.0.1") == 30.0
+    assert throttle.wait_s("10.0.0.2") == 0
+    clock.now += 30
+    assert throttle.wait_s("10.0.0.1") == 0
