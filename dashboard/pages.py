@@ -16,7 +16,7 @@ from starlette.requests import Request
 
 from clients.cli.arrays import display_id
 from clients.errors import HadarError, PermissionDenied
-from clients.types import Job, JobState, LogChunk, UsageGrouping
+from clients.types import Job, JobState, UsageGrouping
 from dashboard.views import (
     QueueFilter,
     Series,
@@ -24,6 +24,7 @@ from dashboard.views import (
     gpus_by_type,
     history_span,
     jct_histogram,
+    placements,
     queue_page,
     troubled_nodes,
     utilization_over_time,
@@ -146,7 +147,6 @@ def job(board: Dashboard, session: Session, request: Request) -> tuple[str, dict
     found = described.job
     board.progress.record(found, time.time())
     times, done, rates = board.progress.series(found.id)
-    attempts: list[LogChunk] = []
     tail = ""
     output_note = ""
     if found.private_hidden:
@@ -161,8 +161,7 @@ def job(board: Dashboard, session: Session, request: Request) -> tuple[str, dict
             # The page stands without it: the master answered, the log's node may not.
             chunks = []
             output_note = f"its output cannot be read right now ({exc})"
-        attempts = [c for c in chunks if not c.data]
-        last = attempts[-1].attempt if attempts else 0
+        last = max((c.attempt for c in chunks), default=0)
         text = b"".join(c.data for c in chunks if c.data and c.attempt == last)
         tail = "\n".join(text.decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:])
     progress_chart = chart(
@@ -176,7 +175,7 @@ def job(board: Dashboard, session: Session, request: Request) -> tuple[str, dict
         "job": found,
         "events": described.events,
         "shown_id": display_id(found),
-        "attempts": attempts,
+        "placements": placements(described.events),
         "tail": tail,
         "output_note": output_note,
         "progress_chart": progress_chart if len(times) > 1 else None,

@@ -15,6 +15,7 @@ from clients.cli.arrays import QueueRow, queue_rows
 from clients.types import (
     ACTIVE_JOB_STATES,
     Job,
+    JobEvent,
     JobRecord,
     JobState,
     Node,
@@ -124,6 +125,30 @@ def gpus_by_type(nodes: Sequence[Node], owners: dict[int, str]) -> list[GpuTypeG
 def troubled_nodes(nodes: Sequence[Node]) -> list[Node]:
     """Nodes that take no new work: draining, drained or lost."""
     return [n for n in nodes if n.state is not NodeState.READY]
+
+
+# Events that place a job: each starts an attempt or moves a running one.
+PLACING_EVENTS = frozenset({"scheduled", "migrated", "resized"})
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    attempt: int
+    event: JobEvent
+
+
+def placements(events: Sequence[JobEvent]) -> list[Placement]:
+    """The job's placements from its timeline, numbered by attempt: a `scheduled` event
+    starts the next attempt, a migration or resize moves the current one."""
+    out: list[Placement] = []
+    attempt = 0
+    for event in events:
+        if event.kind not in PLACING_EVENTS:
+            continue
+        if event.kind == "scheduled" or attempt == 0:
+            attempt += 1
+        out.append(Placement(attempt, event))
+    return out
 
 
 # -- a job's measured progress -----------------------------------------------------------------

@@ -12,6 +12,7 @@ from clients.types import (
     Gpu,
     GpuHealth,
     Job,
+    JobEvent,
     JobRecord,
     JobSpec,
     JobState,
@@ -26,6 +27,7 @@ from dashboard.views import (
     day_matrix,
     gpus_by_type,
     jct_histogram,
+    placements,
     poll_interval,
     queue_page,
     troubled_nodes,
@@ -175,3 +177,21 @@ def test_a_slow_page_polls_less_often() -> None:
     assert poll_interval(1.0, 1.0, 0.4) == 2.0
     assert poll_interval(1.0, 0.2, 0.0) == 1.0
     assert poll_interval(1.0, 1.0, 60.0) == 30.0
+
+
+def test_placements_number_attempts_from_the_timeline() -> None:
+    """Each `scheduled` starts an attempt; a migration moves the current one; other events
+    are not placements."""
+
+    def event(kind: str, reason: str) -> JobEvent:
+        return JobEvent(1, T0, JobState.PENDING, JobState.RUNNING, kind, reason, 0)
+
+    timeline = [
+        event("submitted", "by alice"),
+        event("scheduled", "placed on a:0"),
+        event("migrated", "moved to b:1"),
+        event("preempted", "for job 2"),
+        event("scheduled", "placed on c:0"),
+    ]
+    found = [(p.attempt, p.event.reason) for p in placements(timeline)]
+    assert found == [(1, "placed on a:0"), (1, "moved to b:1"), (2, "placed on c:0")]
