@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 TORCH_VERSION := 2.13.0
 
-.PHONY: setup test lint typecheck unit protos demo clean bench gpu-check
+.PHONY: setup test lint typecheck unit protos demo clean bench gpu-check browser
 
 setup: $(STAMP)
 
@@ -27,7 +27,19 @@ typecheck: setup
 unit: setup
 	$(BIN)/pytest tests/unit
 
-test: setup
+# The dashboard's browser tests drive Debian's chromium through chromedriver (selenium).
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium and chromium-driver for the dashboard's browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else \
+		echo "the dashboard's browser tests need chromium and chromedriver: run" \
+			"'sudo apt-get install chromium chromium-driver' (Debian/Ubuntu) and try again" >&2; \
+		exit 1; \
+	fi
+
+test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -116,6 +117,12 @@ class ClusterRecord:
     round_seconds: float = 0.0
     started_at: float = 0.0
     master_settings: dict[str, str] = field(default_factory=dict)
+    # The web dashboard beside the master (``up(dashboard=True)``); its address is HOST:PORT.
+    dashboard: ProcessRecord | None = None
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://{self.dashboard.address}" if self.dashboard is not None else ""
 
     @property
     def master_address(self) -> str:
@@ -145,6 +152,7 @@ class ClusterRecord:
             round_seconds=float(raw.get("round_seconds", 0.0)),
             started_at=float(raw.get("started_at", 0.0)),
             master_settings=dict(raw.get("master_settings", {})),
+            dashboard=ProcessRecord(**raw["dashboard"]) if raw.get("dashboard") else None,
         )
 
 
@@ -498,6 +506,35 @@ class LocalCluster:
         record.gpus = group.gpus
         return record
 
+    def start_dashboard(self, record: ClusterRecord, port: int = 0, timeout: float = 30.0) -> str:
+        """Start the web dashboard (``hadar-dashboard``) beside the master on 127.0.0.1
+        (a free port by default), wait until it answers, and return its URL."""
+        address = f"127.0.0.1:{port or free_port()}"
+        argv = [
+            sys.executable,
+            "-m",
+            "dashboard.cli",
+            "--listen",
+            address,
+            "--master",
+            record.master_address,
+        ]
+        proc = self._spawn("dashboard", argv, self._environment({}))
+        proc.address = address
+        record.dashboard = proc
+        self._save(record)
+
+        def answers() -> bool:
+            self._check_alive(proc)
+            try:
+                with urllib.request.urlopen(f"http://{address}/healthz", timeout=1.0) as reply:
+                    return bool(reply.status == 200)
+            except OSError:
+                return False
+
+        wait_until(answers, timeout, f"the dashboard at {address} to answer")
+        return record.dashboard_url
+
     def up(
         self,
         groups: Sequence[WorkerGroup],
@@ -508,6 +545,8 @@ class LocalCluster:
         master_settings: Mapping[str, str] | None = None,
         worker_settings: Mapping[str, str] | None = None,
         standby: bool = False,
+        dashboard: bool = False,
+        dashboard_port: int = 0,
     ) -> ClusterRecord:
         """Start a master and the workers, and wait until every node is registered and READY.
 
@@ -517,7 +556,9 @@ class LocalCluster:
         On failure everything started is stopped again and the error quotes the log of the
         process that failed. ``master_settings`` are extra HADAR_* variables for the master
         (its settings from the environment), e.g. ``{"HADAR_MAX_RETRIES": "1"}``;
-        ``worker_settings`` likewise HADAR_WORKER_* variables for every worker.
+        ``worker_settings`` likewise HADAR_WORKER_* variables for every worker. With
+        ``dashboard`` the web dashboard starts too (on ``dashboard_port``, default a free
+        one); ``record.dashboard_url`` is where it serves.
         """
         existing = self.record()
         if existing is not None and self._alive(existing):
@@ -559,6 +600,8 @@ class LocalCluster:
                 )
                 self._save(record)
             self._wait_nodes(record, [g.node for g in groups], timeout)
+            if dashboard:
+                self.start_dashboard(record, dashboard_port, timeout)
         except BaseException:
             self.down()
             raise
@@ -686,7 +729,8 @@ class LocalCluster:
 
     def processes(self) -> list[tuple[ProcessRecord, bool]]:
         record = self._require()
-        return [(p, pid_alive(p.pid)) for p in [*record.masters, *record.workers]]
+        extra = [record.dashboard] if record.dashboard is not None else []
+        return [(p, pid_alive(p.pid)) for p in [*record.masters, *record.workers, *extra]]
 
     def process(self, name: str) -> ProcessRecord:
         """The process named ``name``: ``master``, a standby (``master-2``) or a worker."""
@@ -753,6 +797,8 @@ class LocalCluster:
         """
         record = self.record()
         procs = [] if record is None else [*record.workers, *record.masters]
+        if record is not None and record.dashboard is not None:
+            procs.append(record.dashboard)
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)

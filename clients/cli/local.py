@@ -78,6 +78,17 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="also start a standby master (master-2) on the same database; kill the active "
         "one to watch it take over",
     )
+    up.add_argument(
+        "--no-dashboard",
+        action="store_true",
+        help="do not start the web dashboard (hadar-dashboard) beside the master",
+    )
+    up.add_argument(
+        "--dashboard-port",
+        type=int_type(0, 65535),
+        default=0,
+        help="the dashboard's port on 127.0.0.1 (default: a free one)",
+    )
     down = sub.add_parser(
         "down",
         help="stop the local cluster and its jobs",
@@ -159,6 +170,13 @@ def runnable_hctl(argv0: str, path_hctl: str | None, cwd: Path) -> str:
     return shlex.quote(shown)
 
 
+def dashboard_installed() -> bool:
+    """Whether this installation has the web dashboard's packages (the 'dashboard' extra)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("starlette", "uvicorn"))
+
+
 def _hctl() -> str:
     import shutil
     import sys
@@ -170,6 +188,13 @@ def _up(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
     from clients.localcluster import invoking_user, parse_worker_groups
 
     groups = parse_worker_groups(args.workers)
+    dashboard = not args.no_dashboard
+    if dashboard and not dashboard_installed():
+        dashboard = False
+        ctx.err.print(
+            "the web dashboard is not installed (pip install 'hadar[dashboard]'); starting "
+            "without it"
+        )
     ctx.err.print(f"starting a master and {len(groups)} workers in {cluster.state_dir} ...")
     record = cluster.up(
         groups,
@@ -177,8 +202,15 @@ def _up(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
         round_seconds=args.round_seconds,
         port=args.port,
         standby=args.standby,
+        dashboard=dashboard,
+        dashboard_port=args.dashboard_port,
     )
     ctx.out.print(f"local cluster up: master at {record.master_address}")
+    if record.dashboard is not None:
+        ctx.out.print(
+            f"  dashboard: {record.dashboard_url} (log in with the token in "
+            f"{cluster.config_path}; log {record.dashboard.log})"
+        )
     for standby in record.standbys:
         ctx.out.print(f"  {standby.name}: standby master at {standby.address} (log {standby.log})")
     for worker in record.workers:
@@ -217,6 +249,7 @@ def _status(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> in
                 {
                     "state_dir": record.state_dir,
                     "master": record.master_address,
+                    "dashboard": record.dashboard_url,
                     "config": str(cluster.config_path),
                     "policy": record.policy,
                     "processes": [
@@ -236,6 +269,8 @@ def _status(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> in
     else:
         ctx.out.print(f"local cluster in {record.state_dir}, master at {record.master_address}")
         ctx.out.print(f"  hctl config: export {ENV_CONFIG}={cluster.config_path}")
+        if record.dashboard is not None:
+            ctx.out.print(f"  dashboard: {record.dashboard_url}")
         for proc, alive in procs:
             state = "running" if alive else "DEAD"
             gpus = f" gpus {proc.gpus}" if proc.gpus else ""

@@ -1,4 +1,5 @@
-"""A built wheel carries what `hctl simulate` needs: the bundled Gavel table and traces."""
+"""A built wheel carries what `hctl simulate` needs (the bundled Gavel table and traces) and
+what the dashboard serves (its templates, and its vendored scripts with their licences)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,15 @@ def test_simulate_runs_from_an_installed_wheel_with_no_data_flags(tmp_path):
         names = set(archive.namelist())
         assert "master/sim/data/gavel/LICENSE" in names
         assert "master/sim/data/gavel/traces/max_min_fairness.trace" in names
+        for asset in (
+            "templates/base.html",
+            "static/htmx.min.js",
+            "static/LICENSE-htmx",
+            "static/uPlot.iife.min.js",
+            "static/LICENSE-uplot",
+            "static/dashboard.js",
+        ):
+            assert f"dashboard/{asset}" in names
         archive.extractall(site)
     run_dir = tmp_path / "elsewhere"
     run_dir.mkdir()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 UNITS_DIR = Path(__file__).resolve().parents[2] / "systemd"
-UNITS = ("hadar-master.service", "hadar-worker.service")
+UNITS = ("hadar-master.service", "hadar-worker.service", "hadar-dashboard.service")
 INSTALLED_PREFIX = "/opt/hadar/venv/bin/"
 
 
@@ -37,7 +37,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     for unit in UNITS:
         text = (UNITS_DIR / unit).read_text()
         assert INSTALLED_PREFIX in text, f"{unit} runs the installed {INSTALLED_PREFIX}..."
-        for name in ("hadar-master", "hadar-worker"):
+        for name in ("hadar-master", "hadar-worker", "hadar-dashboard"):
             if INSTALLED_PREFIX + name in text:
                 assert (scripts / name).is_file(), f"{scripts / name} is not installed"
         copy = tmp_path / unit
