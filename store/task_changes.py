@@ -30,6 +30,9 @@ _PLACEMENT_COLUMNS = ("state", "node_name", "job_id", "task_index", "lease")
 # Deleting a job or a node deletes its tasks (ON DELETE CASCADE), unseen by the session.
 _OWNER_TABLES = frozenset({JobRow.__tablename__, NodeRow.__tablename__})
 _CHANGED = "hadar.tasks_changed"
+# The execution option of a bulk UPDATE of tasks that sets none of _PLACEMENT_COLUMNS (a
+# round's lease extensions), which therefore leaves every cache current.
+PLACEMENT_UNCHANGED = "hadar_placement_unchanged"
 
 
 class TaskChanges:
@@ -74,6 +77,8 @@ class TaskChanges:
         """Statements run through the session (bulk UPDATE, DELETE, INSERT) bypass the
         flush: any such statement on the tasks, or deleting jobs or nodes, counts."""
         if not (state.is_update or state.is_delete or state.is_insert):
+            return
+        if state.is_update and state.execution_options.get(PLACEMENT_UNCHANGED):
             return
         table = getattr(state.statement, "table", None)
         name = getattr(table, "name", None)

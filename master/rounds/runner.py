@@ -379,13 +379,15 @@ class RoundRunner:
         placements = sum(1 for a in changes if a.kind is not ActionKind.STOP)
         next_lease = uow.next_lease(placements) if placements else 0
         new_tasks: list[NewTask] = []
+        # Every running task is extended each round: one statement for them all.
+        extended: list[int] = []
         for action in actions:
             lease = next_lease
             if action.kind not in (ActionKind.EXTEND, ActionKind.STOP):
                 next_lease += 1
             if not isolate:
                 sends, placed = self._apply(
-                    uow, decision, action, jobs_now, inp, active, number, lease, now
+                    uow, decision, action, jobs_now, inp, active, number, lease, now, extended
                 )
                 outgoing.extend(sends)
                 new_tasks.extend(placed)
@@ -408,6 +410,7 @@ class RoundRunner:
                 continue
             outgoing.extend(sends)
         uow.tasks.add_many(new_tasks)
+        uow.tasks.extend_many(extended, round=number)
         # Why each job that got nothing waits (a running job holding nothing, its last
         # placement being torn down, is not waiting).
         reasons: dict[int, str] = {}
@@ -439,9 +442,12 @@ class RoundRunner:
         number: int,
         lease: int,
         now: datetime,
+        extended: list[int] | None = None,
     ) -> tuple[list[Outgoing], list[NewTask]]:
         """One job's part of the round: its state change, stopped tasks and new placement
-        (under fencing token `lease`); returns what to send and the tasks to add."""
+        (under fencing token `lease`); returns what to send and the tasks to add. Tasks it
+        extends go into `extended`, to be written with the others in one statement, or at
+        once without it."""
         outgoing: list[Outgoing] = []
         # The job may have changed since the snapshot (finished, cancelled, failed):
         # decisions about it are dropped, the next round sees the new state.
@@ -454,14 +460,15 @@ class RoundRunner:
         tasks = active.get(job.id, [])
         reason = action.reason
         if action.kind is ActionKind.EXTEND:
-            for task in tasks:
-                if task.state in (TaskState.STARTING, TaskState.RUNNING):
-                    uow.tasks.extend(task.id, round=number, iteration_budget=0)
-                    outgoing.append(
-                        Outgoing(
-                            task.node, task.id, self._dispatcher.extend(job, task, number, now)
-                        )
-                    )
+            kept = [t for t in tasks if t.state in (TaskState.STARTING, TaskState.RUNNING)]
+            if extended is None:
+                uow.tasks.extend_many([t.id for t in kept], round=number)
+            else:
+                extended.extend(t.id for t in kept)
+            for task in kept:
+                outgoing.append(
+                    Outgoing(task.node, task.id, self._dispatcher.extend(job, task, number, now))
+                )
             return outgoing, []
         if action.kind is ActionKind.STOP:
             why = preemption_reason(action, number)
