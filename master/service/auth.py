@@ -44,6 +44,9 @@ class Authenticator:
         self._mode = mode
         self._cluster_token = cluster_token
         self._cache: dict[str, tuple[float, Caller]] = {}
+        # Tokens whose stale entry one caller is reading again: the others go on with it
+        # meanwhile instead of all reading (a write transaction each) at the same moment.
+        self._refreshing: set[str] = set()
         self._lock = threading.Lock()
 
     @property
@@ -62,9 +65,15 @@ class Authenticator:
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(key)
-        if cached is not None and now - cached[0] < CACHE_SECONDS:
-            return cached[1]
-        info = self._tx.write(lambda uow: uow.tokens.authenticate(token), jobs=False)
+            if cached is not None:
+                if now - cached[0] < CACHE_SECONDS or key in self._refreshing:
+                    return cached[1]
+                self._refreshing.add(key)
+        try:
+            info = self._tx.write(lambda uow: uow.tokens.authenticate(token), jobs=False)
+        finally:
+            with self._lock:
+                self._refreshing.discard(key)
         if info is None:
             with self._lock:
                 self._cache.pop(key, None)
