@@ -492,7 +492,11 @@ class Simulator:
         isolated_rounds = 0
         isolated_jobs: set[int] = set()
         completed: tuple[CompletedJob, ...] = ()
-        rules = RoundRules(min_migration_gain=cfg.min_migration_gain, pay_restart=cfg.pay_restart)
+        rules = RoundRules(
+            min_migration_gain=cfg.min_migration_gain,
+            pay_restart=cfg.pay_restart,
+            hold_moves=not cfg.gavel_compat,
+        )
         idle_rounds = 0
         round_index = 0
         # Each user's decayed GPU-seconds as of `usage_at` (fair share).
