@@ -289,9 +289,11 @@ class GavelRounds:
                 for t in capacity:
                     self._deficit.setdefault(t, {})[job.id] = 0.0
                 self._need_update = True
-        due = (
-            now - self._last_reset >= self._reset_interval or self._last_reset == 0.0 or nothing_ran
-        )
+        if nothing_ran and self._planned_at == now:
+            # Nothing ran and the clock did not move, so no arrival is left: Gavel then
+            # resets its last recompute time to 0, which makes the next one due.
+            self._last_reset = 0.0
+        due = now - self._last_reset >= self._reset_interval or self._last_reset == 0.0
         if self._need_update and due:
             self._reset(now, list(capacity), half)
             self._allocation = self._allocate(snapshot, now)
