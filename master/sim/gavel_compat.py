@@ -13,14 +13,19 @@ The simulator side (``SimConfig(gavel_compat=True)``, :mod:`master.sim.engine`):
 - a job scheduled for a round runs ``floor(throughput x round)`` iterations (fewer when
   fewer remain) and holds its GPUs for exactly the time they take; the round ends when the
   last job scheduled in it stops, and with no job scheduled the clock jumps to the next
-  arrival.
+  arrival;
+- a lease whose iterations, split evenly over the job's GPUs, leave a GPU without one
+  fails (:func:`lease_fails`); after :data:`MAX_FAILED_LEASES` in a row the job is dropped
+  and its JCT left out of the averages, as in Gavel's figures;
+- every move the plan makes is carried out (no hysteresis).
 
 The policy side (:class:`GavelRounds`): Gavel's rounds turn an allocation (the time
 fraction ``x[j][t]`` each job should spend on each GPU type) into leases:
 
 - the allocation is recomputed only when the set of jobs changed and at least
   ``reset_interval_s`` (1920 s) passed since the last recompute; Gavel also recomputes
-  whenever its last recompute happened at time 0;
+  whenever its last recompute happened at time 0, and sets that time to 0 when nothing
+  ran and no arrival is left;
 - a job that arrived after the last recompute has no allocation and is not run at all;
   the GPUs the round would give it stay idle;
 - priority of (job, type) = ``x / fraction``, ``fraction`` being the job's time on the
