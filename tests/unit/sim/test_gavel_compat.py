@@ -4,11 +4,13 @@ an allocation, and Gavel's allocations, on traces small enough to work out by ha
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 
 import pytest
 
 from master.scheduling.plan import Allocation, GpuSlot, Plan
+from master.scheduling.policies._gavel_fifo import GavelFifo
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, JobView, Snapshot
 from master.sim.command import main
@@ -271,3 +273,20 @@ def test_compat_mode_and_early_rounds_exclude_each_other(
     )
     assert code == 2
     assert "--gavel-compat and --early-rounds" in capsys.readouterr().err
+
+
+def test_fifo_keeps_the_head_of_the_queue_when_a_freed_type_is_too_small() -> None:
+    """Job 0 (1 GPU) finishes on the only V100; the head of the queue, job 1, needs 2 GPUs
+    and does not fit there. As in Gavel it stays at the head and is admitted in the same
+    recompute (on the alphabetically last type with a GPU left, Gavel's choice), and job
+    2 after it; it is not skipped until the next recompute."""
+    cluster = ClusterView.from_counts({"v100": 1, "k80": 2}, gpus_per_server=1)
+
+    def snapshot(*jobs: JobView) -> Snapshot:
+        return Snapshot(cluster, jobs, 0, 360.0, model())
+
+    core = GavelFifo(random.Random(0), 0.0)
+    assert core.assign_types(snapshot(_view(0))) == {0: "v100"}
+    assigned = core.assign_types(snapshot(_view(1, gpus=2), _view(2)))
+    assert set(assigned) == {1, 2}
+    assert assigned[1] == "v100"
