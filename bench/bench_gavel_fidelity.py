@@ -45,6 +45,7 @@ POLICIES: dict[str, tuple[str, str | None]] = {
     "max_min_fairness": ("las", None),
     "max_min_fairness_perf": ("gavel", None),
     "finish_time_fairness_perf": ("gavel", "gavel.objective=finish_time_fairness"),
+    "finish_time_fairness": ("las", "las.objective=finish_time_fairness"),
 }
 _AVG = re.compile(r"Average job completion time: ([\d.]+) seconds")
 
@@ -97,7 +98,7 @@ def section(figures: dict[tuple[str, str, bool], float], logs: Path) -> list[str
         "GPU per server) and of `hctl simulate` on the same trace: in the Gavel-compatible "
         "mode (`--gavel-compat`, docs/simulator.md) and in the default mode (the daemon's "
         "round: 4 GPUs per server, hysteresis, Hadar's own policies). The default mode has "
-        "no finish-time fair policy. Written by `.venv/bin/python -m "
+        "no finish-time fair policies. Written by `.venv/bin/python -m "
         "bench.bench_gavel_fidelity --gavel-logs DIR --default-mode --write "
         "docs/results.md`.",
         "",
@@ -117,7 +118,9 @@ def section(figures: dict[tuple[str, str, bool], float], logs: Path) -> list[str
         "- Hadar, compat: `hctl simulate --trace TRACE --cluster v100:V,p100:P,k80:K "
         "--policy fifo,las,gavel --gavel-compat` (Gavel's fifo, max_min_fairness and "
         "max_min_fairness_perf), and `--policy gavel --param "
-        "gavel.objective=finish_time_fairness --gavel-compat` (finish_time_fairness_perf).",
+        "gavel.objective=finish_time_fairness --gavel-compat` (finish_time_fairness_perf), "
+        "`--policy las --param las.objective=finish_time_fairness --gavel-compat` "
+        "(finish_time_fairness).",
         "- Hadar, default: the same without `--gavel-compat`.",
         "",
         "| trace | Gavel's policy | Gavel | compat | compat vs Gavel | default "

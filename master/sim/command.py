@@ -101,8 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="reproduce Gavel's simulator: its server model, rounds, leases and allocation "
         "recompute cadence; fifo, las and gavel run as Gavel's fifo, max_min_fairness and "
-        "max_min_fairness_perf (gavel.objective=finish_time_fairness: "
-        "finish_time_fairness_perf)",
+        "max_min_fairness_perf (las|gavel.objective=finish_time_fairness: "
+        "finish_time_fairness[_perf])",
     )
     parser.add_argument(
         "--seed",

@@ -40,9 +40,10 @@ fraction ``x[j][t]`` each job should spend on each GPU type) into leases:
 
 The allocation comes from the Hadar policy that implements Gavel's: ``fifo`` (Gavel's
 ``fifo``: :class:`~master.scheduling.policies._gavel_fifo.GavelFifo` assigns the types),
-``las`` (Gavel's ``max_min_fairness``: the max-min LP with every throughput 1) and
-``gavel`` (Gavel's ``max_min_fairness_perf``: the max-min LP on real throughputs, or with
-``objective=finish_time_fairness`` Gavel's ``finish_time_fairness_perf``).
+``las`` (Gavel's ``max_min_fairness``: the max-min LP with every throughput 1; with
+``objective=finish_time_fairness`` its ``finish_time_fairness``) and ``gavel`` (Gavel's
+``max_min_fairness_perf``: the max-min LP on real throughputs; with
+``objective=finish_time_fairness`` its ``finish_time_fairness_perf``).
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ GAVEL_NAMES: Mapping[str, str] = {
     "las": "max_min_fairness",
     "gavel": "max_min_fairness_perf",
 }
+#: With ``objective=finish_time_fairness``: ``las`` runs Gavel's ``finish_time_fairness``,
+#: ``gavel`` its ``finish_time_fairness_perf``.
 OBJECTIVES = ("max_min_fairness", "finish_time_fairness")
 
 #: Computes the allocation (every job's time fraction per GPU type) for a snapshot.
@@ -105,17 +108,23 @@ def round_iterations(rate: float, remaining: float, round_s: float) -> float:
     return min(remaining, float(math.floor(rate * round_s)))
 
 
-def _throughputs(snapshot: Snapshot, *, agnostic: bool) -> dict[tuple[int, str], float]:
+def _throughputs(
+    snapshot: Snapshot, *, agnostic: bool, reference: bool = False
+) -> dict[tuple[int, str], float]:
+    """Each job's throughput per allowed type: the table's; 1 everywhere (``agnostic``);
+    or its figure on the fastest type everywhere (``reference``, Gavel's V100 figure)."""
     capacity = snapshot.cluster.capacity_by_type()
     model = snapshot.throughput
+    fastest = max(capacity, key=lambda t: (model.speed(t), t))
     thr: dict[tuple[int, str], float] = {}
     for job in snapshot.jobs:
+        same = compat_throughput(model, job.job_type, fastest, job.num_gpus)
         for t in capacity:
             if not job.allows(t):
                 continue
             rate = compat_throughput(model, job.job_type, t, job.num_gpus)
             if rate > 0:
-                thr[(job.id, t)] = 1.0 if agnostic else rate
+                thr[(job.id, t)] = 1.0 if agnostic else same if reference else rate
     return thr
 
 
@@ -131,15 +140,17 @@ def max_min_allocator(*, agnostic: bool) -> Allocator:
     return allocate
 
 
-def finish_time_fair_allocator() -> Allocator:
-    """Gavel's ``finish_time_fairness_perf``. A job's isolated finish time counts the
-    work it did since the previous recompute at its isolated speed then, as Gavel's does."""
+def finish_time_fair_allocator(*, agnostic: bool = False) -> Allocator:
+    """Gavel's ``finish_time_fairness_perf``, or with ``agnostic`` its
+    ``finish_time_fairness``, which plans as if every type ran a job at its V100 (fastest
+    type's) speed. A job's isolated finish time counts the work it did since the previous
+    recompute at its isolated speed then, as Gavel's does."""
     isolated_done: dict[int, float] = {}  # seconds of isolated-share work done so far
     last: dict[int, tuple[float, float]] = {}  # job -> (remaining, isolated rate) then
 
     def allocate(snapshot: Snapshot, now: float) -> Fractions:
         capacity = snapshot.cluster.capacity_by_type()
-        thr = _throughputs(snapshot, agnostic=False)
+        thr = _throughputs(snapshot, agnostic=False, reference=agnostic)
         shares = isolated_fractions(snapshot.jobs, capacity)
         remaining: dict[int, float] = {}
         isolated_s: dict[int, float] = {}
@@ -409,12 +420,16 @@ def compat_policy(name: str, params: Mapping[str, Any], *, seed: int) -> Policy:
     extra = dict(params)
     extra.pop("seed", None)
     reset = float(extra.pop("min_recompute_s", RESET_INTERVAL_S))
-    objective = str(extra.pop("objective", "max_min_fairness")) if name == "gavel" else ""
+    objective = str(extra.pop("objective", "max_min_fairness")) if name != "fifo" else ""
     if extra:
         raise ValueError(
             f"--gavel-compat: policy {name!r} takes only seed, min_recompute_s"
-            + (" and objective" if name == "gavel" else "")
+            + (" and objective" if name != "fifo" else "")
             + f" here, not {', '.join(sorted(extra))}"
+        )
+    if name != "fifo" and objective not in OBJECTIVES:
+        raise ValueError(
+            f"{name}.objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}"
         )
     if name == "fifo":
         return GavelRounds(
@@ -428,14 +443,12 @@ def compat_policy(name: str, params: Mapping[str, Any], *, seed: int) -> Policy:
     if name == "las":
         return GavelRounds(
             name,
-            max_min_allocator(agnostic=True),
+            finish_time_fair_allocator(agnostic=True)
+            if objective == "finish_time_fairness"
+            else max_min_allocator(agnostic=True),
             shuffle_types=True,
             seed=seed,
             reset_interval_s=reset,
-        )
-    if objective not in OBJECTIVES:
-        raise ValueError(
-            f"gavel.objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}"
         )
     allocate = (
         finish_time_fair_allocator()

@@ -192,8 +192,13 @@ def test_compat_policy_maps_names_and_refuses_unknown_parameters() -> None:
     assert not isinstance(compat_policy("srtf", {}, seed=0), GavelRounds)
     with pytest.raises(ValueError, match="efficiency_weight"):
         compat_policy("gavel", {"efficiency_weight": 0.1}, seed=0)
+    assert isinstance(
+        compat_policy("las", {"objective": "finish_time_fairness"}, seed=0), GavelRounds
+    )
     with pytest.raises(ValueError, match="objective"):
         compat_policy("gavel", {"objective": "makespan"}, seed=0)
+    with pytest.raises(ValueError, match="objective"):
+        compat_policy("fifo", {"objective": "finish_time_fairness"}, seed=0)
 
 
 # ---------------------------------------------------------------- Gavel's allocations
