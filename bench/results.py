@@ -417,13 +417,26 @@ def write_markdown(
             if name in (f"results-{stem}-jct.png", f"results-{stem}-cdf.png"):
                 lines.append(f"![{trace}](img/{name})")
         lines.append("")
-    # The fair-share section is written by bench/bench_fair_share.py; keep it.
-    kept = kept_fair_share(out / "results.md")
+    # The fair-share and Gavel-fidelity sections are written by their own benchmarks
+    # (bench/bench_fair_share.py, bench/bench_gavel_fidelity.py); keep them.
+    kept = "\n\n".join(
+        part
+        for part in (kept_fair_share(out / "results.md"), kept_gavel_fidelity(out / "results.md"))
+        if part
+    )
     (out / "results.md").write_text("\n".join(lines) + (f"\n{kept}\n" if kept else ""))
 
 
 def kept_fair_share(markdown: Path) -> str:
     from bench.bench_fair_share import BEGIN, END
+
+    text = markdown.read_text() if markdown.exists() else ""
+    start, end = text.find(BEGIN), text.find(END)
+    return text[start : end + len(END)] if 0 <= start < end else ""
+
+
+def kept_gavel_fidelity(markdown: Path) -> str:
+    from bench.bench_gavel_fidelity import BEGIN, END
 
     text = markdown.read_text() if markdown.exists() else ""
     start, end = text.find(BEGIN), text.find(END)

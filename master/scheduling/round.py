@@ -119,10 +119,12 @@ class RoundRules:
     :class:`Hysteresis` (the daemon's ``min_migration_gain`` setting). ``pay_restart``: a
     move no other job forces must also win back the job's restart cost
     (:attr:`JobView.restart_s`) within the round; off, only ``min_migration_gain`` holds
-    moves back."""
+    moves back. ``hold_moves``: off, every move the plan makes is carried out (no
+    hysteresis at all; the simulator's Gavel-compatible mode, as Gavel does)."""
 
     min_migration_gain: float = Hysteresis().min_migration_gain
     pay_restart: bool = Hysteresis().pay_restart
+    hold_moves: bool = True
 
     def __post_init__(self) -> None:
         self.hysteresis()  # validates
@@ -255,7 +257,12 @@ def decide_round(
         plan = hold(held, planned)
     if limited:
         plan = Plan(plan.allocations, {**plan.reasons, **limited})
-    actions = diff(current, plan, snapshot=visible, hysteresis=rules.hysteresis())
+    actions = diff(
+        current,
+        plan,
+        snapshot=visible if rules.hold_moves else None,
+        hysteresis=rules.hysteresis(),
+    )
     placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
     if placements != plan.allocations and Plan(placements).violations(visible):
         # A job held back where it was can collide with a job the plan moved in beside it

@@ -25,6 +25,7 @@ from master.scheduling.throughput import ThroughputModel
 from master.sim.cluster_spec import build_cluster, parse_cluster_spec
 from master.sim.data import THROUGHPUTS, bundled_traces, resolve_trace
 from master.sim.engine import SimConfig, SimResult, SimulationError, Simulator
+from master.sim.gavel_compat import compat_policy
 from master.sim.limits import Overestimate
 from master.sim.metrics import summarize
 from master.sim.report import as_json, print_table, write_reports
@@ -90,7 +91,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Gavel trace marks none; the default) or all of them",
     )
     parser.add_argument(
-        "--gpus-per-server", type=int_type(1, INT32_MAX), default=4, help="GPUs per server (4)"
+        "--gpus-per-server",
+        type=int_type(1, INT32_MAX),
+        default=None,
+        help="GPUs per server (4; 1 with --gavel-compat)",
+    )
+    parser.add_argument(
+        "--gavel-compat",
+        action="store_true",
+        help="reproduce Gavel's simulator: its server model, rounds, leases and allocation "
+        "recompute cadence; fifo, las and gavel run as Gavel's fifo, max_min_fairness and "
+        "max_min_fairness_perf (las|gavel.objective=finish_time_fairness: "
+        "finish_time_fairness[_perf])",
     )
     parser.add_argument(
         "--seed",
@@ -265,8 +277,13 @@ def run(args: argparse.Namespace) -> int:
         for name in policies:
             if "seed" in policy_parameters(name):
                 params[name].setdefault("seed", args.seed)
-        if args.gpus_per_server < 1:
+        gpus_per_server = args.gpus_per_server
+        if gpus_per_server is None:
+            gpus_per_server = 1 if args.gavel_compat else 4
+        if gpus_per_server < 1:
             raise ValueError("--gpus-per-server must be >= 1")
+        if args.gavel_compat and args.early_rounds:
+            raise ValueError("--gavel-compat and --early-rounds exclude each other")
         if not math.isfinite(args.round) or args.round <= 0:
             raise ValueError("--round must be a positive number of seconds")
         config = SimConfig(
@@ -278,14 +295,18 @@ def run(args: argparse.Namespace) -> int:
             min_migration_gain=args.min_migration_gain,
             fair_share=fair_share_config(args),
             limit_overestimate=Overestimate.parse(args.limit_overestimate, args.seed),
+            gavel_compat=args.gavel_compat,
         )
-        cluster = build_cluster(parse_cluster_spec(args.cluster), args.gpus_per_server)
+        cluster = build_cluster(parse_cluster_spec(args.cluster), gpus_per_server)
         model = _throughput_model(args.throughputs)
         trace_path = resolve_trace(args.trace)
         trace = read_trace(trace_path)
         if not trace:
             raise ValueError(f"{trace_path}: the trace has no jobs")
-        instances = [make_policy(name, **params[name]) for name in policies]
+        if args.gavel_compat:
+            instances = [compat_policy(n, params[n], seed=args.seed) for n in policies]
+        else:
+            instances = [make_policy(name, **params[name]) for name in policies]
     except (ValueError, FileNotFoundError, TraceError) as exc:
         print(f"hctl simulate: {exc}", file=sys.stderr)
         return EXIT_USAGE

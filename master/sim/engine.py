@@ -44,6 +44,12 @@ from master.scheduling.round import (
 )
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, JobView, Snapshot
+from master.sim.gavel_compat import (
+    MAX_FAILED_LEASES,
+    compat_throughput,
+    lease_fails,
+    round_iterations,
+)
 from master.sim.limits import Overestimate, time_limit
 from master.sim.trace import TraceJob
 
@@ -84,6 +90,10 @@ class SimConfig:
     the trace says; for what-if runs, since forking changes how a model trains.
     ``limit_overestimate``: how the time limit of a job whose trace gives none is drawn
     (:mod:`master.sim.limits`); every policy sees the limits, backfilling ones plan by them.
+    ``gavel_compat``: model rounds and speeds as Gavel's simulator does
+    (:mod:`master.sim.gavel_compat`): a job runs the whole iterations that fit in the round
+    at its table speed wherever its GPUs are, the round ends when the last job in it
+    stops, and with no job placed the clock jumps to the next arrival.
     """
 
     round_s: float = 360.0
@@ -100,8 +110,11 @@ class SimConfig:
     pay_restart: bool = Hysteresis().pay_restart
     fair_share: FairShareConfig | None = None
     limit_overestimate: Overestimate = field(default_factory=Overestimate)
+    gavel_compat: bool = False
 
     def __post_init__(self) -> None:
+        if self.gavel_compat and self.early_rounds:
+            raise ValueError("Gavel-compatible rounds and early rounds exclude each other")
         if not self.round_s > 0:
             raise ValueError(f"round length must be > 0 s, got {self.round_s}")
         if self.overhead_s < 0:
@@ -164,6 +177,8 @@ class JobResult:
     copies_bound_s: float
     contention: float
     used_copies: bool
+    # Given up after MAX_FAILED_LEASES failed leases (Gavel-compatible rounds only).
+    failed: bool = False
 
     @property
     def jct_s(self) -> float:
@@ -217,6 +232,8 @@ class _Job:
     admitted_at: float = 0.0
     type_counts: tuple[Allocation, tuple[tuple[str, int, float], ...]] | None = None
     alone_rate: tuple[Allocation, float] | None = None
+    failed_leases: int = 0  # consecutive (Gavel-compatible rounds)
+    failed: bool = False
 
 
 def resolve_iterations(
@@ -420,7 +437,11 @@ class Simulator:
         if cached is not None and cached[0] is alloc:
             alone = cached[1]
         else:
-            alone = allocation_throughput(self.model, self.cluster, spec.job_type, alloc)
+            if self.config.gavel_compat and alloc.num_copies == 1 and not alloc.folded:
+                gpu_type = self._types[alloc.slots[0]]
+                alone = compat_throughput(self.model, spec.job_type, gpu_type, alloc.num_gpus)
+            else:
+                alone = allocation_throughput(self.model, self.cluster, spec.job_type, alloc)
             job.alone_rate = (alloc, alone)
         if alloc.num_copies > 1:
             rate = alone * self.config.copy_efficiency
@@ -471,7 +492,11 @@ class Simulator:
         isolated_rounds = 0
         isolated_jobs: set[int] = set()
         completed: tuple[CompletedJob, ...] = ()
-        rules = RoundRules(min_migration_gain=cfg.min_migration_gain, pay_restart=cfg.pay_restart)
+        rules = RoundRules(
+            min_migration_gain=cfg.min_migration_gain,
+            pay_restart=cfg.pay_restart,
+            hold_moves=not cfg.gavel_compat,
+        )
         idle_rounds = 0
         round_index = 0
         # Each user's decayed GPU-seconds as of `usage_at` (fair share).
@@ -538,6 +563,7 @@ class Simulator:
             busy_seconds = 0.0
             by_user: dict[str, float] = {}
             last_finish = now
+            compat_stop = now
             any_progress = False
             allocations = plan.allocations
             # Work out every placed job's start and rates before anyone progresses, so a
@@ -586,7 +612,28 @@ class Simulator:
                     job.used_copies = True
                 # Piecewise rates: shared until the partner finishes, then alone.
                 pieces = _pieces(shared_rate, alone_rate, partner, shared_end, round_end)
-                end, progress = self._advance(job, begin, pieces)
+                if cfg.gavel_compat and partner is None and shared_rate > 0:
+                    # Whole iterations only, counted exactly; the lease ends when they are
+                    # done.
+                    remaining = job.total - job.done
+                    progress = round_iterations(shared_rate, remaining, cfg.round_s)
+                    end = begin + progress / shared_rate
+                    if lease_fails(progress, alloc.num_gpus):
+                        progress = 0.0
+                        job.failed_leases += 1
+                        if job.failed_leases >= MAX_FAILED_LEASES:
+                            job.failed = True
+                            job.finish = end
+                    elif progress >= remaining:
+                        job.failed_leases = 0
+                        job.done = job.total
+                        job.finish = end
+                    else:
+                        job.failed_leases = 0
+                        job.done += progress
+                else:
+                    end, progress = self._advance(job, begin, pieces)
+                compat_stop = max(compat_stop, end)
                 held = end - now
                 job.run_s += held
                 by_user[job.spec.user] = by_user.get(job.spec.user, 0.0) + held * alloc.num_gpus
@@ -632,6 +679,15 @@ class Simulator:
             round_stop = round_end
             if cfg.early_round_end and any_ran and last_finish < round_end and waiting:
                 round_stop = last_finish
+            if cfg.gavel_compat:
+                # Gavel's next round starts when the last lease of this one ends; with
+                # nothing placed, at the next arrival.
+                if any_ran:
+                    round_stop = compat_stop
+                elif next_arrival < len(pending):
+                    round_stop = max(now, pending[next_arrival].spec.arrival_s)
+                else:
+                    round_stop = now
             self._contention += demand * (round_stop - now)
             waiting_by_user: dict[str, int] = {}
             for job in active:
@@ -744,6 +800,7 @@ class Simulator:
             copies_bound_s=copies,
             contention=job.contention_integral / lifetime if lifetime > 0 else 1.0,
             used_copies=job.used_copies,
+            failed=job.failed,
         )
 
 

@@ -96,7 +96,8 @@ def job_bound(result: SimResult, job_index: int) -> float:
 
 def summarize(result: SimResult) -> Summary:
     jobs = result.jobs
-    jcts = [job.jct_s for job in jobs]
+    # A job Gavel-compatible rounds gave up on has no JCT, as in Gavel's own figures.
+    jcts = [job.jct_s for job in jobs if not job.failed] or [job.jct_s for job in jobs]
     first_arrival = min(job.arrival_s for job in jobs)
     last_finish = max(job.finish_s for job in jobs)
     makespan = last_finish - first_arrival

@@ -8,7 +8,7 @@ removed from the candidate list is the randomly drawn one. A type can thus be as
 more jobs than it has GPUs; Gavel's rounds then time-share that type among its jobs,
 each round giving GPUs first to the jobs that received the smallest fraction of time
 since the last recompute. Jobs that finish hand their type to the head of the queue
-when it fits (the head is skipped for this recompute otherwise).
+when it fits (it stays at the head of the queue otherwise).
 
 This is how the "fifo" figures in Gavel's evaluation come about (roughly 10 h average
 JCT on its 96-job trace, where a plain random-type FIFO gets about 8 h). It is offered
@@ -51,9 +51,12 @@ class GavelFifo:
             if job_id in jobs:
                 available[gpu_type] -= jobs[job_id].num_gpus
                 continue
+            # The head takes the finished job's type when it fits there; otherwise it
+            # stays at the head for the admission below.
             if queue:
-                head = queue.pop(0)
+                head = queue[0]
                 if jobs[head].num_gpus <= available[gpu_type] and jobs[head].allows(gpu_type):
+                    queue.pop(0)
                     self._assigned[head] = gpu_type
                     available[gpu_type] -= jobs[head].num_gpus
             del self._assigned[job_id]
@@ -70,6 +73,12 @@ class GavelFifo:
             available[gpu_type] -= need
             if available[gpu_type] == 0:
                 types.pop(fitting[drawn])
+
+    def assign_types(self, snapshot: Snapshot) -> dict[int, str]:
+        """Run one recompute now and return every admitted job's GPU type (the allocation
+        Gavel's FIFO hands its rounds; ``hctl simulate --gavel-compat`` drives it)."""
+        self._recompute(snapshot)
+        return dict(self._assigned)
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
         cluster = snapshot.cluster
