@@ -1,7 +1,8 @@
 """The web dashboard in a real headless browser (Debian's chromium, driven by selenium through
 chromedriver) against a real local cluster that `hctl local up` started with its dashboard.
-One cluster and one browser serve the whole file; each page's screenshot is written to
-docs/img/dashboard-*.png for docs/dashboard.md."""
+One cluster and one browser serve the whole file; each page's screenshot is written as
+dashboard-*.png into $HADAR_DASHBOARD_SCREENSHOTS (docs/img for docs/dashboard.md), or into
+a temporary folder, so that a test run leaves the checkout as it was."""
 
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ pytestmark = pytest.mark.e2e
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "img"
+SHOTS = Path(
+    os.environ.get("HADAR_DASHBOARD_SCREENSHOTS")
+    or Path(tempfile.gettempdir()) / "hadar-dashboard-screenshots"
+)
 SECRET = "sk-dash-5e6f7a8b"
 # A page updates within 2 s of a change; a second more for this shared machine's load.
 LIVE_S = 3.0
