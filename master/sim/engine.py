@@ -371,6 +371,15 @@ class Simulator:
         # A job that neither ran nor was stopped since the last round looks the same.
         if job.view is not None:
             return job.view
+        if job.seen is not None:
+            job.view = job.seen.progressed(
+                iterations_done=job.done,
+                attained_service=job.attained,
+                gpu_seconds_by_type=MappingProxyType(dict(job.gpu_seconds)),
+                run_seconds=job.run_s,
+                current=job.current,
+            )
+            return job.view
         spec = job.spec
         job.view = JobView(
             id=spec.id,
