@@ -217,6 +217,10 @@ class FreeGpus:
 
     def take_slots(self, slots: Iterable[GpuSlot]) -> bool:
         """Take exactly these GPUs if all are free (all or nothing)."""
+        slots = tuple(slots)
+        if len(slots) == 1:  # most jobs: nothing to group
+            gpu = self._types.get(slots[0])
+            return gpu is not None and self._remove(gpu.type, slots[0])
         # Grouped by server, so a job's GPUs on one server move its free count once.
         by_node: dict[tuple[str, str], list[int]] = {}
         for slot in slots:

@@ -367,7 +367,7 @@ class Snapshot:
         """Why a job that got no GPUs waits: ``policy_reason``, unless memory alone keeps
         it waiting (then that), with a note when its memory request rules GPUs out."""
         job = self._job_by_id.get(job_id)
-        if job is None:
+        if job is None or job.memory_bytes_per_gpu <= 0:
             return policy_reason
         memory = memory_wait_reason(
             job.memory_bytes_per_gpu,

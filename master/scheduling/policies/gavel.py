@@ -167,6 +167,11 @@ class GavelPolicy:
         self.solves = 0
 
     @property
+    def cold_solves(self) -> int:
+        """Times the kept (warm-started) LP was built from scratch."""
+        return self._lp.cold_solves
+
+    @property
     def allocation(self) -> Mapping[int, Mapping[str, float]]:
         """The current time fractions from the last solve."""
         return self._allocation

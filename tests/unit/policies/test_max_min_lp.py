@@ -1,15 +1,20 @@
-"""The warm-started max-min LP reaches a cold solve's optimum as jobs come and go."""
+"""The warm-started max-min LP reaches a cold solve's optimum as jobs come and go; gavel
+uses it from its threshold on."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy.optimize import linprog
 
 from master.scheduling.policies._max_min_lp import MaxMinLp
-from master.scheduling.views import JobView
+from master.scheduling.policies.gavel import GavelPolicy
+from master.scheduling.throughput import ThroughputModel
+from master.scheduling.views import ClusterView, JobView, Snapshot
+from tests.unit.sim.gavel_data import THROUGHPUTS
 
 CAPACITY = {"v100": 6, "p100": 5, "k80": 8}
 TYPES = sorted(CAPACITY)
@@ -125,3 +130,32 @@ def test_a_job_whose_figures_change_is_re_entered() -> None:
     thr = {**thr, (0, "v100"): 0.0, (0, "p100"): 0.0}
     x = lp.solve(jobs, CAPACITY, thr)
     assert set(x[0]) <= {"k80"} and x[0]
+
+
+def test_gavel_warm_starts_from_its_threshold_and_plans_validly() -> None:
+    """With ``warm_from=0`` gavel keeps one LP over rounds of arrivals and departures
+    (solved from scratch once), and every plan is one the cluster can run; a negative
+    threshold is refused."""
+    cluster = ClusterView.from_counts({"v100": 4, "p100": 4, "k80": 8}, gpus_per_server=4)
+    model = ThroughputModel.from_gavel_json(THROUGHPUTS)
+    kinds = sorted(model.job_types())
+    policy = GavelPolicy(warm_from=0)
+    live = [
+        JobView(id=i, job_type=kinds[i % len(kinds)], num_gpus=1 + i % 2, total_iterations=1e6)
+        for i in range(12)
+    ]
+    for round_number in range(8):
+        snapshot = Snapshot(cluster, tuple(live), round_number, 360.0, model)
+        plan = policy.plan(snapshot, 360.0 * round_number)
+        assert plan.violations(snapshot) == []
+        assert plan.allocations
+        live = [replace(j, current=plan.allocations.get(j.id)) for j in live[2:]] + [
+            JobView(
+                id=100 + 2 * round_number + k, job_type=kinds[k], num_gpus=1, total_iterations=1e6
+            )
+            for k in range(2)
+        ]
+    assert policy.solves == 8
+    assert policy.cold_solves == 1
+    with pytest.raises(ValueError, match="warm_from"):
+        GavelPolicy(warm_from=-1)
