@@ -10,12 +10,12 @@
    seconds on average, every job shareable) on 1,024 GPUs in thirds (:data:`SCALE_CLUSTER`,
    8 per server), 360 s rounds: per policy wall and CPU seconds against its target
    (:data:`SCALE_TARGETS_S`), rounds, preemptions, migrations and planning time. Each
-   policy runs in its own process, ``--workers`` at a time, stopped after ``--timeout``
-   seconds; ``--write`` puts the table into docs/benchmarks.md.
+   policy runs in its own process, ``--workers`` at a time, stopped after ``--cpu-limit``
+   CPU seconds; ``--write`` puts the table into docs/benchmarks.md.
 
     .venv/bin/python bench/bench_sim.py [--gavel-data DIR] [--skip-large]
     .venv/bin/python bench/bench_sim.py --scale [--policies a,b] [--workers K]
-                                        [--timeout S] [--write]
+                                        [--cpu-limit S] [--write]
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import dataclasses
 import json
 import os
 import re
+import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -182,22 +184,29 @@ def target_s(name: str) -> float:
     return SCALE_TARGETS_S.get(name, RESEARCH_TARGET_S)
 
 
-def run_scale(names: list[str], data: Path, workers: int, timeout: float) -> list[dict[str, Any]]:
-    """Each policy in its own process, ``workers`` at a time; one that runs past
-    ``timeout`` is stopped and reported as such."""
+def run_scale(names: list[str], data: Path, workers: int, cpu_limit: int) -> list[dict[str, Any]]:
+    """Each policy in its own process, ``workers`` at a time; one that uses more than
+    ``cpu_limit`` CPU seconds is stopped and reported as such. The limit is on CPU time,
+    not wall time, so that other work on a shared machine does not stop a run early.
+    Each row is printed to stderr as it comes."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit, cpu_limit + 5))
 
     def one(name: str) -> dict[str, Any]:
         command = [sys.executable, __file__, "--scale-one", name, "--gavel-data", str(data)]
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout, check=False
-            )
-        except subprocess.TimeoutExpired:
-            return {"policy": name, "timed_out": timeout}
-        if done.returncode != 0:
-            return {"policy": name, "error": done.stderr.strip().splitlines()[-1:]}
-        figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-        return figures
+        done = subprocess.run(
+            command, check=False, capture_output=True, text=True, preexec_fn=limit
+        )
+        row: dict[str, Any]
+        if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+            row = {"policy": name, "timed_out": cpu_limit}
+        elif done.returncode != 0:
+            row = {"policy": name, "error": done.stderr.strip().splitlines()[-1:]}
+        else:
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        return row
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(one, names))
@@ -220,7 +229,7 @@ def scale_lines(rows: list[dict[str, Any]], load: str) -> list[str]:
         name = row["policy"]
         if "timed_out" in row:
             lines.append(
-                f"| {name} | > {row['timed_out']:.0f} (stopped) | | {target_s(name):.0f} "
+                f"| {name} | | > {row['timed_out']:.0f} (stopped) | {target_s(name):.0f} "
                 "| | | | | | | |"
             )
             continue
@@ -256,7 +265,7 @@ def main() -> None:
     parser.add_argument("--scale-one", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--policies", default=None, help="comma-separated (default: all)")
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per policy")
+    parser.add_argument("--cpu-limit", type=int, default=600, help="CPU seconds per policy")
     parser.add_argument("--write", action="store_true", help="write into docs/benchmarks.md")
     args = parser.parse_args()
     if args.scale_one is not None:
@@ -265,7 +274,7 @@ def main() -> None:
     if args.scale:
         names = args.policies.split(",") if args.policies else available_policies()
         started = os.getloadavg()[0]
-        rows = run_scale(names, args.gavel_data, args.workers, args.timeout)
+        rows = run_scale(names, args.gavel_data, args.workers, args.cpu_limit)
         load = (
             f"load average {started:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
             f"({args.workers} at a time)"
