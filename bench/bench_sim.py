@@ -137,16 +137,18 @@ def bench_gavel_planning(model: ThroughputModel) -> None:
             for j in jobs
         )
         snapshot = Snapshot(cluster, live, round_number, 360.0, model)
-        started = time.perf_counter()
+        started = time.process_time()
         plan = policy.plan(snapshot, 360.0 * round_number)
-        times.append(time.perf_counter() - started)
+        times.append(time.process_time() - started)
         current = {job_id: alloc for job_id, alloc in plan.allocations.items() if job_id < 1000}
     print(
-        "3. gavel planning, 1,000 active jobs on 512 GPUs (4 types x 128), LP re-solved each round"
+        "3. gavel planning, 1,000 active jobs on 512 GPUs (4 types x 128), 100 leaving and "
+        "100 arriving each round: LP solved cold in the first round, warm-started after"
     )
     print(
-        f"   per round: {statistics.fmean(times) * 1000:.0f} ms mean, "
-        f"{max(times) * 1000:.0f} ms max over {len(times)} rounds"
+        f"   CPU per round: first {times[0] * 1000:.0f} ms; then "
+        f"{statistics.fmean(times[1:]) * 1000:.0f} ms mean, {max(times[1:]) * 1000:.0f} ms max "
+        f"over {len(times) - 1} rounds"
     )
 
 

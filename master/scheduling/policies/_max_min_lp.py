@@ -7,8 +7,8 @@ From one round to the next only a few jobs arrive or leave, so instead of buildi
 solving a new LP each time, :class:`MaxMinLp` keeps one HiGHS model: it deletes the rows
 and columns of the jobs that left, appends those of the jobs that arrived, rescales the
 efficiency term of the objective, and re-runs the simplex from the last optimal basis. A
-handful of pivots then replaces thousands, and a re-solve at a thousand jobs costs a few
-milliseconds instead of a second.
+handful of pivots then replaces thousands: at 1,500 jobs, a re-solve after a few
+arrivals and departures took 14 ms where a cold solve took 0.7-1.4 s on the same machine.
 
 Warm starting changes no optimum: the max-min value and the efficiency term are the same
 as a cold solve's. Where the LP has several optimal vertices (identical jobs can swap

@@ -18,8 +18,8 @@ which picks, among the max-min optimal vertices, one that does not leave GPUs id
 It is solved with SciPy's HiGHS from scratch while it holds fewer than ``warm_from``
 jobs (256 by default), where a solve takes milliseconds; from that size on it is kept
 from one solve to the next and warm-started from its last basis
-(:mod:`master.scheduling.policies._max_min_lp`), which turns a re-solve at a thousand
-jobs from about a second into a few milliseconds. Both reach the same optimum; where
+(:mod:`master.scheduling.policies._max_min_lp`), a few pivots instead of thousands. Both
+reach the same optimum; where
 several vertices are optimal (identical jobs may swap fractions) the warm-started one
 may differ from a cold solve's, so the threshold keeps small clusters' plans exactly
 what a fresh solve gives. ``warm_from=0`` warm-starts always.
