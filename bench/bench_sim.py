@@ -11,7 +11,8 @@
    8 per server), 360 s rounds: per policy wall and CPU seconds against its target
    (:data:`SCALE_TARGETS_S`), rounds, preemptions, migrations and planning time. Each
    policy runs in its own process, ``--workers`` at a time, stopped after ``--cpu-limit``
-   CPU seconds; ``--write`` puts the table into docs/benchmarks.md.
+   CPU seconds; ``--write`` puts the table into docs/benchmarks.md. A name may carry one
+   parameter, e.g. ``gavel.warm_from=0``.
 
     .venv/bin/python bench/bench_sim.py [--gavel-data DIR] [--skip-large]
     .venv/bin/python bench/bench_sim.py --scale [--policies a,b] [--workers K]
@@ -162,7 +163,13 @@ def scale_one(name: str, data: Path) -> dict[str, Any]:
             SCALE_JOBS, model, mean_interarrival_s=SCALE_INTERARRIVAL_S, seed=SCALE_SEED
         )
     ]
-    policy = make_policy(name)
+    policy_name, _, setting = name.partition(".")
+    params: dict[str, Any] = {}
+    if setting:
+        # POLICY.PARAM=NUMBER, e.g. gavel.warm_from=0
+        key, _, value = setting.partition("=")
+        params[key] = float(value) if "." in value else int(value)
+    policy = make_policy(policy_name, **params)
     wall, cpu = time.perf_counter(), time.process_time()
     result = simulate(policy, jobs, cluster, model, SimConfig())
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -183,7 +190,7 @@ def scale_one(name: str, data: Path) -> dict[str, Any]:
 
 
 def target_s(name: str) -> float:
-    return SCALE_TARGETS_S.get(name, RESEARCH_TARGET_S)
+    return SCALE_TARGETS_S.get(name.partition(".")[0], RESEARCH_TARGET_S)
 
 
 def run_scale(names: list[str], data: Path, workers: int, cpu_limit: int) -> list[dict[str, Any]]:

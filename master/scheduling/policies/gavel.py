@@ -157,6 +157,11 @@ class GavelPolicy:
         self._min_recompute_s = min_recompute_s
         self._efficiency_weight = efficiency_weight
         self._lp = MaxMinLp(efficiency_weight=efficiency_weight)
+        self._rates_model: object = None
+        self._rates_types: frozenset[str] = frozenset()
+        self._rates: dict[
+            tuple[str, int, frozenset[str], frozenset[str] | None], tuple[tuple[str, float], ...]
+        ] = {}
         self._allocation: dict[int, dict[str, float]] = {}
         self._solved_for: frozenset[int] = frozenset()
         self._solved_capacity: dict[str, int] = {}
@@ -212,12 +217,26 @@ class GavelPolicy:
         if not due:
             return
         model = snapshot.throughput
-        thr = {
-            (job.id, t): model.throughput(job.job_type, t, job.num_gpus)
-            for job in snapshot.jobs
-            for t in capacity
-            if job.allows(t)
-        }
+        types = frozenset(capacity)
+        if model is not self._rates_model or types != self._rates_types:
+            # Rates per kind of job, kept while the model object and the cluster's types
+            # stay (the daemon swaps in a new model when measurements change it).
+            self._rates_model = model
+            self._rates_types = types
+            self._rates = {}
+        thr: dict[tuple[int, str], float] = {}
+        for job in snapshot.jobs:
+            kind = (job.job_type, job.num_gpus, job.allowed_gpu_types, job.memory_gpu_types)
+            rates = self._rates.get(kind)
+            if rates is None:
+                rates = tuple(
+                    (t, model.throughput(job.job_type, t, job.num_gpus))
+                    for t in sorted(capacity)
+                    if job.allows(t)
+                )
+                self._rates[kind] = rates
+            for t, rate in rates:
+                thr[(job.id, t)] = rate
         if len(snapshot.jobs) >= self._warm_from:
             self._allocation = self._lp.solve(snapshot.jobs, capacity, thr)
         else:
