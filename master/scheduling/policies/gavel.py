@@ -137,6 +137,30 @@ def solve_max_min(
     return result
 
 
+_Kind = tuple[str, int, frozenset[str], frozenset[str] | None]
+
+
+class _RateCache:
+    """Throughputs per kind of job (type, GPU count, allowed types), kept while the model
+    object and the cluster's types stay (the daemon swaps in a new model when measurements
+    change it). A copy starts empty: the model it would hold cannot be copied."""
+
+    def __init__(self) -> None:
+        self._model: object = None
+        self._types: frozenset[str] = frozenset()
+        self._rates: dict[_Kind, tuple[tuple[str, float], ...]] = {}
+
+    def __reduce__(self) -> tuple[type[_RateCache], tuple[()]]:
+        return _RateCache, ()  # copies and pickles start empty
+
+    def kept_for(
+        self, model: object, types: frozenset[str]
+    ) -> dict[_Kind, tuple[tuple[str, float], ...]]:
+        if model is not self._model or types != self._types:
+            self._model, self._types, self._rates = model, types, {}
+        return self._rates
+
+
 class GavelPolicy:
     name = NAME
 
@@ -157,11 +181,7 @@ class GavelPolicy:
         self._min_recompute_s = min_recompute_s
         self._efficiency_weight = efficiency_weight
         self._lp = MaxMinLp(efficiency_weight=efficiency_weight)
-        self._rates_model: object = None
-        self._rates_types: frozenset[str] = frozenset()
-        self._rates: dict[
-            tuple[str, int, frozenset[str], frozenset[str] | None], tuple[tuple[str, float], ...]
-        ] = {}
+        self._rates = _RateCache()
         self._allocation: dict[int, dict[str, float]] = {}
         self._solved_for: frozenset[int] = frozenset()
         self._solved_capacity: dict[str, int] = {}
@@ -217,24 +237,18 @@ class GavelPolicy:
         if not due:
             return
         model = snapshot.throughput
-        types = frozenset(capacity)
-        if model is not self._rates_model or types != self._rates_types:
-            # Rates per kind of job, kept while the model object and the cluster's types
-            # stay (the daemon swaps in a new model when measurements change it).
-            self._rates_model = model
-            self._rates_types = types
-            self._rates = {}
+        cache = self._rates.kept_for(model, frozenset(capacity))
         thr: dict[tuple[int, str], float] = {}
         for job in snapshot.jobs:
             kind = (job.job_type, job.num_gpus, job.allowed_gpu_types, job.memory_gpu_types)
-            rates = self._rates.get(kind)
+            rates = cache.get(kind)
             if rates is None:
                 rates = tuple(
                     (t, model.throughput(job.job_type, t, job.num_gpus))
                     for t in sorted(capacity)
                     if job.allows(t)
                 )
-                self._rates[kind] = rates
+                cache[kind] = rates
             for t, rate in rates:
                 thr[(job.id, t)] = rate
         if len(snapshot.jobs) >= self._warm_from:
