@@ -100,6 +100,7 @@ def diff(
     if snapshot is not None:
         _apply_hysteresis(current, planned, snapshot, hysteresis)
     actions: list[Action] = []
+    holders: dict[GpuSlot, list[int]] | None = None  # built on the first stop
     for job_id in sorted(set(current) | set(planned)):
         old = current.get(job_id)
         new = planned.get(job_id)
@@ -107,12 +108,12 @@ def diff(
         if old is None and new is not None:
             actions.append(Action(ActionKind.START, job_id, new, None, reason))
         elif old is not None and new is None:
-            taken = set(old.slots)
-            takers = tuple(
-                other
-                for other, alloc in sorted(planned.items())
-                if not taken.isdisjoint(alloc.slots)
-            )
+            if holders is None:
+                holders = {}
+                for other, alloc in planned.items():
+                    for slot in alloc.slots:
+                        holders.setdefault(slot, []).append(other)
+            takers = tuple(sorted({o for slot in old.slots for o in holders.get(slot, ())}))
             actions.append(Action(ActionKind.STOP, job_id, None, old, reason, takers))
         elif old is not None and new is not None:
             if old == new:
@@ -143,7 +144,7 @@ def _apply_hysteresis(
     snapshot: Snapshot,
     hysteresis: Hysteresis,
 ) -> None:
-    usable = {gpu.slot for gpu in snapshot.cluster.usable_gpus()}
+    usable = snapshot.cluster.usable_by_slot()
     claimed: dict[GpuSlot, int] = {}
     for job_id, alloc in planned.items():
         for slot in alloc.slots:

@@ -36,10 +36,26 @@ class FreeGpus:
             for t, buckets in cluster.free_buckets_template.items()
         }
         self._count: dict[str, int] = cluster.capacity_by_type()
-        for slot in set(used):
+        # Grouped by server, so each server's free count moves once.
+        by_node: dict[tuple[str, str], set[int]] = {}
+        for slot in used:
             gpu = self._types.get(slot)
             if gpu is not None:
-                self._remove(gpu.type, slot)
+                by_node.setdefault((gpu.type, slot.node), set()).add(slot.index)
+        for (gpu_type, node), indices in by_node.items():
+            self._drop(gpu_type, node, indices)
+
+    def _drop(self, gpu_type: str, node: str, gone: set[int]) -> None:
+        """Mark the free GPUs ``gone`` of ``node`` as taken (those not free are skipped)."""
+        indices = self._nodes[gpu_type].get(node)
+        if indices is None:
+            return
+        left = tuple(i for i in indices if i not in gone)
+        if len(left) == len(indices):
+            return
+        self._nodes[gpu_type][node] = left
+        self._move(gpu_type, node, len(indices), len(left))
+        self._count[gpu_type] -= len(indices) - len(left)
 
     def _remove(self, gpu_type: str, slot: GpuSlot) -> bool:
         indices = self._nodes[gpu_type].get(slot.node)
@@ -201,13 +217,23 @@ class FreeGpus:
 
     def take_slots(self, slots: Iterable[GpuSlot]) -> bool:
         """Take exactly these GPUs if all are free (all or nothing)."""
-        taken: list[GpuSlot] = []
+        slots = tuple(slots)
+        if len(slots) == 1:  # most jobs: nothing to group
+            gpu = self._types.get(slots[0])
+            return gpu is not None and self._remove(gpu.type, slots[0])
+        # Grouped by server, so a job's GPUs on one server move its free count once.
+        by_node: dict[tuple[str, str], list[int]] = {}
         for slot in slots:
             gpu = self._types.get(slot)
-            if gpu is None or not self._remove(gpu.type, slot):
-                self.release(taken)
+            if gpu is None:
                 return False
-            taken.append(slot)
+            by_node.setdefault((gpu.type, slot.node), []).append(slot.index)
+        for (gpu_type, node), wanted in by_node.items():
+            indices = self._nodes[gpu_type].get(node, ())
+            if len(set(wanted)) != len(wanted) or not set(wanted) <= set(indices):
+                return False
+        for (gpu_type, node), wanted in by_node.items():
+            self._drop(gpu_type, node, set(wanted))
         return True
 
     def release(self, slots: Iterable[GpuSlot]) -> None:

@@ -54,6 +54,15 @@ def notify_completion(policy: Policy, job: JobView, iterations: float, now: floa
         policy.observe_completion(job, iterations, now)
 
 
+def stable_when_settled(policy: Policy) -> bool:
+    """Whether ``policy`` declares (attribute ``stable_when_settled``) that a settled round
+    needs no plan: when every job it is shown runs where it ran, and no job arrived or
+    left since its last plan, that plan would keep every job where it is and change none of
+    its state (no random draw, no bookkeeping by time). A simulator may then carry the
+    round over without calling it; the policy's plans stay exactly the same."""
+    return bool(getattr(policy, "stable_when_settled", False))
+
+
 def learns(policy: Policy) -> bool:
     """Whether ``policy`` learns from completed jobs (see :class:`CompletionObserver`)."""
     return isinstance(policy, CompletionObserver)

@@ -268,6 +268,30 @@ class JobView:
             if not isinstance(value, MappingProxyType):
                 object.__setattr__(self, name, MappingProxyType(dict(value)))
 
+    def progressed(
+        self,
+        *,
+        iterations_done: float,
+        attained_service: float,
+        gpu_seconds_by_type: MappingProxyType[str, float],
+        run_seconds: float,
+        current: Allocation | None,
+    ) -> JobView:
+        """This view after the job ran or stopped: the same job with new progress.
+
+        The fields checked at construction are all kept, so the copy skips the checks: a
+        simulator makes one per running job per round.
+        """
+        view = object.__new__(JobView)
+        fields = view.__dict__
+        fields.update(self.__dict__)
+        fields["iterations_done"] = iterations_done
+        fields["attained_service"] = attained_service
+        fields["gpu_seconds_by_type"] = gpu_seconds_by_type
+        fields["run_seconds"] = run_seconds
+        fields["current"] = current
+        return view
+
     def __deepcopy__(self, memo: dict[int, object]) -> JobView:
         # Immutable: a policy's copy (the round tries copies to find the jobs a failing
         # policy fails on) may share it, and its read-only mappings cannot be copied.
@@ -314,8 +338,11 @@ class Snapshot:
         memory = self.cluster.memory_by_type
         jobs = []
         for job in self.jobs:
+            if job.memory_bytes_per_gpu <= 0:
+                jobs.append(job)  # no memory request: every type fits
+                continue
             usable = fitting_types(job.memory_bytes_per_gpu, memory)
-            restricted = job.memory_bytes_per_gpu > 0 and usable != job.memory_gpu_types
+            restricted = usable != job.memory_gpu_types
             jobs.append(replace(job, memory_gpu_types=usable) if restricted else job)
         object.__setattr__(self, "jobs", tuple(jobs))
 
@@ -340,7 +367,7 @@ class Snapshot:
         """Why a job that got no GPUs waits: ``policy_reason``, unless memory alone keeps
         it waiting (then that), with a note when its memory request rules GPUs out."""
         job = self._job_by_id.get(job_id)
-        if job is None:
+        if job is None or job.memory_bytes_per_gpu <= 0:
             return policy_reason
         memory = memory_wait_reason(
             job.memory_bytes_per_gpu,

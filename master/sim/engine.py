@@ -16,6 +16,13 @@ that finishes mid-round while others wait ends the round ``early_round_delay_s``
 its exit, as the daemon's early round does (``Settings.early_rounds``), so GPUs freed
 mid-round are not idle until the round's nominal end.
 
+Settled rounds: when every active job was placed in the last round and none arrived or
+finished since, a policy that declares its plan stable then
+(:func:`master.scheduling.policy.stable_when_settled`: fifo, srtf, las without starvation
+promotion) is not asked; the round carries every placement over, at the cost of a dict.
+Its plans and so the results are exactly those of asking it. Runs with an ``on_round``
+observer or fair share, and policies that learn, decide every round.
+
 Sharing: two allocations that name each other in ``shared_with`` progress at the
 profile's co-location throughputs; without a figure for the pair each gets half its
 isolated speed (plain time slicing). HadarE copies: the job's progress is the sum of its
@@ -33,7 +40,7 @@ from types import MappingProxyType
 from master.scheduling.diff import Hysteresis
 from master.scheduling.fairshare import FairShareConfig, decay_factor
 from master.scheduling.plan import Allocation, GpuSlot, Plan
-from master.scheduling.policy import Policy
+from master.scheduling.policy import Policy, learns, stable_when_settled
 from master.scheduling.rates import allocation_throughput
 from master.scheduling.round import (
     CompletedJob,
@@ -388,6 +395,15 @@ class Simulator:
         # A job that neither ran nor was stopped since the last round looks the same.
         if job.view is not None:
             return job.view
+        if job.seen is not None:
+            job.view = job.seen.progressed(
+                iterations_done=job.done,
+                attained_service=job.attained,
+                gpu_seconds_by_type=MappingProxyType(dict(job.gpu_seconds)),
+                run_seconds=job.run_s,
+                current=job.current,
+            )
+            return job.view
         spec = job.spec
         job.view = JobView(
             id=spec.id,
@@ -503,7 +519,19 @@ class Simulator:
         usage: dict[str, float] = {}
         usage_at = now
         half_life = cfg.fair_share.half_life_s if cfg.fair_share is not None else 1.0
+        # A settled round (every active job placed in the last one, none arrived or left
+        # since) is carried over without deciding it, for a policy that declares its plan
+        # would keep every job where it is then (see stable_when_settled). Rounds observed
+        # through on_round, fair share and learning policies are always decided.
+        may_carry = (
+            stable_when_settled(self.policy)
+            and not learns(self.policy)
+            and self._on_round is None
+            and cfg.fair_share is None
+        )
+        settled = False
         while finished < len(jobs):
+            arrived = False
             while next_arrival < len(pending) and pending[next_arrival].spec.arrival_s <= now:
                 admitted = pending[next_arrival]
                 # Holds the running total at admission until the job finishes.
@@ -511,51 +539,64 @@ class Simulator:
                 admitted.admitted_at = now
                 active.append(admitted)
                 next_arrival += 1
+                arrived = True
             if not active:
                 now = pending[next_arrival].spec.arrival_s
                 continue
-            snapshot = Snapshot(
-                self.cluster,
-                tuple(job.view or self._view(job) for job in active),
-                round_index,
-                cfg.round_s,
-                self.model,
-            )
-            if usage:
-                decay = decay_factor(now - usage_at, half_life)
-                usage = {u: v * decay for u, v in usage.items()}
-            usage_at = now
-            state = RoundState(
-                snapshot, now, completed=completed, fair_share=cfg.fair_share, usage=usage
-            )
-            completed = ()
-            started = time.perf_counter()
-            decision = decide_round(state, self.policy, rules)
-            plan_ms = (time.perf_counter() - started) * 1000.0
-            if decision.fallback:
-                fallbacks += 1
-                if cfg.validate_plans:
-                    self._refuse(decision, round_index, now)
-            if decision.isolated:
-                isolated_rounds += 1
-                isolated_jobs.update(decision.isolated)
-                if cfg.validate_plans:
-                    job_id, exc = min(decision.isolated.items())
+            if may_carry and settled and not arrived and not completed:
+                # Carried over: every job keeps its placement, as the policy would decide.
+                started = time.perf_counter()
+                plan = Plan({job.spec.id: job.current for job in active if job.current is not None})
+                plan_ms = (time.perf_counter() - started) * 1000.0
+                settled = True
+            else:
+                snapshot = Snapshot(
+                    self.cluster,
+                    tuple(job.view or self._view(job) for job in active),
+                    round_index,
+                    cfg.round_s,
+                    self.model,
+                )
+                if usage:
+                    decay = decay_factor(now - usage_at, half_life)
+                    usage = {u: v * decay for u, v in usage.items()}
+                usage_at = now
+                state = RoundState(
+                    snapshot, now, completed=completed, fair_share=cfg.fair_share, usage=usage
+                )
+                completed = ()
+                started = time.perf_counter()
+                decision = decide_round(state, self.policy, rules)
+                plan_ms = (time.perf_counter() - started) * 1000.0
+                if decision.fallback:
+                    fallbacks += 1
+                    if cfg.validate_plans:
+                        self._refuse(decision, round_index, now)
+                if decision.isolated:
+                    isolated_rounds += 1
+                    isolated_jobs.update(decision.isolated)
+                    if cfg.validate_plans:
+                        job_id, exc = min(decision.isolated.items())
+                        raise SimulationError(
+                            f"policy {self.policy.name!r} failed on job {job_id} in round "
+                            f"{round_index} at t={now:.0f}s: {exc!r}"
+                        ) from exc
+                if decision.learn_errors and cfg.validate_plans:
+                    exc = decision.learn_errors[0]
                     raise SimulationError(
-                        f"policy {self.policy.name!r} failed on job {job_id} in round "
-                        f"{round_index} at t={now:.0f}s: {exc!r}"
+                        f"policy {self.policy.name!r} failed to learn from a completed job in "
+                        f"round {round_index} at t={now:.0f}s: {exc!r}"
                     ) from exc
-            if decision.learn_errors and cfg.validate_plans:
-                exc = decision.learn_errors[0]
-                raise SimulationError(
-                    f"policy {self.policy.name!r} failed to learn from a completed job in "
-                    f"round {round_index} at t={now:.0f}s: {exc!r}"
-                ) from exc
-            if self._on_round is not None:
-                self._on_round(state, decision)
-            # What runs this round: the plan as the round carried it out (hysteresis kept
-            # some jobs where they were), with the policy's reasons for the others.
-            plan = Plan(decision.placements, decision.plan.reasons)
+                if self._on_round is not None:
+                    self._on_round(state, decision)
+                # What runs this round: the plan as the round carried it out (hysteresis kept
+                # some jobs where they were), with the policy's reasons for the others.
+                plan = Plan(decision.placements, decision.plan.reasons)
+                settled = (
+                    not decision.fallback
+                    and not decision.isolated
+                    and len(plan.allocations) == len(active)
+                )
             round_end = now + cfg.round_s
             demand = max(1.0, sum(job.spec.num_gpus for job in active) / self._total_gpus)
             busy_until: dict[GpuSlot, float] = {}  # only for GPUs shared by two jobs
@@ -599,7 +640,8 @@ class Simulator:
                     job.view = None
                     job.current = None
             for job, alloc, begin, shared_rate, alone_rate, partner in placed:
-                job.seen = job.view
+                if job.view is not None:  # none built in a carried-over round
+                    job.seen = job.view
                 job.view = None
                 old = job.current
                 restarted = old is None or (old is not alloc and old != alloc)

@@ -9,6 +9,9 @@ Definitions (all times in seconds):
 - lower bound: each job alone on its fastest allowed GPU type from its arrival (no
   queueing, no overhead); its average JCT and makespan. HadarE copies can beat it, so
   for runs that used copies the bound with one copy per node is used.
+- planning time: wall time spent deciding rounds (the daemon's round function: the
+  policy's plan, its checks, the diff); total in seconds, per round mean, p99 and max in
+  milliseconds.
 - finish-time fairness (Themis rho): JCT divided by the time the job would need alone
   on a 1/c share of the cluster, where c is the average GPU demand of the active jobs
   over the cluster's GPUs during the job's life (at least 1); rho <= 1 is fair.
@@ -56,6 +59,8 @@ class Summary:
     rounds: int
     plan_ms_mean: float
     plan_ms_max: float
+    plan_ms_p99: float
+    planning_s: float
     lower_bound_avg_jct_s: float
     lower_bound_makespan_s: float
 
@@ -81,9 +86,12 @@ class Summary:
             "avg_queue_s": self.avg_queue_s,
             "rho_mean": self.rho_mean,
             "rho_max": self.rho_max,
+            "rounds": self.rounds,
             "preemptions": self.preemptions,
             "migrations": self.migrations,
+            "planning_s": self.planning_s,
             "plan_ms_mean": self.plan_ms_mean,
+            "plan_ms_p99": self.plan_ms_p99,
             "plan_ms_max": self.plan_ms_max,
             "jct_ratio_to_lower_bound": self.jct_ratio,
         }
@@ -126,6 +134,8 @@ def summarize(result: SimResult) -> Summary:
         rounds=len(result.rounds),
         plan_ms_mean=statistics.fmean(plan_ms) if plan_ms else 0.0,
         plan_ms_max=max(plan_ms, default=0.0),
+        plan_ms_p99=percentile(plan_ms, 99) if plan_ms else 0.0,
+        planning_s=math.fsum(plan_ms) / 1000.0,
         lower_bound_avg_jct_s=statistics.fmean(bounds),
         lower_bound_makespan_s=max(j.arrival_s + b for j, b in zip(jobs, bounds, strict=True))
         - first_arrival,

@@ -29,9 +29,11 @@ def comparison_table(summaries: Sequence[Summary]) -> Any:
         "util",
         "avg queue h",
         "rho mean",
+        "rounds",
         "preempt",
         "migrate",
-        "plan ms mean/max",
+        "plan s",
+        "plan ms mean/p99/max",
         "JCT / bound",
     ):
         table.add_column(header, justify="left" if header == "policy" else "right")
@@ -46,9 +48,11 @@ def comparison_table(summaries: Sequence[Summary]) -> Any:
             f"{s.utilization:.1%}",
             f"{s.avg_queue_s / HOUR:.2f}",
             f"{s.rho_mean:.2f}",
+            str(s.rounds),
             str(s.preemptions),
             str(s.migrations),
-            f"{s.plan_ms_mean:.1f}/{s.plan_ms_max:.1f}",
+            f"{s.planning_s:.2f}",
+            f"{s.plan_ms_mean:.1f}/{s.plan_ms_p99:.1f}/{s.plan_ms_max:.1f}",
             f"{s.jct_ratio:.2f}",
         )
     return table

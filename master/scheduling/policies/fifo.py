@@ -47,6 +47,12 @@ class FifoPolicy:
         self._last_decision: float | None = None
         self._decided_for: frozenset[int] = frozenset()
 
+    @property
+    def stable_when_settled(self) -> bool:
+        # Running jobs are pinned; with the same job set no admission time moves. Gavel's
+        # FIFO re-draws types, so its mode is not.
+        return self._compat is None
+
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
         if self._compat is not None:
             return self._compat.plan(snapshot, now)

@@ -15,11 +15,19 @@ type, so that "1" means "as fast as an equal share". Multiplying by ``n_j`` make
 on n GPUs receive 1/n of the time of a one-GPU job with equal throughput, i.e. equal
 GPU-time. A small ``efficiency_weight`` term also rewards total normalized throughput,
 which picks, among the max-min optimal vertices, one that does not leave GPUs idle.
-It is solved with SciPy's HiGHS.
+It is solved with SciPy's HiGHS from scratch while it holds fewer than ``warm_from``
+jobs (256 by default), where a solve takes milliseconds; from that size on it is kept
+from one solve to the next and warm-started from its last basis
+(:mod:`master.scheduling.policies._max_min_lp`), a few pivots instead of thousands. Both
+reach the same optimum; where
+several vertices are optimal (identical jobs may swap fractions) the warm-started one
+may differ from a cold solve's, so the threshold keeps small clusters' plans exactly
+what a fresh solve gives. ``warm_from=0`` warm-starts always.
 
 Weights are divided by the largest one, which scales the whole objective and so changes
-no optimal ``x``, and kept at least :data:`MIN_WEIGHT_RATIO` of it: a job with a
-millionth of another's weight is owed next to nothing by the max-min term either way,
+no optimal ``x``, and kept at least ``MIN_WEIGHT_RATIO`` (in
+:mod:`master.scheduling.policies._max_min_lp`) of it: a job with a millionth of another's
+weight is owed next to nothing by the max-min term either way,
 while coefficients spread wider make the solver fail (a weight of 5e-324 made them
 infinite).
 
@@ -46,15 +54,14 @@ from scipy.sparse import coo_matrix
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policies._greedy import current_slots_usable
+from master.scheduling.policies._max_min_lp import MIN_WEIGHT_RATIO, MaxMinLp
 from master.scheduling.views import JobView, Snapshot
 
 NAME = "gavel"
 
 _UNSEEN_PRIORITY = 1e9
-#: Smallest weight relative to the largest one the LP uses (see the module docstring): the
-#: priorities a job may ask for span 0.001 to 1000, fair share scales them by as little
-#: as a millionth more.
-MIN_WEIGHT_RATIO = 1e-6
+#: Jobs in the LP from which it is warm-started rather than solved from scratch.
+WARM_FROM = 256
 
 
 def solve_max_min(
@@ -130,16 +137,51 @@ def solve_max_min(
     return result
 
 
+_Kind = tuple[str, int, frozenset[str], frozenset[str] | None]
+
+
+class _RateCache:
+    """Throughputs per kind of job (type, GPU count, allowed types), kept while the model
+    object and the cluster's types stay (the daemon swaps in a new model when measurements
+    change it). A copy starts empty: the model it would hold cannot be copied."""
+
+    def __init__(self) -> None:
+        self._model: object = None
+        self._types: frozenset[str] = frozenset()
+        self._rates: dict[_Kind, tuple[tuple[str, float], ...]] = {}
+
+    def __reduce__(self) -> tuple[type[_RateCache], tuple[()]]:
+        return _RateCache, ()  # copies and pickles start empty
+
+    def kept_for(
+        self, model: object, types: frozenset[str]
+    ) -> dict[_Kind, tuple[tuple[str, float], ...]]:
+        if model is not self._model or types != self._types:
+            self._model, self._types, self._rates = model, types, {}
+        return self._rates
+
+
 class GavelPolicy:
     name = NAME
 
-    def __init__(self, *, min_recompute_s: float = 0.0, efficiency_weight: float = 1e-3) -> None:
+    def __init__(
+        self,
+        *,
+        min_recompute_s: float = 0.0,
+        efficiency_weight: float = 1e-3,
+        warm_from: int = WARM_FROM,
+    ) -> None:
         if min_recompute_s < 0:
             raise ValueError("min_recompute_s must be >= 0")
+        if warm_from < 0:
+            raise ValueError(f"warm_from must be >= 0, got {warm_from}")
+        self._warm_from = warm_from
         if efficiency_weight < 0:
             raise ValueError("efficiency_weight must be >= 0")
         self._min_recompute_s = min_recompute_s
         self._efficiency_weight = efficiency_weight
+        self._lp = MaxMinLp(efficiency_weight=efficiency_weight)
+        self._rates = _RateCache()
         self._allocation: dict[int, dict[str, float]] = {}
         self._solved_for: frozenset[int] = frozenset()
         self._solved_capacity: dict[str, int] = {}
@@ -148,6 +190,11 @@ class GavelPolicy:
         self._elapsed = 0.0
         self._last_now: float | None = None
         self.solves = 0
+
+    @property
+    def cold_solves(self) -> int:
+        """Times the kept (warm-started) LP was built from scratch."""
+        return self._lp.cold_solves
 
     @property
     def allocation(self) -> Mapping[int, Mapping[str, float]]:
@@ -190,15 +237,26 @@ class GavelPolicy:
         if not due:
             return
         model = snapshot.throughput
-        thr = {
-            (job.id, t): model.throughput(job.job_type, t, job.num_gpus)
-            for job in snapshot.jobs
-            for t in capacity
-            if job.allows(t)
-        }
-        self._allocation = solve_max_min(
-            snapshot.jobs, capacity, thr, efficiency_weight=self._efficiency_weight
-        )
+        cache = self._rates.kept_for(model, frozenset(capacity))
+        thr: dict[tuple[int, str], float] = {}
+        for job in snapshot.jobs:
+            kind = (job.job_type, job.num_gpus, job.allowed_gpu_types, job.memory_gpu_types)
+            rates = cache.get(kind)
+            if rates is None:
+                rates = tuple(
+                    (t, model.throughput(job.job_type, t, job.num_gpus))
+                    for t in sorted(capacity)
+                    if job.allows(t)
+                )
+                cache[kind] = rates
+            for t, rate in rates:
+                thr[(job.id, t)] = rate
+        if len(snapshot.jobs) >= self._warm_from:
+            self._allocation = self._lp.solve(snapshot.jobs, capacity, thr)
+        else:
+            self._allocation = solve_max_min(
+                snapshot.jobs, capacity, thr, efficiency_weight=self._efficiency_weight
+            )
         self.solves += 1
         self._solved_for = ids
         self._solved_capacity = capacity
@@ -303,5 +361,9 @@ class GavelPolicy:
         return Plan(allocations, reasons)
 
 
-def make(*, min_recompute_s: float = 0.0, efficiency_weight: float = 1e-3) -> GavelPolicy:
-    return GavelPolicy(min_recompute_s=min_recompute_s, efficiency_weight=efficiency_weight)
+def make(
+    *, min_recompute_s: float = 0.0, efficiency_weight: float = 1e-3, warm_from: int = WARM_FROM
+) -> GavelPolicy:
+    return GavelPolicy(
+        min_recompute_s=min_recompute_s, efficiency_weight=efficiency_weight, warm_from=warm_from
+    )

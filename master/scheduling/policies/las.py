@@ -48,6 +48,12 @@ class LasPolicy:
         # Views are immutable: a job's queue is recomputed only when its view changes.
         self._service_queue: dict[int, tuple[JobView, int]] = {}
 
+    @property
+    def stable_when_settled(self) -> bool:
+        # Every running job keeps its GPUs when all fit and nothing came or went; without
+        # starvation promotion, plan() then records nothing by time.
+        return self._starvation_s is None
+
     def queue_of(self, job: JobView, now: float) -> int:
         cached = self._service_queue.get(job.id)
         if cached is not None and cached[0] is job:

@@ -35,6 +35,9 @@ class SrtfPolicy:
     def __init__(self, *, seed: int = 0) -> None:
         self._rng = random.Random(seed)
 
+    #: Every running job keeps its GPUs when all fit (greedy, nothing drawn at random).
+    stable_when_settled = True
+
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
         del now
         pinned = [j for j in snapshot.jobs if j.current is not None and not j.preemptible]

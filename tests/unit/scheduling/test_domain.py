@@ -255,3 +255,49 @@ def test_registry_rejects_unknown_names() -> None:
     with pytest.raises(UnknownPolicyError, match="known policies"):
         make_policy("no-such-policy")
     assert names == sorted(names)
+
+
+def test_a_progressed_view_equals_one_built_with_the_new_progress() -> None:
+    """JobView.progressed keeps every fixed field and replaces only the progress ones: it
+    equals the view constructed from scratch with them, and leaves the original as it was."""
+    from types import MappingProxyType
+
+    base = JobView(
+        id=7,
+        job_type="resnet",
+        num_gpus=2,
+        total_iterations=100.0,
+        priority=2.0,
+        allowed_gpu_types=frozenset({"v100"}),
+        user="ann",
+        time_limit_s=50.0,
+        restart_s=3.0,
+    )
+    alloc = Allocation.on([GpuSlot("n0", 0), GpuSlot("n0", 1)], 1)
+    seconds = MappingProxyType({"v100": 40.0})
+    moved = base.progressed(
+        iterations_done=30.0,
+        attained_service=80.0,
+        gpu_seconds_by_type=seconds,
+        run_seconds=20.0,
+        current=alloc,
+    )
+    fresh = JobView(
+        id=7,
+        job_type="resnet",
+        num_gpus=2,
+        total_iterations=100.0,
+        priority=2.0,
+        allowed_gpu_types=frozenset({"v100"}),
+        user="ann",
+        time_limit_s=50.0,
+        restart_s=3.0,
+        iterations_done=30.0,
+        attained_service=80.0,
+        gpu_seconds_by_type=seconds,
+        run_seconds=20.0,
+        current=alloc,
+    )
+    assert moved == fresh
+    assert base.iterations_done == 0.0 and base.current is None
+    assert base.gpu_seconds_by_type == {}

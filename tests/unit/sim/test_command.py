@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from master.scheduling.policy import make_policy
+from master.scheduling.throughput import ThroughputModel
 from master.sim import command
+from master.sim.cluster_spec import build_cluster
+from master.sim.engine import SimConfig, simulate
+from master.sim.trace import read_trace
 from tests.unit.sim.gavel_data import THROUGHPUTS, TRACES
 
 SMALL = TRACES / "artifact_evaluation.trace"
@@ -49,9 +54,12 @@ def test_json_output_has_the_documented_fields(capsys: pytest.CaptureFixture[str
         "makespan_s",
         "utilization",
         "avg_queue_s",
+        "rounds",
         "preemptions",
         "migrations",
+        "planning_s",
         "plan_ms_mean",
+        "plan_ms_p99",
         "plan_ms_max",
     }
     assert [r["policy"] for r in doc["results"]] == ["fifo", "gavel"]
@@ -61,6 +69,32 @@ def test_json_output_has_the_documented_fields(capsys: pytest.CaptureFixture[str
         assert result["avg_jct_s"] >= doc["lower_bound"]["avg_jct_s"]
         assert 0 < result["utilization"] <= 1
     assert set(doc["lower_bound"]) == {"avg_jct_s", "makespan_s"}
+
+
+def test_json_counts_rounds_moves_and_planning_time(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json reports, per policy, the rounds decided, the jobs' preemptions and migrations
+    summed, and the planning time: its total is the per-round mean times the rounds, and
+    the per-round p99 lies between the mean's floor (0) and the max."""
+    argv = base("--policy", "las,gavel", "--json", "--round", "120")
+    assert run(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    trace = read_trace(SMALL)
+    cluster = build_cluster("v100:2,p100:0,k80:4")
+    model = ThroughputModel.from_gavel_json(THROUGHPUTS)
+    for result in doc["results"]:
+        direct = simulate(
+            make_policy(result["policy"]), trace, cluster, model, SimConfig(round_s=120.0)
+        )
+        assert result["rounds"] == len(direct.rounds) > 0
+        assert result["preemptions"] == sum(j.preemptions for j in direct.jobs)
+        assert result["migrations"] == sum(j.migrations for j in direct.jobs)
+        assert result["planning_s"] == pytest.approx(
+            result["plan_ms_mean"] * result["rounds"] / 1000.0
+        )
+        assert 0 < result["plan_ms_mean"] <= result["plan_ms_max"]
+        assert 0 < result["plan_ms_p99"] <= result["plan_ms_max"]
+    # Time slicing on a crowded cluster stops jobs: the counts are not trivially zero.
+    assert any(r["preemptions"] > 0 for r in doc["results"])
 
 
 def test_table_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,233 @@
+"""Gavel's max-min fairness LP, kept between solves and warm-started.
+
+The LP (see :mod:`master.scheduling.policies.gavel` for its definition) has, per job, one
+column per allowed GPU type and two rows (its normalized throughput bounds the max-min
+variable ``t``; its time fractions sum to at most 1), plus one capacity row per type.
+From one round to the next only a few jobs arrive or leave, so instead of building and
+solving a new LP each time, :class:`MaxMinLp` keeps one HiGHS model: it deletes the rows
+and columns of the jobs that left, appends those of the jobs that arrived, rescales the
+efficiency term of the objective, and re-runs the simplex from the last optimal basis. A
+handful of pivots then replaces thousands: at 1,500 jobs, a re-solve after a few
+arrivals and departures took 14 ms where a cold solve took 0.7-1.4 s on the same machine.
+
+Warm starting changes no optimum: the max-min value and the efficiency term are the same
+as a cold solve's. Where the LP has several optimal vertices (identical jobs can swap
+their fractions), the one reached from the last basis may differ from a cold solve's;
+the same sequence of job sets always gives the same fractions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import highspy
+import numpy as np
+
+from master.scheduling.views import JobView
+
+#: Smallest weight relative to the largest one the LP uses (see gavel's module docstring):
+#: the priorities a job may ask for span 0.001 to 1000, fair share scales them by as little
+#: as a millionth more.
+MIN_WEIGHT_RATIO = 1e-6
+#: Time fractions below this are read as 0.
+_ZERO = 1e-9
+
+_INF = highspy.kHighsInf
+_OPTIMAL = highspy.HighsModelStatus.kOptimal
+
+# A job's part of the LP: (GPU count, ((type index, coefficient), ...)).
+_Columns = tuple[int, tuple[tuple[int, float], ...]]
+
+
+class MaxMinLp:
+    """One max-min fairness LP, updated in place as jobs come and go (see the module
+    docstring). ``solve`` returns the time fractions ``{job id: {type: x}}``."""
+
+    def __init__(self, *, efficiency_weight: float = 1e-3) -> None:
+        if efficiency_weight < 0:
+            raise ValueError("efficiency_weight must be >= 0")
+        self._efficiency_weight = efficiency_weight
+        self._scale: tuple[tuple[tuple[str, int], ...], float] | None = None
+        self._types: tuple[str, ...] = ()
+        self._model = _new_model()
+        self._parts: dict[int, _Columns] = {}
+        # Per column after ``t`` (column 0): its job and type index; per row after the
+        # capacity rows: its job.
+        self._col_job: list[int] = []
+        self._col_type: list[int] = []
+        self._col_coef: list[float] = []
+        self._row_job: list[int] = []
+        #: Simplex iterations of the last solve (a warm re-solve takes a few).
+        self.iterations = 0
+        #: Solves that started from scratch (first solve, new capacity or weights, failure).
+        self.cold_solves = 0
+
+    def __reduce__(self) -> tuple[type[MaxMinLp], tuple[()], dict[str, float]]:
+        # A copy (the round plans with copies of a failing policy; pickling) starts cold:
+        # HiGHS's model cannot be copied, and a cold solve reaches the same optimum.
+        return MaxMinLp, (), {"_efficiency_weight": self._efficiency_weight}
+
+    def __setstate__(self, state: dict[str, float]) -> None:
+        self._efficiency_weight = state["_efficiency_weight"]
+
+    def solve(
+        self,
+        jobs: Sequence[JobView],
+        capacity: Mapping[str, int],
+        throughput: Mapping[tuple[int, str], float],
+    ) -> dict[int, dict[str, float]]:
+        types = tuple(sorted(t for t, c in capacity.items() if c > 0))
+        result: dict[int, dict[str, float]] = {job.id: {} for job in jobs}
+        total = float(sum(capacity[t] for t in types))
+        if not jobs or total == 0:
+            return result
+        heaviest = max(job.priority for job in jobs)
+        scale = (tuple((t, capacity[t]) for t in types), heaviest)
+        wanted: dict[int, _Columns] = {}
+        for job in jobs:
+            part = _columns(job, types, capacity, total, heaviest, throughput)
+            if part[1]:
+                wanted[job.id] = part
+        if not wanted:
+            return result
+        if scale != self._scale:
+            self._reset(scale, types)
+        gone = {job_id for job_id, part in self._parts.items() if wanted.get(job_id) != part}
+        if gone:
+            self._remove(gone)
+        self._add({job_id: part for job_id, part in wanted.items() if job_id not in self._parts})
+        if not self._run():
+            # A model the simplex could not finish from its basis: once more from scratch.
+            parts = dict(self._parts)
+            self._reset(scale, types)
+            self._add(parts)
+            if not self._run():
+                status = self._model.modelStatusToString(self._model.getModelStatus())
+                self._reset(None, ())
+                raise RuntimeError(f"gavel: the allocation LP failed: {status}")
+        values = np.clip(np.asarray(self._model.getSolution().col_value)[1:], 0.0, 1.0)
+        for col in np.flatnonzero(values > _ZERO):
+            result[self._col_job[col]][types[self._col_type[col]]] = float(values[col])
+        return result
+
+    def _reset(
+        self, scale: tuple[tuple[tuple[str, int], ...], float] | None, types: tuple[str, ...]
+    ) -> None:
+        self._scale = scale
+        self._types = types
+        self._model = _new_model()
+        self._parts = {}
+        self._col_job, self._col_type, self._col_coef, self._row_job = [], [], [], []
+        self.cold_solves += 1
+        model = self._model
+        model.addCol(-1.0, 0.0, _INF, 0, np.empty(0, np.int32), np.empty(0))  # t
+        if scale is None:
+            return
+        for _, count in scale[0]:
+            model.addRow(-_INF, float(count), 0, np.empty(0, np.int32), np.empty(0))
+
+    def _remove(self, job_ids: set[int]) -> None:
+        cols = [i for i, j in enumerate(self._col_job) if j in job_ids]
+        rows = [i for i, j in enumerate(self._row_job) if j in job_ids]
+        offset = len(self._types)
+        # Column 0 is t and the first rows are the capacities: neither is ever deleted.
+        self._model.deleteCols(len(cols), np.asarray(cols, np.int32) + 1)
+        self._model.deleteRows(len(rows), np.asarray(rows, np.int32) + offset)
+        keep = [j not in job_ids for j in self._col_job]
+        self._col_job = [j for j, k in zip(self._col_job, keep, strict=True) if k]
+        self._col_type = [t for t, k in zip(self._col_type, keep, strict=True) if k]
+        self._col_coef = [c for c, k in zip(self._col_coef, keep, strict=True) if k]
+        self._row_job = [j for j in self._row_job if j not in job_ids]
+        for job_id in job_ids:
+            self._parts.pop(job_id, None)
+
+    def _add(self, parts: Mapping[int, _Columns]) -> None:
+        if not parts:
+            return
+        model = self._model
+        first_row = model.getNumRow()
+        # Two rows per job: "t - sum coef x <= 0" (its entry in t now, the x entries with
+        # the columns) and "sum x <= 1".
+        count = 2 * len(parts)
+        lower = np.full(count, -_INF)
+        upper = np.tile(np.array([0.0, 1.0]), len(parts))
+        starts = np.repeat(np.arange(len(parts), dtype=np.int32), 2) + np.tile(
+            np.array([0, 1], np.int32), len(parts)
+        )
+        model.addRows(
+            count,
+            lower,
+            upper,
+            len(parts),
+            starts,
+            np.zeros(len(parts), np.int32),
+            np.ones(len(parts)),
+        )
+        col_starts: list[int] = []
+        indices: list[int] = []
+        values: list[float] = []
+        for k, (job_id, (num_gpus, columns)) in enumerate(parts.items()):
+            fair = first_row + 2 * k
+            self._row_job += [job_id, job_id]
+            for type_index, coef in columns:
+                col_starts.append(len(indices))
+                indices += [fair, fair + 1, type_index]
+                values += [-coef, 1.0, float(num_gpus)]
+                self._col_job.append(job_id)
+                self._col_type.append(type_index)
+                self._col_coef.append(coef)
+            self._parts[job_id] = (num_gpus, columns)
+        new = len(col_starts)
+        model.addCols(
+            new,
+            np.zeros(new),
+            np.zeros(new),
+            np.ones(new),
+            len(indices),
+            np.asarray(col_starts, np.int32),
+            np.asarray(indices, np.int32),
+            np.asarray(values),
+        )
+
+    def _run(self) -> bool:
+        model = self._model
+        n = len(self._col_coef)
+        # The efficiency term is averaged over the jobs, so every cost moves with their count.
+        costs = np.empty(n + 1)
+        costs[0] = -1.0
+        costs[1:] = np.asarray(self._col_coef) * (-self._efficiency_weight / len(self._parts))
+        model.changeColsCost(n + 1, np.arange(n + 1, dtype=np.int32), costs)
+        model.run()
+        self.iterations = int(model.getInfo().simplex_iteration_count)
+        return bool(model.getModelStatus() == _OPTIMAL)
+
+
+def _new_model() -> highspy.Highs:
+    model = highspy.Highs()  # type: ignore[no-untyped-call]  # its __init__ is unannotated
+    model.setOptionValue("output_flag", False)
+    # A warm basis makes presolve pointless (and it would discard the basis).
+    model.setOptionValue("presolve", "off")
+    model.setOptionValue("solver", "simplex")
+    return model
+
+
+def _columns(
+    job: JobView,
+    types: tuple[str, ...],
+    capacity: Mapping[str, int],
+    total: float,
+    heaviest: float,
+    throughput: Mapping[tuple[int, str], float],
+) -> _Columns:
+    """The job's coefficients per allowed type: its throughput there, times its GPU count,
+    over its weight times its throughput on an equal share of every type."""
+    rates = [throughput.get((job.id, t), 0.0) for t in types]
+    equal_share = sum(r * capacity[t] / total for r, t in zip(rates, types, strict=True))
+    if equal_share <= 0:
+        return job.num_gpus, ()
+    weight = max(job.priority / heaviest, MIN_WEIGHT_RATIO)
+    return job.num_gpus, tuple(
+        (k, r * job.num_gpus / (weight * equal_share))
+        for k, (r, t) in enumerate(zip(rates, types, strict=True))
+        if r > 0 and job.num_gpus <= capacity[t]
+    )
