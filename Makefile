@@ -4,6 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 TORCH_VERSION := 2.13.0
+# Test files run on two processes (pytest-xdist), each file's tests on one of them so that a
+# file's shared cluster stays shared: the e2e tests spend much of their time waiting on real
+# processes (heartbeat timeouts, leases, paced fake GPUs), which the other process overlaps,
+# and the CPU-bound unit tests use both cores. `make test PARALLEL=` runs everything in
+# one process.
+PARALLEL ?= -n 2 --dist loadfile
 
 .PHONY: setup test lint typecheck unit protos demo clean bench gpu-check browser
 
@@ -43,7 +49,7 @@ test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest $(PARALLEL)
 
 protos: setup
 	$(BIN)/python -m protos.generate

@@ -302,7 +302,9 @@ def test_a_standby_takes_over_from_a_master_frozen_inside_a_write(tmp_path: Path
     and renews no more. The server ends that transaction once it has been idle for a lease
     period, so the standby leads within two lease periods instead of waiting for the
     writer; the write, resumed, commits nothing, and the old master has stopped acting."""
-    lease_s, renew_s = 2.0, 0.5
+    # The takeover waits for PostgreSQL to end the idle transaction, then for the standby's
+    # next try: a 2 s lease left too little room for those on a busy machine (5.1 s).
+    lease_s, renew_s = 4.0, 1.0
     with temporary_database_url("postgresql", tmp_path) as url:
         cluster = Cluster(url, tmp_path)
         standby_db = Database(url)
