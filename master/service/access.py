@@ -54,6 +54,11 @@ SERVICE_ACCESS: tuple[tuple[ServiceDescriptor, Access], ...] = (
 
 # Workers act for the cluster, not for a person.
 WORKER = Caller(user="", admin=False)
+# The workers' calls that wait for the store; heartbeats and registrations are not among them.
+WORKER_REPORTS = frozenset(
+    f"/{coordinator_pb2.DESCRIPTOR.services_by_name['Coordinator'].full_name}/{name}"
+    for name in ("ReportProgress", "TaskExited", "ReportProfile")
+)
 
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("hadar_caller")
 
@@ -144,7 +149,9 @@ class AccessInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                 raise PermissionDeniedError(f"{path} is open to nobody")
             if access is Access.WORKER:
                 self._auth.worker(metadata(context))
-                return WORKER, None
+                if self._admission is None or path not in WORKER_REPORTS:
+                    return WORKER, None
+                return WORKER, self._admission.enter_report()
             caller = self._auth.user(metadata(context))
             if self._admission is None:
                 return caller, None

@@ -10,8 +10,11 @@ healthy nodes lost. So user calls are admitted against caps before they run:
 - overall: open streams (`max_streams`) and unary calls in flight (`grpc_threads`), so the
   server's pool always keeps `worker_rpc_threads` threads that no user call can take.
 
-A call past a cap is refused at once with RESOURCE_EXHAUSTED naming the cap; workers' calls
-are never refused here, they only ever find a free thread.
+A call past a cap is refused at once with RESOURCE_EXHAUSTED naming the cap. Of the workers'
+calls, heartbeats and registrations are never refused; their reports (progress, exits,
+profiles) take at most half the workers' threads, so that while reports wait for the store
+(behind a round's write, say) heartbeats still find a thread and no node is taken for lost.
+A report refused is kept by its agent and sent again later.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from master.errors import ResourceExhaustedError
 
 # Health checks and reflection: answered quickly, from their own few threads.
 OPEN_CALL_THREADS = 4
+# The ticket holder of a worker's report (no user name can be empty).
+REPORTS = ""
 # How soon a refused caller may try again: a unary call frees its slot within milliseconds.
 RETRY_AFTER_S = 0.1
 
@@ -34,6 +39,11 @@ class AdmissionLimits:
     streams: int
     calls: int
     worker_threads: int
+
+    @property
+    def worker_reports(self) -> int:
+        """Workers' reports served at once; the other worker threads stay for heartbeats."""
+        return max(1, self.worker_threads // 2)
 
     @property
     def pool_threads(self) -> int:
@@ -58,6 +68,7 @@ class Admission:
         self._calls: dict[str, int] = {}
         self._open_streams = 0
         self._open_calls = 0
+        self._open_reports = 0
 
     def enter(self, user: str, *, streaming: bool) -> Ticket:
         """Admit a call of `user`, or raise ResourceExhaustedError naming the cap it hit."""
@@ -98,11 +109,28 @@ class Admission:
                 self._open_calls += 1
         return Ticket(user, streaming)
 
+    def enter_report(self) -> Ticket:
+        """Admit a worker's report, or raise ResourceExhaustedError when as many are being
+        served as may be (the worker sends it again later)."""
+        with self._lock:
+            if self._open_reports >= self.limits.worker_reports:
+                raise ResourceExhaustedError(
+                    f"the master is serving {self._open_reports} worker reports, the most it "
+                    f"serves at once (half of worker_rpc_threads = "
+                    f"{self.limits.worker_threads}); send it again shortly",
+                    retry_after_s=RETRY_AFTER_S,
+                )
+            self._open_reports += 1
+        return Ticket(REPORTS, streaming=False)
+
     def leave(self, ticket: Ticket) -> None:
         with self._lock:
             if ticket.released:
                 return
             ticket.released = True
+            if ticket.user == REPORTS:
+                self._open_reports -= 1
+                return
             counts = self._streams if ticket.streaming else self._calls
             left = counts[ticket.user] - 1
             if left:

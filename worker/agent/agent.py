@@ -509,6 +509,10 @@ class WorkerAgent:
                 log.error("progress_refused", error=str(exc))
                 self.supervisor.mark_reported(reports)
                 return True
+            if exc.busy:
+                # The master serves as many reports as it may: these go with the next ones.
+                log.info("progress_deferred", error=str(exc))
+                return True
             self._lost(exc, "progress")
             return False
         self.supervisor.mark_reported(reports)
@@ -533,6 +537,10 @@ class WorkerAgent:
                     )
                     self._state.ack_exit((report.job_id, report.task_index, report.lease))
                     continue
+                if exc.busy:
+                    # Kept: sent again on the next pass, heartbeats going on meanwhile.
+                    log.info("exit_report_deferred", job=report.job_id, error=str(exc))
+                    return True
                 self._lost(exc, "exit report")
                 return False
             # Accepted or ignored as stale, the master has seen it: nothing to resend.

@@ -28,6 +28,12 @@ class MasterError(Exception):
         """The master refused this request for what it says: resending cannot help."""
         return self.code in _PERMANENT
 
+    @property
+    def busy(self) -> bool:
+        """The master is up and refused the request for now only (its cap on reports in
+        flight): it is to be sent again later, and the connection is not lost."""
+        return self.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
 
 class MasterClient(Protocol):
     def register(

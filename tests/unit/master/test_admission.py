@@ -67,3 +67,20 @@ def test_a_ticket_given_back_twice_counts_once() -> None:
 
 def test_the_pool_keeps_the_workers_threads_free_of_every_admitted_user_call() -> None:
     assert LIMITS.pool_threads == 3 + 4 + 5 + OPEN_CALL_THREADS
+
+
+def test_workers_reports_take_at_most_half_the_workers_threads() -> None:
+    """With five worker threads two reports are served at once; a third is refused naming
+    worker_rpc_threads, apart from any user's calls, and one given back lets the next in."""
+    admission = Admission(LIMITS)
+    first = admission.enter_report()
+    admission.enter_report()
+    with pytest.raises(ResourceExhaustedError, match=r"worker_rpc_threads = 5") as refused:
+        admission.enter_report()
+    assert refused.value.retry_after_s is not None
+    admission.enter("alice", streaming=False)  # users' calls count apart
+    admission.leave(first)
+    admission.leave(first)  # a second give-back counts for nothing
+    admission.enter_report()
+    with pytest.raises(ResourceExhaustedError):
+        admission.enter_report()
