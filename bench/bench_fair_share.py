@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.markdown import write_section
 from master.scheduling.fairshare import FairShareConfig
 from master.scheduling.policy import make_policy, policy_parameters
 from master.scheduling.throughput import ThroughputModel
@@ -163,17 +167,6 @@ def section(rows: list[tuple[str, float, float, float, float]]) -> list[str]:
     return lines
 
 
-def write_section(markdown: Path, lines: list[str]) -> None:
-    text = markdown.read_text() if markdown.exists() else ""
-    block = "\n".join(lines)
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    markdown.write_text(text)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
@@ -197,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert plotted is not None
     (args.out / "img").mkdir(parents=True, exist_ok=True)
     plot(*plotted, args.out / "img" / "fair-share-two-users.png")
-    write_section(args.out / "results.md", section(rows))
+    write_section(args.out / "results.md", BEGIN, END, section(rows))
     print(f"wrote {args.out / 'results.md'} and {args.out / 'img' / 'fair-share-two-users.png'}")
     return 0
 

@@ -23,6 +23,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench.markdown import write_section
+
 TRACES = Path(__file__).parent / "gavel_traces"
 BIG = "v100:36,p100:36,k80:36"
 SMALL = "v100:8,p100:16,k80:24"
@@ -155,17 +157,6 @@ def section(figures: dict[tuple[str, str, bool], float], logs: Path) -> list[str
     return lines
 
 
-def write_section(markdown: Path, lines: list[str]) -> None:
-    text = markdown.read_text() if markdown.exists() else ""
-    block = "\n".join(lines)
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    markdown.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gavel-logs", type=Path, required=True)
@@ -192,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = {(run[0], run[3], run[4]): value for run, value in done.items()}
     lines = section(figures, args.gavel_logs)
     if args.write is not None:
-        write_section(args.write, lines)
+        write_section(args.write, BEGIN, END, lines)
         print(f"wrote {args.write}")
     else:
         print("\n".join(lines))

@@ -25,7 +25,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import resource
 import signal
 import statistics
@@ -40,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.markdown import write_section  # noqa: E402
 from master.scheduling.plan import Allocation  # noqa: E402
 from master.scheduling.policy import available_policies, make_policy  # noqa: E402
 from master.scheduling.throughput import ThroughputModel  # noqa: E402
@@ -255,17 +255,6 @@ def scale_lines(rows: list[dict[str, Any]], load: str) -> list[str]:
     return lines
 
 
-def write_section(markdown: Path, lines: list[str]) -> None:
-    text = markdown.read_text()
-    block = "\n".join(lines)
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    markdown.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--gavel-data", type=Path, default=DEFAULT_DATA)
@@ -291,7 +280,7 @@ def main() -> None:
         lines = scale_lines(rows, load)
         print("\n".join(lines))
         if args.write:
-            write_section(ROOT / "docs" / "benchmarks.md", lines)
+            write_section(ROOT / "docs" / "benchmarks.md", BEGIN, END, lines)
         return
     model = ThroughputModel.from_gavel_json(args.gavel_data / "simulation_throughputs.json")
     bench_gavel_trace(args.gavel_data, model)
