@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import highspy
 import numpy as np
+from highspy._core import _Highs as HighsCore
 
 from master.scheduling.views import JobView
 
@@ -202,8 +203,11 @@ class MaxMinLp:
         return bool(model.getModelStatus() == _OPTIMAL)
 
 
-def _new_model() -> highspy.Highs:
-    model = highspy.Highs()  # type: ignore[no-untyped-call]  # its __init__ is unannotated
+def _new_model() -> HighsCore:
+    # The solver's core class: highspy.Highs adds Python callbacks, and creating the first
+    # one in a process prints a banner on standard output (into `hctl simulate --json`),
+    # before output can be turned off.
+    model = HighsCore()
     model.setOptionValue("output_flag", False)
     # A warm basis makes presolve pointless (and it would discard the basis).
     model.setOptionValue("presolve", "off")
