@@ -153,6 +153,37 @@ def start_master(python: str, database: str, workdir: Path, port: int) -> subpro
     )
 
 
+def start_filled_master(
+    python: str, workdir: Path, jobs: int
+) -> tuple[subprocess.Popen[bytes], int, str]:
+    """A master on a SQLite file in `workdir` holding `jobs` queued jobs: its process, its
+    port and an API token of USER."""
+    database = f"sqlite:///{workdir / 'hadar.db'}"
+    fill(database, jobs)
+    token = subprocess.run(
+        [python, "-m", "master.cli", "token", "create", "--user", USER, "--database", database],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    port = free_port()
+    return start_master(python, database, workdir, port), port, token
+
+
+def wait_answering(client: HadarClient, master: subprocess.Popen[bytes]) -> None:
+    """Until the master answers `client` (a minute at most, or until its process ends)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client.whoami()
+            return
+        except Exception:
+            if time.monotonic() > deadline or master.poll() is not None:
+                raise
+            time.sleep(0.2)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--jobs", type=int, default=5000, help="queued jobs (default 5000)")
@@ -165,32 +196,14 @@ def main() -> int:
     packages = ("clients", "protos", "master", "store")
     subprocess.run([python, "-m", "compileall", "-q", *packages], cwd=REPO, check=True)
     workdir = Path(tempfile.mkdtemp(prefix="hadar-bench-cli-"))
-    database = f"sqlite:///{workdir / 'hadar.db'}"
-    fill(database, args.jobs)
-    token = subprocess.run(
-        [python, "-m", "master.cli", "token", "create", "--user", USER, "--database", database],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    port = free_port()
-    master = start_master(python, database, workdir, port)
+    master, port, token = start_filled_master(python, workdir, args.jobs)
     env = dict(os.environ, HADAR_MASTER=f"127.0.0.1:{port}", HADAR_TOKEN=token)
     env.pop("HADAR_CONFIG", None)
     client = HadarClient(f"127.0.0.1:{port}", token=token, timeout=30)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     stub = hadar_pb2_grpc.HadarStub(channel)  # type: ignore[no-untyped-call]
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                client.whoami()
-                break
-            except Exception:
-                if time.monotonic() > deadline or master.poll() is not None:
-                    raise
-                time.sleep(0.2)
+        wait_answering(client, master)
         started = time.perf_counter()
         answered = rpc_listing(stub, token)
         first = time.perf_counter() - started

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +21,7 @@ from starlette.testclient import TestClient
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_cli import REPO, USER, fill, free_port, percentile, start_master
+from bench.bench_cli import USER, percentile, start_filled_master, wait_answering
 from clients.client import HadarClient
 from dashboard.app import create_app
 from dashboard.settings import DashboardSettings
@@ -36,30 +35,12 @@ def main() -> int:
 
     python = sys.executable
     workdir = Path(tempfile.mkdtemp(prefix="hadar-bench-dashboard-"))
-    database = f"sqlite:///{workdir / 'hadar.db'}"
-    fill(database, args.jobs)
-    token = subprocess.run(
-        [python, "-m", "master.cli", "token", "create", "--user", USER, "--database", database],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    port = free_port()
-    master = start_master(python, database, workdir, port)
+    master, port, token = start_filled_master(python, workdir, args.jobs)
     address = f"127.0.0.1:{port}"
     results: dict[str, list[float]] = {}
     try:
-        deadline = time.monotonic() + 60
         with HadarClient(address, token=token, timeout=5) as probe:
-            while True:
-                try:
-                    probe.whoami()
-                    break
-                except Exception:
-                    if time.monotonic() > deadline or master.poll() is not None:
-                        raise
-                    time.sleep(0.2)
+            wait_answering(probe, master)
         web = TestClient(create_app(DashboardSettings(master=address, call_timeout_s=30)))
         assert web.post("/login", data={"token": token}).status_code == 200
         pages = {

@@ -6,6 +6,7 @@ a temporary folder, so that a test run leaves the checkout as it was."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from selenium.webdriver.common.by import By
 
 from clients.localcluster import LocalCluster, pid_alive
 from clients.types import JobState
+from tests.e2e.conftest import Cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -48,25 +50,16 @@ class Board:
     bob_token: str
     driver: webdriver.Chrome
 
+    @functools.cached_property
+    def cluster(self) -> Cluster:
+        """The e2e helpers over the same local cluster (hctl with its config)."""
+        return Cluster(self.local)
+
     def hctl(self, *args: str, token: str = "") -> subprocess.CompletedProcess[str]:
-        env = {
-            **{k: v for k, v in os.environ.items() if k not in ("HADAR_MASTER", "HADAR_TOKEN")},
-            "HADAR_CONFIG": str(self.local.config_path),
-            **({"HADAR_TOKEN": token} if token else {}),
-        }
-        return subprocess.run(
-            [sys.executable, "-m", "clients.cli.main", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            check=False,
-        )
+        return self.cluster.hctl(*args, token=token)
 
     def submit(self, *args: str) -> int:
-        done = self.hctl("submit", "--parsable", *args)
-        assert done.returncode == 0, done.stderr
-        return int(done.stdout.strip())
+        return self.cluster.submit_argv(*args)
 
     def open(self, path: str) -> None:
         self.driver.get(self.url + path)
