@@ -10,6 +10,6 @@ started from them do not inherit.
 
 from __future__ import annotations
 
-from worker.cli import handle_ignored_signals
+from worker.agent.signals import handle_ignored
 
-handle_ignored_signals()
+handle_ignored()

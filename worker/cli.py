@@ -162,13 +162,13 @@ def _provider(settings: WorkerSettings) -> GpuProvider:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from worker.agent import systemd
+    from worker.agent import signals, systemd
     from worker.agent.agent import WorkerAgent
 
     settings = _load(args, require_master=True)
     if settings.check_python:
         _check_python(settings)
-    handle_ignored_signals()
+    signals.handle_ignored()
     agent = WorkerAgent(settings, _provider(settings))
     agent.start()
     done = threading.Event()
@@ -196,23 +196,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     restart = received[0] == signal.SIGUSR2
     agent.stop(stop_tasks=not restart)
     return EXIT_RESTART if restart else 0
-
-
-def _ignore(signum: int, frame: FrameType | None) -> None:
-    del signum, frame
-
-
-def handle_ignored_signals() -> None:
-    """Keep ignoring what whoever started the agent ignored, without passing it on.
-
-    An ignored signal stays ignored across exec, so every job would inherit it: under
-    `nohup` an interactive session would outlive its hang-up (SIGHUP), and from a shell's
-    background job a command could not be interrupted (SIGINT, SIGQUIT). A handled signal
-    is reset to its default in a new program, so the agent handles these by doing nothing.
-    """
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
-        if signal.getsignal(sig) is signal.SIG_IGN:
-            signal.signal(sig, _ignore)
 
 
 def _check_python(settings: WorkerSettings) -> None:

@@ -12,8 +12,8 @@ _PROBE = (
     "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):\n"
     "    signal.signal(s, signal.SIG_IGN)\n"
     "if sys.argv[1] == 'handled':\n"
-    "    from worker.cli import handle_ignored_signals\n"
-    "    handle_ignored_signals()\n"
+    "    from worker.agent.signals import handle_ignored\n"
+    "    handle_ignored()\n"
     "    signal.raise_signal(signal.SIGHUP)  # still survived here\n"
     # The kernel's own record of what a new program ignores.
     "print(subprocess.run(['grep', 'SigIgn', '/proc/self/status'], capture_output=True,"
