@@ -279,10 +279,3 @@ class TaskRepository:
                 .values(round=round, iteration_budget=0)
                 .execution_options(synchronize_session=False, **{PLACEMENT_UNCHANGED: True})
             )
-
-    def extend(self, task_id: int, *, round: int, iteration_budget: int) -> Task:
-        """Keep a task for another lease period (its fencing token does not change)."""
-        row = self._row(task_id)
-        row.round = round
-        row.iteration_budget = iteration_budget
-        return convert.task(row)

@@ -54,8 +54,6 @@ def test_state_changes_move_it_and_other_columns_do_not(db: Database) -> None:
     changes = db.task_changes
     before = changes.generation
     with db.transaction() as uow:
-        uow.tasks.extend(task_id, round=7, iteration_budget=100)
-    with db.transaction() as uow:
         uow.tasks.extend_many([task_id], round=8)
     with db.transaction() as uow:
         assert uow.tasks.get(task_id).round == 8
