@@ -202,7 +202,7 @@ class NodeRepository:
             )
         if changed:
             self._write_utilization(changed)
-        # The rows read above are stale now; nothing in this unit of work reads them again.
+        # Node and GPU rows this unit of work may hold are stale after these statements.
         self._session.expire_all()
         return len(times)
 
