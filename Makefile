@@ -11,7 +11,7 @@ TORCH_VERSION := 2.13.0
 # one process.
 PARALLEL ?= -n 2 --dist loadfile
 
-.PHONY: setup test lint typecheck unit protos demo clean bench gpu-check browser
+.PHONY: setup test lint typecheck unit protos demo clean bench gpu-check gpu-kit browser
 
 setup: $(STAMP)
 
@@ -66,6 +66,10 @@ bench: setup
 # cluster); PASS/FAIL per step. Without a GPU it says so in one line and exits 0.
 gpu-check: setup
 	@$(BIN)/python bench/gpu_check.py
+
+# The GPU check's wheels for a machine with no package registry (bench/gpu_kit.py says how)
+gpu-kit: setup
+	$(BIN)/python bench/gpu_kit.py download
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -932,20 +932,28 @@ def run_check(args: argparse.Namespace) -> int:
     def resume(name: str) -> StepResult:
         return check_resume(name, args.iterations, root / "resume", launch)
 
-    for name in workloads():
-        outcome.add(guarded(f"resume {name}", partial(resume, name)))
-    outcome.add(
-        guarded("sharing", lambda: check_sharing(checked, root / "sharing", discovery.probe, env))
-    )
-    outcome.add(
-        guarded(
-            "throughput",
-            lambda: judge_throughput(
-                profile_in_child(checked, args.profile_iterations), checked.type
-            ),
+    steps = set(args.steps)
+    if args.skip_cluster:
+        steps.discard("cluster")
+    if "resume" in steps:
+        for name in workloads():
+            outcome.add(guarded(f"resume {name}", partial(resume, name)))
+    if "sharing" in steps:
+        outcome.add(
+            guarded(
+                "sharing", lambda: check_sharing(checked, root / "sharing", discovery.probe, env)
+            )
         )
-    )
-    if not args.skip_cluster:
+    if "throughput" in steps:
+        outcome.add(
+            guarded(
+                "throughput",
+                lambda: judge_throughput(
+                    profile_in_child(checked, args.profile_iterations), checked.type
+                ),
+            )
+        )
+    if "cluster" in steps:
         outcome.add(guarded("cluster", lambda: check_cluster(checked, root, discovery.probe)))
     print(outcome.summary())
     if outcome.failed:
@@ -959,6 +967,19 @@ def workloads() -> list[str]:
     from worker.workloads.registry import WORKLOADS
 
     return sorted(WORKLOADS)
+
+
+STEPS = ("resume", "sharing", "throughput", "cluster")
+
+
+def _steps(text: str) -> list[str]:
+    chosen = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = sorted(set(chosen) - set(STEPS))
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"unknown step(s) {', '.join(unknown) or '(none given)'}; choose from {','.join(STEPS)}"
+        )
+    return chosen
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -976,6 +997,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--skip-cluster", action="store_true", help="leave out the local-cluster step"
+    )
+    parser.add_argument(
+        "--steps",
+        type=_steps,
+        default=list(STEPS),
+        metavar="STEP,...",
+        help=f"the steps after discovery to run (default all: {','.join(STEPS)})",
     )
     parser.add_argument("--child-train", metavar="JSON", help=argparse.SUPPRESS)
     parser.add_argument("--child-profile", metavar="JSON", help=argparse.SUPPRESS)

@@ -50,6 +50,27 @@ class GpuInfo:
     fake_pace: float = 0.0
 
 
+def cuda_device(gpu: GpuInfo, visible: str | None) -> str:
+    """The torch device for ``gpu`` in a process whose ``CUDA_VISIBLE_DEVICES`` is
+    ``visible`` (None: unset). CUDA numbers only the devices that variable names, in its
+    order, so NVML's index is CUDA's ordinal only when it is unset (and the order is
+    PCI_BUS_ID). Raises GpuError when the variable hides the GPU."""
+    if visible is None:
+        return f"cuda:{gpu.index}"
+    for ordinal, entry in enumerate(e.strip() for e in visible.split(",")):
+        if entry.isdigit() and int(entry) == gpu.index:
+            return f"cuda:{ordinal}"
+        if entry.startswith("GPU-") and gpu.uuid and gpu.uuid.startswith(entry):
+            return f"cuda:{ordinal}"
+        if not entry.isdigit() and not entry.startswith("GPU-"):
+            # CUDA stops at the first entry it cannot parse: later ones are hidden.
+            break
+    raise GpuError(
+        f"GPU {gpu.index} ({gpu.uuid or gpu.device_name}) is hidden by "
+        f"CUDA_VISIBLE_DEVICES={visible!r}"
+    )
+
+
 class GpuProvider(Protocol):
     """Where the agent learns about its GPUs."""
 

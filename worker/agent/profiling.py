@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from protos.hadar.v1 import coordinator_pb2
 from worker.agent.master import GrpcMasterClient, MasterError
-from worker.gpus import GpuInfo
+from worker.gpus import GpuError, GpuInfo, cuda_device
 from worker.settings import WorkerSettings
 
 
@@ -61,7 +61,11 @@ def measure_node(
                     for r in cpu_results
                 ]
             else:
-                results = profile(names, f"cuda:{gpu.index}", iterations, batch_size=batch_size)
+                try:
+                    device = cuda_device(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
+                except GpuError as exc:
+                    raise ProfileError(str(exc)) from exc
+                results = profile(names, device, iterations, batch_size=batch_size)
             entries.extend(
                 coordinator_pb2.ProfileEntry(
                     workload=r.workload,

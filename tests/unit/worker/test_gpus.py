@@ -9,7 +9,9 @@ from worker.gpus import (
     GIB,
     FakeGpuProvider,
     GpuError,
+    GpuInfo,
     NvmlGpuProvider,
+    cuda_device,
     fake_reference_speed,
     gpu_type_for_name,
     make_gpu_provider,
@@ -280,3 +282,28 @@ def test_pynvml_adapter_decodes_names_and_maps_errors_and_health() -> None:
     assert provider.utilization() == {0: 0.25, 1: 0.25, 2: 0.25}
     with pytest.raises(GpuError, match="NVML name of GPU 3"):
         PynvmlLibrary(FakePynvml()).name(3)
+
+
+def test_cuda_device_is_nvml_index_without_cuda_visible_devices() -> None:
+    """With CUDA_VISIBLE_DEVICES unset, CUDA (in PCI bus order) numbers GPUs as NVML does."""
+    gpu = GpuInfo(index=3, type="a100", memory_bytes=1, uuid="GPU-abcd")
+    assert cuda_device(gpu, None) == "cuda:3"
+
+
+def test_cuda_device_is_the_position_in_cuda_visible_devices() -> None:
+    """CUDA renumbers the devices CUDA_VISIBLE_DEVICES names from 0, by index or UUID."""
+    gpu = GpuInfo(index=3, type="a100", memory_bytes=1, uuid="GPU-abcd-1234")
+    assert cuda_device(gpu, "2,3") == "cuda:1"
+    assert cuda_device(gpu, "GPU-ffff,GPU-abcd") == "cuda:1"
+    assert cuda_device(gpu, "GPU-abcd-1234") == "cuda:0"
+
+
+def test_cuda_device_refuses_a_gpu_cuda_visible_devices_hides() -> None:
+    """A GPU the variable leaves out, or names only after an entry CUDA stops at, is hidden."""
+    gpu = GpuInfo(index=3, type="a100", memory_bytes=1, uuid="GPU-abcd")
+    with pytest.raises(GpuError, match="hidden by CUDA_VISIBLE_DEVICES"):
+        cuda_device(gpu, "0,1")
+    with pytest.raises(GpuError, match="hidden"):
+        cuda_device(gpu, "0,-1,3")
+    with pytest.raises(GpuError, match="hidden"):
+        cuda_device(gpu, "")
