@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 import venv
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -160,6 +161,19 @@ def _run(argv: Sequence[str]) -> None:
     subprocess.run(list(argv), check=True)
 
 
+def see_machine_packages(env: Path) -> None:
+    """Make the packages of the python running this visible in ``env``.
+
+    ``--system-site-packages`` shows the base interpreter's packages only; where this runs
+    from a virtualenv (a PyTorch image's python often is one), its torch is in that
+    virtualenv, so a .pth file adds its folders after the kit's own."""
+    if sys.prefix == sys.base_prefix:
+        return
+    folders = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (site,) = env.glob("lib/python*/site-packages")
+    (site / "_machine_packages.pth").write_text("".join(f"{f}\n" for f in folders))
+
+
 def install() -> Path | None:
     """Install the kit into a virtualenv over this machine's packages, then this checkout;
     returns the virtualenv's python (None: no kit here)."""
@@ -173,6 +187,7 @@ def install() -> Path | None:
     python = ENV / "bin" / "python"
     if not python.exists():
         venv.EnvBuilder(system_site_packages=True, with_pip=True).create(ENV)
+    see_machine_packages(ENV)
     offline = ["--no-index", "--find-links", str(WHEELS), "--no-cache-dir", "--quiet"]
     kit = sorted({_canonical(w.name.split("-")[0]) for w in WHEELS.glob("*.whl")} - {"setuptools"})
     _run([str(python), "-m", "pip", "install", *offline, *kit])
