@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
     _common(parser)
     parser.add_argument("--listen", help="host:port for the gRPC API (default 127.0.0.1:50051)")
-    parser.add_argument("--policy", help="scheduling policy (default gavel)")
+    parser.add_argument("--policy", help="scheduling policy (default hadare)")
     parser.add_argument("--round-seconds", type=float, help="seconds between rounds (default 60)")
     parser.add_argument("--auth", choices=["token", "none"], help="'none' is for local use only")
     parser.add_argument("--cluster-token", help="token workers present (default: a file)")
