@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from store.domain import (
     ApiToken,
     Gpu,
@@ -65,39 +67,47 @@ def job_spec(row: JobRow) -> JobSpec:
     )
 
 
+def spec_columns(spec: JobSpec) -> dict[str, Any]:
+    """The jobs table's columns that hold `spec`, by name."""
+    return {
+        "name": spec.name,
+        "num_gpus": spec.num_gpus,
+        "iterations": spec.iterations,
+        "program_kind": spec.program_kind.value,
+        "workload": spec.workload,
+        "argv": list(spec.argv),
+        "batch_size": spec.batch_size,
+        "priority": spec.priority,
+        "allowed_gpu_types": list(spec.allowed_gpu_types),
+        "preemptible": spec.preemptible,
+        "shareable": spec.shareable,
+        "forkable": spec.forkable,
+        "env": dict(spec.env),
+        "workdir": spec.workdir,
+        "checkpoint_dir": spec.checkpoint_dir,
+        "job_type": spec.job_type,
+        "gpu_memory_bytes": spec.gpu_memory_bytes,
+        "max_retries": spec.max_retries,
+        "output": spec.output,
+        "error": spec.error,
+        "time_limit_s": spec.time_limit_s,
+        "array_spec": spec.array,
+        "array_job_id": spec.array_job_id or None,
+        "array_index": spec.array_index,
+        "array_max_running": spec.array_max_running,
+        "dependencies": [[kind, job_id] for kind, job_id in spec.dependencies],
+        "notify_url": spec.notify_url,
+        "notify_on": [s.value for s in spec.notify_on],
+        "no_notify": spec.no_notify,
+        "warn_signal": spec.warn_signal,
+        "warn_before_s": spec.warn_before_s,
+        "interactive": spec.interactive,
+    }
+
+
 def fill_spec(row: JobRow, spec: JobSpec) -> None:
-    row.name = spec.name
-    row.num_gpus = spec.num_gpus
-    row.iterations = spec.iterations
-    row.program_kind = spec.program_kind.value
-    row.workload = spec.workload
-    row.argv = list(spec.argv)
-    row.batch_size = spec.batch_size
-    row.priority = spec.priority
-    row.allowed_gpu_types = list(spec.allowed_gpu_types)
-    row.preemptible = spec.preemptible
-    row.shareable = spec.shareable
-    row.forkable = spec.forkable
-    row.env = dict(spec.env)
-    row.workdir = spec.workdir
-    row.checkpoint_dir = spec.checkpoint_dir
-    row.job_type = spec.job_type
-    row.gpu_memory_bytes = spec.gpu_memory_bytes
-    row.max_retries = spec.max_retries
-    row.output = spec.output
-    row.error = spec.error
-    row.time_limit_s = spec.time_limit_s
-    row.array_spec = spec.array
-    row.array_job_id = spec.array_job_id or None
-    row.array_index = spec.array_index
-    row.array_max_running = spec.array_max_running
-    row.dependencies = [[kind, job_id] for kind, job_id in spec.dependencies]
-    row.notify_url = spec.notify_url
-    row.notify_on = [s.value for s in spec.notify_on]
-    row.no_notify = spec.no_notify
-    row.warn_signal = spec.warn_signal
-    row.warn_before_s = spec.warn_before_s
-    row.interactive = spec.interactive
+    for name, value in spec_columns(spec).items():
+        setattr(row, name, value)
 
 
 def job(row: JobRow) -> Job:
