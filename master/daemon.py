@@ -111,6 +111,22 @@ def base_throughput_model(settings: Settings) -> ThroughputModel:
     return ThroughputModel(speeds=speeds)
 
 
+def early_round_due(
+    now: datetime,
+    delay_s: float,
+    last_end: datetime | None,
+    last_duration_s: float,
+    spacing: float,
+) -> datetime:
+    """When an early round asked for at `now` starts: `delay_s` from now, and no sooner
+    after the last round ended (`last_end`, None: no round yet) than `spacing` times as
+    long as that round took."""
+    due = now + timedelta(seconds=delay_s)
+    if last_end is None:
+        return due
+    return max(due, last_end + timedelta(seconds=spacing * last_duration_s))
+
+
 class Master:
     """One master: call :meth:`start`, then :meth:`stop` (or :meth:`serve_forever`)."""
 
@@ -151,6 +167,10 @@ class Master:
         self._round_running = False
         self._stalled = False
         self._last_full_at = -1e9
+        # When the last scheduled round ended and how long it took (the wall clock's
+        # UTC time, seconds): early rounds keep their distance from it.
+        self._last_round_end: datetime | None = None
+        self._last_round_s = 0.0
         self._started_at = 0.0
         self.port = 0
         self.metrics_port: int | None = None
@@ -606,7 +626,13 @@ class Master:
                 self._rerun = True
                 self._rerun_freed = self._rerun_freed or freed
                 return
-            soon = datetime.now(UTC) + timedelta(seconds=self.settings.early_round_delay_s)
+            soon = early_round_due(
+                datetime.now(UTC),
+                self.settings.early_round_delay_s,
+                self._last_round_end,
+                self._last_round_s,
+                self.settings.early_round_spacing,
+            )
             current = self.next_round_at()
             if current is not None and current <= soon:
                 return
@@ -630,6 +656,7 @@ class Master:
         with self._early_lock:
             self._round_running = True
             self._rerun = self._rerun_freed = False
+        began = time.monotonic()
         try:
             self.run_round(settle=False)
         except Exception:
@@ -637,6 +664,8 @@ class Master:
         finally:
             with self._early_lock:
                 self._round_running = False
+                self._last_round_s = time.monotonic() - began
+                self._last_round_end = datetime.now(UTC)
                 rerun, freed = self._rerun, self._rerun_freed
                 self._rerun = self._rerun_freed = False
             if rerun:

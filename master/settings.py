@@ -74,6 +74,11 @@ class Settings:
     # Start a round soon after a submission or an exit when GPUs are idle.
     early_rounds: bool = True
     early_round_delay_s: float = 1.0
+    # An early round also waits, after the last round ended, this many times as long as
+    # that round took: under load (rounds of a long queue, GPUs freed every second) rounds
+    # would otherwise run back to back and take the interpreter from every call. 1.0 keeps
+    # rounds to at most about half of the master's time; 0 turns the spacing off.
+    early_round_spacing: float = 1.0
     # A lease lasts this many rounds unless extended; a worker keeps running its tasks that
     # long while the master is away (a restart, an upgrade), then stops its preemptible
     # ones. A lost node's preemptible jobs start elsewhere only once their leases are over
@@ -258,6 +263,7 @@ class Settings:
             ),
             (self.lease_rounds >= 1, "lease_rounds must be >= 1"),
             (self.early_round_delay_s >= 0, "early_round_delay_s must be >= 0"),
+            (self.early_round_spacing >= 0, "early_round_spacing must be >= 0"),
             (self.restart_cost_s >= 0, "restart_cost_s must be >= 0"),
             (
                 self.forecast_interval_s >= 0,
