@@ -151,6 +151,7 @@ class MasterProcess:
             settings["heartbeat_timeout_s"] = args.heartbeat_timeout
         if args.grpc_threads is not None:
             settings["grpc_threads"] = args.grpc_threads
+        settings.update(args.master_setting)
         config = workdir / "master.toml"
         # JSON strings and numbers are valid TOML values.
         config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
@@ -849,6 +850,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of load")
     parser.add_argument("--job-seconds", type=float, default=60.0, help="mean job run time")
     parser.add_argument("--round-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--master-setting",
+        type=_master_setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one of the master's settings, VALUE as JSON (e.g. early_round_spacing=0); repeatable",
+    )
     parser.add_argument("--policy", default="fifo")
     parser.add_argument("--grpc-threads", type=int, help="master's grpc_threads (its default)")
     parser.add_argument("--log-level", default="info", help="master's (its default: info)")
@@ -910,6 +919,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not ok:
             parser.error(message)
     return args
+
+
+def _master_setting(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
 
 
 def main(argv: list[str] | None = None) -> int:
