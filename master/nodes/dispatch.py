@@ -21,6 +21,7 @@ import structlog
 
 from master.jobs.lifecycle import StopOrder, fail_attempt, lose_job_placement, release_tasks
 from master.nodes.workers import WorkerClients, WorkerUnreachableError
+from master.process.coalesce import CoalescedRun
 from master.process.groupcommit import GroupCommitter
 from master.process.metrics import MasterMetrics
 from master.process.transactions import Transactor
@@ -213,6 +214,9 @@ class Dispatcher:
         self._on_change = on_change
         self._lanes: dict[str, _Lane] = {}
         self._lanes_lock = threading.Lock()
+        # Every exit and registration asks for the ready starts to be dispatched; under a
+        # stream of exits one run serves the requests made while it waited to start.
+        self._ready_soon = CoalescedRun(self._safe_dispatch_ready, background)
         # The answers of pushes to many workers that come back while a transaction records
         # others are recorded together in the next one.
         self._answers: GroupCommitter[Sequence[Answer], list[StopOrder]] = GroupCommitter(
@@ -320,10 +324,9 @@ class Dispatcher:
             return []
         nodes = uow.nodes.addresses()
         addresses = {name: address for name, (address, _) in nodes.items()}
+        older = _OlderTasks(active)
         ready = {
-            key: group
-            for key, group in groups.items()
-            if not any(self._blocked(t, active) for t in group)
+            key: group for key, group in groups.items() if not any(older.block(t) for t in group)
         }
         jobs = uow.jobs.get_many({job_id for job_id, _ in ready})
         requeued = self._requeue_reasons(
@@ -359,29 +362,15 @@ class Dispatcher:
             if event.kind != "preempted"
         }
 
-    @staticmethod
-    def _blocked(task: Task, active: Sequence[Task]) -> bool:
-        gpus = set(task.gpu_indices)
-        for other in active:
-            if other.lease >= task.lease or other.id == task.id:
-                continue
-            if other.job_id == task.job_id:
-                return True
-            if (
-                other.node == task.node
-                and gpus.intersection(other.gpu_indices)
-                and other.job_id != task.shared_with_job_id
-            ):
-                return True
-        return False
-
     def dispatch_ready(self, round_number: int = 0) -> Push:
         """Send every start that can go now (without waiting for the answers)."""
         outgoing = self._tx.read(lambda uow: self.ready_starts(uow, round_number))
         return self.send(round_number, outgoing)
 
     def dispatch_ready_soon(self) -> None:
-        self._background.submit(self._safe_dispatch_ready)
+        """Dispatch the ready starts on the background pool (requests coalesce, see
+        CoalescedRun)."""
+        self._ready_soon.request()
 
     def _safe_dispatch_ready(self) -> None:
         try:
@@ -652,3 +641,28 @@ def _needs_recording(item: Outgoing, result: worker_pb2.AssignmentResult | None)
         or result.outcome != worker_pb2.ASSIGNMENT_OUTCOME_APPLIED
         or item.assignment.action == worker_pb2.ASSIGNMENT_ACTION_START
     )
+
+
+class _OlderTasks:
+    """Which active tasks an assigned task must wait for: an older lease of its own job,
+    or one on any of its GPUs other than its sharing partner's. Indexed once per read, so
+    that checking every assigned task costs what its GPUs hold, not every active task."""
+
+    def __init__(self, active: Sequence[Task]) -> None:
+        self._oldest: dict[int, int] = {}
+        self._on_gpu: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+        for task in active:
+            known = self._oldest.get(task.job_id)
+            if known is None or task.lease < known:
+                self._oldest[task.job_id] = task.lease
+            for index in task.gpu_indices:
+                self._on_gpu[(task.node, index)].append((task.lease, task.job_id))
+
+    def block(self, task: Task) -> bool:
+        if self._oldest.get(task.job_id, task.lease) < task.lease:
+            return True
+        return any(
+            lease < task.lease and job_id not in (task.job_id, task.shared_with_job_id)
+            for index in task.gpu_indices
+            for lease, job_id in self._on_gpu.get((task.node, index), ())
+        )
