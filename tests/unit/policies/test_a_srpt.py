@@ -197,5 +197,6 @@ def test_paper_variant_orders_by_the_predictor() -> None:
 
 
 def test_unknown_variant_is_refused() -> None:
+    """A variant name the policy does not know is an error naming the known ones."""
     with pytest.raises(ValueError, match="variant must be one of default, paper"):
         make_policy("a-srpt", variant="papers")
