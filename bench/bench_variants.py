@@ -1,12 +1,17 @@
 """Each research policy's paper variant next to its default and the paper's own baseline.
 
-    .venv/bin/python bench/bench_variants.py [--policy a-srpt,...] [--poisson N] [--workers K]
+    .venv/bin/python bench/bench_variants.py [--policy a-srpt,...] [--poisson N]
+        [--interarrival S] [--estimates] [--workers K]
 
 Runs, on every bundled Gavel trace (the clusters and settings of ``bench/results.py``:
 360 s rounds, Gavel's round model, no restart overhead, every job shareable) and, with
-``--poisson N``, on a generated trace of N jobs, the policy with ``variant="default"``,
-with ``variant="paper"``, and the baseline the paper compares itself with; prints one
-markdown table per policy (average JCT and makespan, hours) for docs/policies.md.
+``--poisson N``, on a generated trace of N jobs (an arrival every ``--interarrival``
+seconds on average, 2400 by default, on v100:36,p100:36,k80:36), the policy with
+``variant="default"``, with ``variant="paper"``, and the baseline the paper compares
+itself with; prints one markdown table per policy (average JCT and makespan, hours) for
+docs/policies.md. ``--estimates`` runs the generated trace once more with users'
+estimates of the iterations off by habit and noise (``master.sim.generate.with_estimates``),
+which only ``a-srpt``'s predictor reads.
 """
 
 from __future__ import annotations
@@ -22,12 +27,20 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.results import ROUND_S, Case, cases  # noqa: E402
+from bench.results import (  # noqa: E402
+    POISSON_CLUSTER,
+    POISSON_INTERARRIVAL_S,
+    ROUND_S,
+    Case,
+    cases,
+    shareable,
+)
 from master.scheduling.policy import make_policy  # noqa: E402
 from master.scheduling.throughput import ThroughputModel  # noqa: E402
 from master.sim.cluster_spec import build_cluster  # noqa: E402
 from master.sim.data import GAVEL_DIR  # noqa: E402
 from master.sim.engine import SimConfig, simulate  # noqa: E402
+from master.sim.generate import generate_trace, with_estimates  # noqa: E402
 from master.sim.metrics import summarize  # noqa: E402
 
 #: The baseline each paper measures its policy against, as a policy here.
@@ -74,15 +87,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--policy", default=",".join(BASELINES))
     parser.add_argument("--poisson", type=int, default=0, metavar="N")
+    parser.add_argument("--interarrival", type=float, default=POISSON_INTERARRIVAL_S)
+    parser.add_argument("--estimates", action="store_true")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
     throughputs = str(GAVEL_DIR / "simulation_throughputs.json")
     model = ThroughputModel.from_gavel_json(throughputs)
     plain = [
         case
-        for case in cases(GAVEL_DIR, model, args.poisson, poisson=args.poisson > 0)
+        for case in cases(GAVEL_DIR, model, 0, poisson=False)
         if not case.early_rounds and not case.fork_all
     ]
+    if args.poisson > 0:
+        jobs = shareable(generate_trace(args.poisson, model, mean_interarrival_s=args.interarrival))
+        name = f"poisson-{args.poisson}"
+        if args.interarrival != POISSON_INTERARRIVAL_S:
+            name += f" (every {args.interarrival:g} s)"
+        plain.append(Case(name, POISSON_CLUSTER, jobs))
+        if args.estimates:
+            plain.append(Case(name + " (estimates)", POISSON_CLUSTER, tuple(with_estimates(jobs))))
     for policy in [p.strip() for p in args.policy.split(",") if p.strip()]:
         if policy not in BASELINES:
             parser.error(f"no paper variant for {policy!r}; one of {', '.join(BASELINES)}")
