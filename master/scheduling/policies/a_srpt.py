@@ -237,7 +237,7 @@ class VirtualSrpt:
     A job's processing time is its predicted GPU-seconds over the machine's speed (GPUs in
     the cluster). What the machine has done for a job is kept as work, not as a remaining
     time, so a new prediction of the job's size moves its remaining time with it. A job is
-    forgotten once it leaves the real cluster.
+    forgotten once it leaves the policy's snapshot.
     """
 
     def __init__(self) -> None:
@@ -408,14 +408,17 @@ class ASrptPolicy:
         reasons: dict[int, str] = {}
         if self.variant == "paper":
             order = self._virtual_order(snapshot, now, rest)
-            basis = "in the virtual single-machine SRPT schedule"
+            work: dict[int, float] = {}
         else:
             work = self.remaining_work(snapshot, rest)
             order = sorted(rest, key=lambda j: (work[j.id], j.arrival_time, j.id))
-            basis = "by predicted remaining work"
         for rank, job in enumerate(order):
             alloc = self._place(snapshot, job, free)
             if alloc is None:
+                if self.variant == "paper":
+                    basis = "in the virtual single-machine SRPT schedule"
+                else:
+                    basis = f"by predicted remaining work ({work[job.id] / 3600:.2f} GPU-hours)"
                 reasons[job.id] = (
                     f"waiting: position {rank + 1} {basis}; no {job.num_gpus} free GPUs of "
                     "one allowed type"
