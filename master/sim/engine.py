@@ -426,6 +426,7 @@ class Simulator:
             # What a move costs here: the simulated restart overhead.
             restart_s=self.config.overhead_s,
             time_limit_s=job.limit_s,
+            predicted_iterations=spec.submitted_iterations,
         )
         return job.view
 

@@ -11,6 +11,7 @@ marked forkable. The same seed always gives the same trace.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Sequence
@@ -71,3 +72,38 @@ def generate_trace(
         if mean_interarrival_s > 0:
             now += rng.expovariate(1.0 / mean_interarrival_s)
     return jobs
+
+
+def with_estimates(
+    jobs: Sequence[TraceJob],
+    *,
+    seed: int = 0,
+    habit: tuple[float, float] = (0.5, 4.0),
+    noise: float = 0.25,
+) -> list[TraceJob]:
+    """The jobs with users' estimates of their iterations (``submitted_iterations``).
+
+    Users pad or trim by habit: each user's estimates are the true count times a factor
+    drawn once per user, log-uniform in ``habit``, and per job ``exp(N(0, noise))``; so a
+    predictor that knows the user can correct most of the error, and nothing can correct
+    the rest. Jobs given by duration keep exact estimates.
+    """
+    low, high = habit
+    if not 0 < low <= high or not math.isfinite(high):
+        raise ValueError(f"habit must be 0 < LOW <= HIGH, got {habit}")
+    if not 0 <= noise < math.inf:
+        raise ValueError(f"noise must be >= 0, got {noise}")
+    rng = random.Random(f"{seed}-estimates")
+    factors: dict[str, float] = {}
+    out: list[TraceJob] = []
+    for job in jobs:
+        if job.iterations is None:
+            out.append(job)
+            continue
+        factor = factors.get(job.user)
+        if factor is None:
+            factor = math.exp(rng.uniform(math.log(low), math.log(high)))
+            factors[job.user] = factor
+        submitted = job.iterations * factor * math.exp(rng.gauss(0.0, noise))
+        out.append(dataclasses.replace(job, submitted_iterations=max(1.0, submitted)))
+    return out

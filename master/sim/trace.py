@@ -7,7 +7,7 @@ GPUs), priority_weight, SLO, arrival_time (seconds).
 CSV (header required; column order free; extra columns ignored)::
 
     job_id,arrival_s,job_type,num_gpus,iterations,duration_s,user,priority,batch_size,
-    allowed_gpu_types,preemptible,shareable,forkable,time_limit_s
+    allowed_gpu_types,preemptible,shareable,forkable,time_limit_s,submitted_iterations
 
 ``job_id``, ``arrival_s``, ``job_type`` and ``num_gpus`` are required, and one of
 ``iterations`` or ``duration_s`` per row (``duration_s`` is the run time alone on the
@@ -18,6 +18,9 @@ to any type, ``preemptible`` to true, ``shareable`` and ``forkable`` (may run as
 averaged copies) to false (booleans: true/false, yes/no, 1/0). A Gavel trace marks no job
 forkable. ``time_limit_s`` is the time limit the user asked for (``sbatch --time``); empty
 or absent, the simulator draws one (see :mod:`master.sim.limits`). A Gavel trace has none.
+``submitted_iterations`` is the user's estimate of the job's iterations when it differs
+from what the job runs; policies see it as ``JobView.predicted_iterations`` (``a-srpt``
+learns from it); empty or absent, the estimate is exact.
 
 A malformed line raises :class:`TraceError` naming ``file:line`` and the problem.
 """
@@ -58,12 +61,19 @@ class TraceJob:
     forkable: bool = False
     # The user's time limit in seconds; None: the trace gives none (the simulator draws one).
     time_limit_s: float | None = None
+    # The user's estimate of the iterations; None: exact (the job's own count).
+    submitted_iterations: float | None = None
 
     def __post_init__(self) -> None:
         if (self.iterations is None) == (self.duration_s is None):
             raise ValueError(f"job {self.id}: give exactly one of iterations and duration_s")
         if self.time_limit_s is not None and not self.time_limit_s > 0:
             raise ValueError(f"job {self.id}: time_limit_s must be > 0, got {self.time_limit_s}")
+        submitted = self.submitted_iterations
+        if submitted is not None and not (math.isfinite(submitted) and submitted > 0):
+            raise ValueError(
+                f"job {self.id}: submitted_iterations must be a finite number > 0, got {submitted}"
+            )
 
 
 def batch_size_of(job_type: str) -> int:
@@ -183,6 +193,7 @@ def _csv_job(row: dict[str, str | None], seen: set[int]) -> TraceJob:
     forkable = _flag(cell("forkable"), "forkable", default=False)
     batch = cell("batch_size")
     limit = cell("time_limit_s")
+    submitted = cell("submitted_iterations")
     return TraceJob(
         id=job_id,
         arrival_s=_finite(cell("arrival_s"), "arrival_s"),
@@ -198,6 +209,9 @@ def _csv_job(row: dict[str, str | None], seen: set[int]) -> TraceJob:
         shareable=shareable,
         forkable=forkable,
         time_limit_s=_finite(limit, "time_limit_s", positive=True) if limit else None,
+        submitted_iterations=(
+            _finite(submitted, "submitted_iterations", positive=True) if submitted else None
+        ),
     )
 
 
@@ -237,6 +251,7 @@ def write_csv_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
         "shareable",
         "forkable",
         "time_limit_s",
+        "submitted_iterations",
     ]
     with Path(path).open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -258,6 +273,7 @@ def write_csv_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
                     str(job.shareable).lower(),
                     str(job.forkable).lower(),
                     "" if job.time_limit_s is None else repr(job.time_limit_s),
+                    "" if job.submitted_iterations is None else repr(job.submitted_iterations),
                 ]
             )
 

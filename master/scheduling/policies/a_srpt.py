@@ -28,6 +28,14 @@ real cluster. Jobs are placed in that order, each on the allowed type that gives
 highest speed once placed on as few servers as possible (a type whose free GPUs fit on
 one server is consolidated, which saves inter-server traffic); jobs later in the order
 are preempted when the GPUs run out.
+
+With ``variant="paper"`` the single machine is run as a schedule over time, as in the
+paper: each job joins a virtual machine of the cluster's total GPU capacity at its arrival
+with its predicted GPU-time as processing time, the machine runs preemptive SRPT on that
+virtual work (not on the real jobs' progress), and the real cluster takes jobs in the
+order they complete, or would complete with no further arrivals, on the virtual machine.
+A job that a real cluster delays keeps its virtual place; one that ran ahead of its
+virtual schedule does not lose it.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ if TYPE_CHECKING:
     from sklearn.ensemble import RandomForestRegressor
 
 NAME = "a-srpt"
+VARIANTS = ("default", "paper")
 #: Version of the memory :meth:`IterationPredictor.export` writes.
 MEMORY_VERSION = 1
 
@@ -222,6 +231,72 @@ class IterationPredictor:
         return self.predict_many([job])[job.id]
 
 
+class VirtualSrpt:
+    """Preemptive SRPT on one virtual machine, advanced round by round.
+
+    A job's processing time is its predicted GPU-seconds over the machine's speed (GPUs in
+    the cluster). What the machine has done for a job is kept as work, not as a remaining
+    time, so a new prediction of the job's size moves its remaining time with it. A job is
+    forgotten once it leaves the policy's snapshot.
+    """
+
+    def __init__(self) -> None:
+        self.clock: float | None = None
+        self.done: dict[int, float] = {}
+        self.finished: dict[int, float] = {}
+
+    def advance(
+        self,
+        now: float,
+        arrivals: Mapping[int, float],
+        work: Mapping[int, float],
+        speed: float,
+    ) -> None:
+        """Run the machine up to ``now`` over the jobs present (``arrivals`` by job id)."""
+        for gone in [j for j in self.done if j not in arrivals]:
+            del self.done[gone]
+        for gone in [j for j in self.finished if j not in arrivals]:
+            del self.finished[gone]
+        clock = now if self.clock is None else self.clock
+        # A job that arrived before the machine's clock (or before it existed) joins now:
+        # the machine cannot serve the past.
+        joined = {j: max(t, clock) for j, t in arrivals.items()}
+        for job_id in arrivals:
+            self.done.setdefault(job_id, 0.0)
+        if speed <= 0:
+            self.clock = max(clock, now)
+            return
+        while clock < now:
+            present = [j for j, t in joined.items() if t <= clock and j not in self.finished]
+            later = [t for j, t in joined.items() if clock < t < now]
+            horizon = min(later, default=now)
+            if not present:
+                clock = horizon
+                continue
+            job_id = min(present, key=lambda j: (max(work[j] - self.done[j], 0.0), joined[j], j))
+            left = max(work[job_id] - self.done[job_id], 0.0)
+            if clock + left / speed <= horizon:
+                clock += left / speed
+                self.done[job_id] = work[job_id]
+                self.finished[job_id] = clock
+            else:
+                self.done[job_id] += (horizon - clock) * speed
+                clock = horizon
+        self.clock = max(clock, now)
+
+    def order_keys(self, work: Mapping[int, float]) -> dict[int, tuple[int, float]]:
+        """Sort key per job: the finished by virtual completion time, then the rest by the
+        order SRPT would complete them in with no more arrivals (remaining work)."""
+        keys: dict[int, tuple[int, float]] = {}
+        for job_id, done in self.done.items():
+            finished = self.finished.get(job_id)
+            if finished is not None:
+                keys[job_id] = (0, finished)
+            else:
+                keys[job_id] = (1, max(work.get(job_id, math.inf) - done, 0.0))
+        return keys
+
+
 class ASrptPolicy:
     name = NAME
 
@@ -233,7 +308,14 @@ class ASrptPolicy:
         trees: int = 30,
         max_depth: int = 8,
         seed: int = 0,
+        variant: str = "default",
     ) -> None:
+        if variant not in VARIANTS:
+            raise ValueError(
+                f"a-srpt variant must be one of {', '.join(VARIANTS)}, got {variant!r}"
+            )
+        self.variant = variant
+        self.virtual = VirtualSrpt()
         self.predictor = IterationPredictor(
             min_history=min_history,
             refit_every=refit_every,
@@ -301,20 +383,44 @@ class ASrptPolicy:
             out[job.id] = job.num_gpus * left / rate if rate > 0 else math.inf
         return out
 
+    def total_work(self, snapshot: Snapshot, jobs: Sequence[JobView]) -> dict[int, float]:
+        """Predicted total GPU-seconds per job on its fastest allowed type."""
+        predicted = self.predictor.predict_many(jobs)
+        out: dict[int, float] = {}
+        for job in jobs:
+            rate = best_rate(snapshot, job)
+            out[job.id] = job.num_gpus * predicted[job.id] / rate if rate > 0 else math.inf
+        return out
+
+    def _virtual_order(
+        self, snapshot: Snapshot, now: float, jobs: Sequence[JobView]
+    ) -> list[JobView]:
+        work = self.total_work(snapshot, snapshot.jobs)
+        arrivals = {job.id: job.arrival_time for job in snapshot.jobs}
+        self.virtual.advance(now, arrivals, work, snapshot.cluster.num_gpus)
+        keys = self.virtual.order_keys(work)
+        return sorted(jobs, key=lambda j: (keys[j.id], j.arrival_time, j.id))
+
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
-        del now
         self._infer_completions(snapshot)
         free = FreeGpus(snapshot.cluster)
         allocations, rest = keep_pinned(snapshot, free)
         reasons: dict[int, str] = {}
-        work = self.remaining_work(snapshot, rest)
-        order = sorted(rest, key=lambda j: (work[j.id], j.arrival_time, j.id))
+        if self.variant == "paper":
+            order = self._virtual_order(snapshot, now, rest)
+            work: dict[int, float] = {}
+        else:
+            work = self.remaining_work(snapshot, rest)
+            order = sorted(rest, key=lambda j: (work[j.id], j.arrival_time, j.id))
         for rank, job in enumerate(order):
             alloc = self._place(snapshot, job, free)
             if alloc is None:
+                if self.variant == "paper":
+                    basis = "in the virtual single-machine SRPT schedule"
+                else:
+                    basis = f"by predicted remaining work ({work[job.id] / 3600:.2f} GPU-hours)"
                 reasons[job.id] = (
-                    f"waiting: position {rank + 1} by predicted remaining work "
-                    f"({work[job.id] / 3600:.2f} GPU-hours); no {job.num_gpus} free GPUs of "
+                    f"waiting: position {rank + 1} {basis}; no {job.num_gpus} free GPUs of "
                     "one allowed type"
                 )
                 continue
@@ -363,6 +469,7 @@ def make(
     trees: int = 30,
     max_depth: int = 8,
     seed: int = 0,
+    variant: str = "default",
 ) -> ASrptPolicy:
     return ASrptPolicy(
         min_history=min_history,
@@ -370,4 +477,5 @@ def make(
         trees=trees,
         max_depth=max_depth,
         seed=seed,
+        variant=variant,
     )

@@ -646,24 +646,35 @@ class HadarPolicy:
         return Plan(allocations, reasons)
 
 
+#: Variants: this project's tuned prices, or the paper's (see :func:`make`).
+VARIANTS = ("default", "paper")
+
+
 def make(
     *,
+    variant: str = "default",
     floor_fraction: float = 0.5,
     mixed: bool = True,
     completion_exponent: float = 2.0,
-    ceiling: str = "remaining",
+    ceiling: str | None = None,
     horizon_s: float | None = None,
     exchange: bool = True,
-    per_type_bounds: bool = True,
+    per_type_bounds: bool | None = None,
     finish_weight: float = 0.1,
 ) -> HadarPolicy:
+    """A Hadar policy. ``variant="paper"`` bounds prices as the paper does: the round's
+    highest utility as the fixed ceiling and one price range for all GPU types; a
+    parameter given explicitly wins over the variant's value."""
+    if variant not in VARIANTS:
+        raise ValueError(f"hadar variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    paper = variant == "paper"
     return HadarPolicy(
         floor_fraction=floor_fraction,
         mixed=mixed,
         completion_exponent=completion_exponent,
-        ceiling=ceiling,
+        ceiling=ceiling if ceiling is not None else ("round" if paper else "remaining"),
         horizon_s=horizon_s,
         exchange=exchange,
-        per_type_bounds=per_type_bounds,
+        per_type_bounds=per_type_bounds if per_type_bounds is not None else not paper,
         finish_weight=finish_weight,
     )

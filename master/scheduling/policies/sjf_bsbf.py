@@ -22,16 +22,27 @@ the GPU's memory. A job's footprint at sub-batch ``B/k`` is modelled as
 and optimizer state do not shrink with the batch; activations do). When a job's need or a
 GPU's memory is unknown (0), the profile's pair figure is the only evidence that the two
 fit, as in Gavel's tables where infeasible pairs are zero.
+
+With ``variant="paper"`` the job also chooses when it starts, as the paper picks a pair's
+scheduling time point: now, sharing, or alone at the earliest time its GPU count of an
+allowed type is released by the running jobs (each holds its GPUs until it completes,
+at its current speed). Sharing must beat that start, not only waiting for the partner:
+the alternative pair average is ``(e_b + w_a) / 2`` with ``w_a`` the job's completion time
+when it starts alone at that point. A later start of the sharing itself is never
+better: while the sharer finishes first, delaying it delays only its own completion, and
+once the partner would finish first the pair's average is linear in the start time, so
+its best is an end point, now or the partner's completion.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from master.scheduling.memory import gpu_memory
 from master.scheduling.placement import FreeGpus
-from master.scheduling.plan import Allocation, Plan
+from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policies._speeds import (
     allocation_on,
     allocation_rate,
@@ -43,6 +54,7 @@ from master.scheduling.policies._speeds import (
 from master.scheduling.views import JobView, Snapshot
 
 NAME = "sjf-bsbf"
+VARIANTS = ("default", "paper")
 
 
 def paired_jct(e_a: float, e_b: float, s_a: float, s_b: float) -> float:
@@ -86,7 +98,13 @@ class SjfBsbfPolicy:
         max_accumulation: int = 8,
         state_fraction: float = 0.35,
         assumed_pair_slowdown: float = 0.0,
+        variant: str = "default",
     ) -> None:
+        if variant not in VARIANTS:
+            raise ValueError(
+                f"sjf-bsbf variant must be one of {', '.join(VARIANTS)}, got {variant!r}"
+            )
+        self.variant = variant
         if max_accumulation < 1:
             raise ValueError(f"max_accumulation must be >= 1, got {max_accumulation}")
         if not 0 <= state_fraction <= 1:
@@ -172,6 +190,10 @@ class SjfBsbfPolicy:
         residents = Residents(self, snapshot)
         for job_id, alloc in allocations.items():
             residents.add(jobs[job_id], alloc)
+        releases = Releases(snapshot)
+        if self.variant == "paper":
+            for job_id, alloc in allocations.items():
+                releases.hold(jobs[job_id], alloc)
         for job in waiting:
             types = [t for t in allowed_types(snapshot, job) if free.count(t) >= job.num_gpus]
             if types:
@@ -180,15 +202,25 @@ class SjfBsbfPolicy:
                 assert slots is not None
                 allocations[job.id] = allocation_on(snapshot, job, slots)
                 residents.add(job, allocations[job.id])
+                if self.variant == "paper":
+                    releases.hold(job, allocations[job.id])
                 continue
-            sharing = self.best_partner(snapshot, job, residents)
+            wait_jct = releases.alone_jct(job, free) if self.variant == "paper" else None
+            sharing = self.best_partner(snapshot, job, residents, alone_jct=wait_jct)
             if sharing is None:
                 reasons[job.id] = (
                     "waiting: no free GPUs, and sharing with no running job would lower the "
                     "pair's average JCT (sjf-bsbf)"
                 )
+                if wait_jct is not None and math.isfinite(wait_jct):
+                    reasons[job.id] += (
+                        f"; waiting, it completes alone within {wait_jct / 3600:.2f} h"
+                    )
                 continue
             self.pair(snapshot, allocations, jobs, sharing)
+            if self.variant == "paper":
+                releases.hold(jobs[sharing.partner], allocations[sharing.partner])
+                releases.hold(job, allocations[job.id])
             self.last_sharing.append(sharing)
             residents.shared.add(sharing.partner)
         return Plan(allocations, reasons)
@@ -217,9 +249,18 @@ class SjfBsbfPolicy:
         )
 
     def best_partner(
-        self, snapshot: Snapshot, job: JobView, residents: Residents
+        self,
+        snapshot: Snapshot,
+        job: JobView,
+        residents: Residents,
+        *,
+        alone_jct: float | None = None,
     ) -> Sharing | None:
-        """The resident whose pairing with ``job`` lowers the pair's average JCT most."""
+        """The resident whose pairing with ``job`` lowers the pair's average JCT most.
+
+        Without sharing the job waits: for the partner's completion, or, given
+        ``alone_jct``, until it completes alone from its earliest start (seconds from now).
+        """
         if not job.shareable:
             return None
         model = snapshot.throughput
@@ -260,12 +301,47 @@ class SjfBsbfPolicy:
                     s_b = max(1.0, solo_b / pair[0])
                     s_a = max(1.0, solo_a / pair[1])
                 paired = paired_jct(e_a, e_b, s_a, s_b)
-                sequential = sequential_jct(e_a, e_b)
+                if alone_jct is None:
+                    sequential = sequential_jct(e_a, e_b)
+                else:
+                    sequential = (e_b + min(alone_jct, e_b + e_a)) / 2.0
                 if paired >= sequential:
                     continue
                 candidate = Sharing(job.id, partner.id, paired, sequential, k)
                 if best is None or candidate.benefit > best.benefit:
                     best = candidate
+        return best
+
+
+class Releases:
+    """When the GPUs held this round are released, in seconds from now: each job holds
+    its GPUs until it completes at its allocation's speed (sjf-bsbf never preempts)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self._at: dict[GpuSlot, float] = {}
+
+    def hold(self, job: JobView, alloc: Allocation) -> None:
+        rate = allocation_rate(self._snapshot, job, alloc)
+        left = job.remaining_iterations / rate if rate > 0 else math.inf
+        for slot in alloc.slots:
+            # A shared GPU is released when the later of its two jobs completes.
+            self._at[slot] = max(self._at.get(slot, 0.0), left)
+
+    def alone_jct(self, job: JobView, free: FreeGpus) -> float:
+        """The job's completion time, from now, alone on the allowed type where it would
+        complete first once enough GPUs are free (inf when no type ever has enough)."""
+        cluster = self._snapshot.cluster
+        best = math.inf
+        for gpu_type in allowed_types(self._snapshot, job):
+            need = job.num_gpus - free.count(gpu_type)
+            times = sorted(t for s, t in self._at.items() if cluster.gpu_type(s) == gpu_type)
+            if need > len(times):
+                continue
+            start = times[need - 1] if need > 0 else 0.0
+            rate = job_rate(self._snapshot, job, gpu_type)
+            if rate > 0:
+                best = min(best, start + job.remaining_iterations / rate)
         return best
 
 
@@ -318,11 +394,13 @@ def make(
     max_accumulation: int = 8,
     state_fraction: float = 0.35,
     assumed_pair_slowdown: float = 0.0,
+    variant: str = "default",
 ) -> SjfBsbfPolicy:
     return SjfBsbfPolicy(
         max_accumulation=max_accumulation,
         state_fraction=state_fraction,
         assumed_pair_slowdown=assumed_pair_slowdown,
+        variant=variant,
     )
 
 

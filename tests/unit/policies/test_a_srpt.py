@@ -5,8 +5,15 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from master.scheduling.plan import Allocation, GpuSlot
-from master.scheduling.policies.a_srpt import ASrptPolicy, Completion, IterationPredictor
+from master.scheduling.policies.a_srpt import (
+    ASrptPolicy,
+    Completion,
+    IterationPredictor,
+    VirtualSrpt,
+)
 from master.scheduling.policy import CompletionObserver, make_policy, notify_completion
 from tests.unit.policies.builders import job, snapshot
 
@@ -112,3 +119,84 @@ def test_completion_hook_is_optional_and_exact() -> None:
     assert isinstance(policy, ASrptPolicy)
     assert [(c.submitted, c.actual) for c in policy.predictor.history] == [(1e4, 7e3)]
     notify_completion(make_policy("hadar"), finished, 7e3, 10.0)  # not an observer: no-op
+
+
+def test_virtual_machine_runs_preemptive_srpt_over_arrivals() -> None:
+    """A short arrival preempts a long job on the virtual machine and finishes first."""
+    machine = VirtualSrpt()
+    work = {1: 1000.0, 2: 100.0}
+    machine.advance(0.0, {1: 0.0}, {1: 1000.0}, speed=1.0)
+    machine.advance(250.0, {1: 0.0, 2: 100.0}, work, speed=1.0)
+    # 0-100: job 1 alone; 100-200: job 2 (100 left < 900 left); 200-250: job 1 again.
+    assert machine.finished == {2: 200.0}
+    assert machine.done[1] == 150.0
+    assert machine.order_keys(work) == {2: (0, 200.0), 1: (1, 850.0)}
+
+
+def test_virtual_machine_speed_is_the_cluster_capacity() -> None:
+    """Four GPUs of capacity finish 400 GPU-seconds of work in 100 s."""
+    machine = VirtualSrpt()
+    machine.advance(0.0, {1: 0.0}, {1: 400.0}, speed=4.0)
+    machine.advance(360.0, {1: 0.0}, {1: 400.0}, speed=4.0)
+    assert machine.finished == {1: 100.0}
+
+
+def test_a_new_prediction_moves_the_virtual_remaining_work() -> None:
+    """The machine keeps work done, so a job predicted longer has more left."""
+    machine = VirtualSrpt()
+    machine.advance(0.0, {1: 0.0}, {1: 1000.0}, speed=1.0)
+    machine.advance(100.0, {1: 0.0}, {1: 1000.0}, speed=1.0)
+    assert machine.order_keys({1: 3000.0}) == {1: (1, 2900.0)}
+
+
+def test_virtual_machine_forgets_jobs_that_left() -> None:
+    """A job gone from the snapshot leaves the machine's memory, finished or not."""
+    machine = VirtualSrpt()
+    machine.advance(0.0, {1: 0.0, 2: 0.0}, {1: 10.0, 2: 500.0}, speed=1.0)
+    machine.advance(100.0, {1: 0.0, 2: 0.0}, {1: 10.0, 2: 500.0}, speed=1.0)
+    machine.advance(200.0, {2: 0.0}, {2: 500.0}, speed=1.0)
+    assert set(machine.done) == {2} and not machine.finished
+
+
+def test_paper_variant_keeps_a_delayed_job_ahead_of_a_later_shorter_one() -> None:
+    """Job 1 completed on the virtual machine, though the real cluster has not run it; the
+    paper's order starts it before the shorter job 2 that arrived after, the default's
+    order (real remaining work) does not."""
+    first = job(1, total_iterations=36_000.0, arrival_time=0.0)  # 3,600 GPU-s on a v100
+    later = job(2, total_iterations=10_000.0, arrival_time=3_900.0)  # 1,000 GPU-s
+    paper = make_policy("a-srpt", variant="paper")
+    paper.plan(snapshot({"v100": 1}, [first]), 0.0)
+    plan = paper.plan(snapshot({"v100": 1}, [first, later]), 4_000.0)
+    assert plan.get(1) is not None and plan.get(2) is None
+    assert "virtual single-machine SRPT" in plan.reasons[2]
+    default = make_policy("a-srpt")
+    default.plan(snapshot({"v100": 1}, [first]), 0.0)
+    plan = default.plan(snapshot({"v100": 1}, [first, later]), 4_000.0)
+    assert plan.get(2) is not None and plan.get(1) is None
+
+
+def test_paper_variant_orders_by_the_predictor() -> None:
+    """With a trained predictor (ann's jobs run a quarter of what she submits), the
+    virtual machine takes her bigger submission as the shorter job."""
+    policy = ASrptPolicy(min_history=4, refit_every=4, variant="paper")
+    for i in range(16):
+        policy.observe_completion(
+            job(100 + i, user="ann", total_iterations=40_000.0 * (1 + i % 4)),
+            10_000.0 * (1 + i % 4),
+            0.0,
+        )
+        policy.observe_completion(
+            job(200 + i, user="bob", total_iterations=20_000.0 * (1 + i % 4)),
+            20_000.0 * (1 + i % 4),
+            0.0,
+        )
+    anns = job(1, user="ann", total_iterations=40_000.0)
+    bobs = job(2, user="bob", total_iterations=20_000.0)
+    plan = policy.plan(snapshot({"v100": 1}, [bobs, anns]), 0.0)
+    assert plan.get(1) is not None and plan.get(2) is None
+
+
+def test_unknown_variant_is_refused() -> None:
+    """A variant name the policy does not know is an error naming the known ones."""
+    with pytest.raises(ValueError, match="variant must be one of default, paper"):
+        make_policy("a-srpt", variant="papers")

@@ -9,6 +9,7 @@ import pytest
 
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.policies.hadar import HadarPolicy, Prices
+from master.scheduling.policy import make_policy
 from master.scheduling.rates import allocation_throughput
 from tests.unit.policies.builders import job, snapshot
 
@@ -161,3 +162,34 @@ def test_utility_is_linear_until_the_job_can_finish_then_concave() -> None:
     assert pd.utility(snap, j, 40.0) - pd.utility(snap, j, 20.0) < (
         pd.utility(snap, j, 20.0) - pd.utility(snap, j, 10.0)
     )
+
+
+def test_paper_variant_prices_the_long_job_out_where_the_default_places_it() -> None:
+    """variant=paper takes the paper's fixed ceiling: the long job waits beside idle GPUs
+    that the default variant's falling ceiling gives it."""
+    short = job(1, num_gpus=2, total_iterations=100.0)
+    long = job(2, num_gpus=2, total_iterations=1e9)
+    snap = snapshot({"v100": 4}, [short, long])
+    paper = make_policy("hadar", variant="paper", completion_exponent=1.0)
+    assert set(paper.plan(snap, 0.0)) == {1}
+    default = make_policy("hadar", completion_exponent=1.0)
+    assert set(default.plan(snap, 0.0)) == {1, 2}
+
+
+def test_paper_variant_uses_one_price_range_and_explicit_parameters_win() -> None:
+    """The paper's bounds are one range for every type; a parameter given wins."""
+    paper = make_policy("hadar", variant="paper")
+    assert isinstance(paper, HadarPolicy)
+    assert paper._pass.ceiling == "round" and not paper._pass.per_type_bounds
+    mixed = make_policy("hadar", variant="paper", ceiling="remaining", per_type_bounds=True)
+    assert isinstance(mixed, HadarPolicy)
+    assert mixed._pass.ceiling == "remaining" and mixed._pass.per_type_bounds
+    default = make_policy("hadar")
+    assert isinstance(default, HadarPolicy)
+    assert default._pass.ceiling == "remaining" and default._pass.per_type_bounds
+
+
+def test_unknown_hadar_variant_is_refused() -> None:
+    """A variant name the policy does not know is an error naming the known ones."""
+    with pytest.raises(ValueError, match="hadar variant must be one of default, paper"):
+        make_policy("hadar", variant="tuned")

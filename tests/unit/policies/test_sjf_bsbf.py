@@ -7,13 +7,15 @@ from typing import Any
 import pytest
 
 from master.scheduling.memory import GIB
+from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.policies.sjf_bsbf import (
+    Releases,
     SjfBsbfPolicy,
     paired_jct,
     sequential_jct,
 )
-from master.scheduling.views import JobView
+from master.scheduling.views import JobView, Snapshot
 from tests.unit.policies.builders import SPEEDS, job, model, snapshot
 
 V100 = SPEEDS["vision"]["v100"]
@@ -141,3 +143,67 @@ def test_an_assumed_slowdown_below_one_is_refused() -> None:
     """Sharing cannot make both jobs faster: a slowdown in (0, 1) is a configuration error."""
     with pytest.raises(ValueError, match="assumed_pair_slowdown"):
         SjfBsbfPolicy(assumed_pair_slowdown=0.5)
+
+
+def _with_a_job_about_to_finish() -> Snapshot:
+    """v100:2: a 10 h shareable resident on GPU 0, a job on GPU 1 done in a minute, and a
+    10-minute newcomer that would share GPU 0 at 1.25x slowdown for both."""
+    pairs = {("vision", "vision", "v100", 1): (V100 * 0.8, V100 * 0.8)}
+    resident = _resident(V100 * 36_000)
+    finishing = job(
+        3,
+        job_type="speech",
+        total_iterations=SPEEDS["speech"]["v100"] * 60,
+        current=Allocation.on([GpuSlot("v100-000", 1)], 64),
+    )
+    newcomer = job(2, total_iterations=V100 * 600, shareable=True)
+    return snapshot({"v100": 2}, [resident, finishing, newcomer], throughput=model(pairs))
+
+
+def test_paper_variant_waits_for_gpus_released_before_the_partner_ends() -> None:
+    """Sharing now beats waiting 10 h for the partner (default shares), but not starting
+    alone in a minute on the GPU the other job releases (the paper variant waits)."""
+    snap = _with_a_job_about_to_finish()
+    default = SjfBsbfPolicy()
+    shared = default.plan(snap, 0.0).get(2)
+    assert shared is not None and shared.shared_with == 1
+    paper = SjfBsbfPolicy(variant="paper")
+    plan = paper.plan(snap, 0.0)
+    assert plan.get(2) is None and not paper.last_sharing
+    assert "completes alone within 0.18 h" in (plan.reason(2) or "")
+
+
+def test_releases_give_the_earliest_alone_completion() -> None:
+    """The newcomer's best is the GPU released in a minute, then 10 minutes alone."""
+    snap = _with_a_job_about_to_finish()
+    releases = Releases(snap)
+    jobs = {j.id: j for j in snap.jobs}
+    free = FreeGpus(snap.cluster)
+    for job_id in (1, 3):
+        current = jobs[job_id].current
+        assert current is not None
+        free.take_slots(current.slots)
+        releases.hold(jobs[job_id], current)
+    assert releases.alone_jct(jobs[2], free) == pytest.approx(60.0 + 600.0)
+
+
+def test_paper_variant_shares_when_no_gpus_free_up_sooner() -> None:
+    """On one GPU the earliest alone start is the partner's end: the paper variant shares
+    exactly as the default does."""
+    pairs = {("vision", "vision", "v100", 1): (V100 * 0.8, V100 * 0.8)}
+    resident = _resident(V100 * 36_000)
+    newcomer = job(2, total_iterations=V100 * 600, shareable=True)
+    snap = snapshot({"v100": 1}, [resident, newcomer], throughput=model(pairs))
+    paper = SjfBsbfPolicy(variant="paper")
+    plan = paper.plan(snap, 0.0)
+    assert plan.violations(snap) == []
+    shared = plan.get(2)
+    assert shared is not None and shared.shared_with == 1
+    (decision,) = paper.last_sharing
+    assert decision.sequential == pytest.approx(sequential_jct(600.0 * 1.0, 36_000.0))
+
+
+def test_unknown_sjf_bsbf_variant_is_refused() -> None:
+    """A variant name the policy does not know is an error naming the known ones."""
+    with pytest.raises(ValueError, match="sjf-bsbf variant must be one of default, paper"):
+        SjfBsbfPolicy(variant="later")

@@ -123,6 +123,7 @@ def test_csv_round_trip(tmp_path: Path) -> None:
         TraceJob(0, 0.0, "a", 1, 100.0, user="u", allowed_gpu_types=frozenset({"k80"})),
         TraceJob(1, 5.5, "b", 4, None, duration_s=60.0, priority=3.0, shareable=True),
         TraceJob(2, 6.0, "c", 2, 50.0, forkable=True),
+        TraceJob(3, 7.0, "a", 1, 80.0, submitted_iterations=200.0),
     ]
     path = tmp_path / "out.csv"
     write_csv_trace(path, jobs)
@@ -144,3 +145,19 @@ def test_cluster_specs() -> None:
     ]:
         with pytest.raises(ValueError, match=message):
             parse_cluster_spec(bad)
+
+
+def test_submitted_iterations_column_is_read_and_checked(tmp_path: Path) -> None:
+    """The users' estimate is optional; a bad one names the line."""
+    path = tmp_path / "est.csv"
+    path.write_text(
+        "job_id,arrival_s,job_type,num_gpus,iterations,submitted_iterations\n"
+        "0,0,a,1,100,400\n1,0,a,1,100,\n"
+    )
+    first, second = read_trace(path)
+    assert first.submitted_iterations == 400.0 and second.submitted_iterations is None
+    path.write_text(
+        "job_id,arrival_s,job_type,num_gpus,iterations,submitted_iterations\n0,0,a,1,100,-3\n"
+    )
+    with pytest.raises(TraceError, match=r"est.csv:2: submitted_iterations must be > 0"):
+        read_trace(path)
