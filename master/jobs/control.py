@@ -196,7 +196,6 @@ class JobControl:
                     f"every element of array {job.id} COMPLETED; completed jobs cannot be "
                     "requeued (submit the array again to run it once more)"
                 )
-            text = f"requeued by {caller.user}" + (f": {reason}" if reason else "")
             held_by = caller.user if hold else ""
             orders: list[StopOrder] = []
             result = job
@@ -211,6 +210,7 @@ class JobControl:
                         else target
                     )
                 else:
+                    text = _requeue_text(caller, target, reason, hold)
                     orders.extend(self._stop(uow, target, text, now))
                     ran = run_seconds(uow.usage.for_jobs([target.id]), now)
                     done = uow.jobs.requeue(
@@ -234,9 +234,9 @@ class JobControl:
     def _stop(uow: UnitOfWork, job: Job, reason: str, now: datetime) -> list[StopOrder]:
         # As a time limit stops a job: SIGTERM, then SIGKILL after the grace. A managed job
         # saves a checkpoint meanwhile; a command gets the time to end cleanly, as Slurm's
-        # requeue gives a batch script.
+        # requeue gives a batch script. It runs again: its line says from where.
         return release_tasks(
-            uow, uow.tasks.active_for_job(job.id), reason, checkpoint=True, now=now
+            uow, uow.tasks.active_for_job(job.id), reason, checkpoint=True, resumes=True, now=now
         )
 
     # -- update ------------------------------------------------------------------------
@@ -366,6 +366,20 @@ def _renamed(names: set[str]) -> Iterator[None]:
             raise
         message = str(exc).split(": ", 1)[1]
         raise InvalidArgumentError(field, message) from None
+
+
+def _requeue_text(caller: Caller, job: Job, reason: str, hold: bool) -> str:
+    """The requeue as the job's history and its output's `hadar:` line tell it: who (an
+    admin acting on another's job is named as one), whether it waits held, what it ended
+    as, and the caller's reason: "requeued by root (admin) after it ended TIMEOUT: more
+    time"."""
+    who = caller.user + (" (admin)" if caller.admin and caller.user != job.user else "")
+    text = f"requeued by {who}"
+    if hold:
+        text = f"requeued and held by {who}"
+    if is_terminal(job.state):
+        text += f" after it ended {job.state.value}"
+    return text + (f": {reason}" if reason else "")
 
 
 def _cannot_hold(job: Job, array: bool) -> str:

@@ -119,7 +119,9 @@ def test_requeue_running_job_stops_it_with_checkpoint_and_resumes(cluster: Clust
     stop = wait_for(
         lambda: next((s for s in worker.stops if s.job_id == job.id), None), what="StopTask"
     )
-    assert stop.checkpoint
+    # The stop's `hadar:` line says the job is requeued and resumes from its checkpoint.
+    assert stop.checkpoint and stop.resumes
+    assert stop.reason == "requeued and held by alice: new data"
     again = alice.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=job.id)).job
     assert again.version == requeued.version and again.requeues == 1
     alice.ReleaseJob(hadar_pb2.ReleaseJobRequest(job_id=job.id))
@@ -132,15 +134,19 @@ def test_requeue_running_job_stops_it_with_checkpoint_and_resumes(cluster: Clust
         lambda: [a for a in worker.applied if a.job_id == job.id][1:], what="second START"
     )
     assert restart[0].iterations_done == 40
+    # The stop wrote the requeue into the last attempt's output: the new one adds no line.
+    assert restart[0].reason == ""
     events = get(alice, job.id).events
     requeue = next(e for e in events if e.kind == "requeued")
-    assert requeue.reason == "requeued by alice: new data"
+    assert requeue.reason == "requeued and held by alice: new data"
     assert requeue.from_state == common_pb2.JOB_STATE_RUNNING
 
 
 def test_requeue_ended_jobs_and_completed_refusal(cluster: Cluster) -> None:
-    """A cancelled managed job is requeued keeping its checkpointed iterations; a COMPLETED
-    job is refused with a clear message."""
+    """A cancelled managed job is requeued keeping its checkpointed iterations, and its new
+    attempt's START carries the `hadar:` line's reason (who requeued it, what it had ended
+    as, why; the worker adds the checkpoint it resumes from); a COMPLETED job is refused
+    with a clear message."""
     master = cluster.master()
     worker = cluster.worker(master, "n1")
     alice = cluster.api(master, "alice", admin=False)
@@ -150,12 +156,15 @@ def test_requeue_ended_jobs_and_completed_refusal(cluster: Cluster) -> None:
     worker.progress(job.id, 30)
     alice.CancelJob(hadar_pb2.CancelJobRequest(job_id=job.id))
     wait_for(lambda: job.id not in worker.running_jobs(), what="stopped")
-    requeued = alice.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=job.id)).job
+    requeued = alice.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=job.id, reason="oops")).job
     assert requeued.state == common_pb2.JOB_STATE_PENDING
     assert requeued.iterations_done == 30 and requeued.checkpoint_iterations == 30
     assert not requeued.HasField("finished_at")
     wait_for(lambda: master.run_round().started == (job.id,), what="placed again")
     wait_for(lambda: job.id in worker.running_jobs(), what="START again")
+    restart = [a for a in worker.applied if a.job_id == job.id][-1]
+    assert restart.iterations_done == 30
+    assert restart.reason == "requeued by alice after it ended CANCELLED: oops"
     worker.progress(job.id, 100)
     assert get(alice, job.id).job.state == common_pb2.JOB_STATE_COMPLETED
     message = refused(
@@ -163,6 +172,36 @@ def test_requeue_ended_jobs_and_completed_refusal(cluster: Cluster) -> None:
         grpc.StatusCode.FAILED_PRECONDITION,
     )
     assert "COMPLETED" in message and "cannot be requeued" in message
+
+
+def test_an_admin_requeue_of_a_failed_job_names_the_admin_and_forgets_older_causes(
+    cluster: Cluster,
+) -> None:
+    """A job that failed after using its retries, requeued by an admin: its new attempt's
+    START says an admin requeued it after it ended FAILED (not the last retry's cause),
+    and resumes from its checkpoint."""
+    master = cluster.master(max_retries=1)
+    worker = cluster.worker(master, "n1")
+    alice = cluster.api(master, "alice", admin=False)
+    admin = cluster.api(master, "root", admin=True)
+    job = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    worker.progress(job.id, 20)
+    worker.exit(job.id, common_pb2.EXIT_KIND_FAILED, exit_code=1)
+    wait_for(lambda: master.run_round().started == (job.id,), what="the retry placed")
+    wait_for(lambda: job.id in worker.running_jobs(), what="the retry's START")
+    retry = [a for a in worker.applied if a.job_id == job.id][-1]
+    assert retry.reason.startswith("requeued after "), retry.reason
+    worker.exit(job.id, common_pb2.EXIT_KIND_FAILED, exit_code=1)
+    wait_for(lambda: get(alice, job.id).job.state == common_pb2.JOB_STATE_FAILED, what="FAILED")
+    admin.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=job.id))
+    wait_for(lambda: master.run_round().started == (job.id,), what="placed again")
+    wait_for(lambda: job.id in worker.running_jobs(), what="START after the requeue")
+    restart = [a for a in worker.applied if a.job_id == job.id][-1]
+    assert restart.lease > retry.lease
+    assert restart.reason == "requeued by root (admin) after it ended FAILED"
+    assert restart.iterations_done == 20
 
 
 def test_update_pending_and_running_jobs_within_limits(cluster: Cluster) -> None:
