@@ -79,6 +79,16 @@ def page(page_size: int, page_token: str) -> tuple[int, int]:
     return size, fields.int64(int(page_token), "page_token")
 
 
+def _run_seconds(uow: UnitOfWork, job_ids: list[int]) -> dict[int, float]:
+    """Each job's run time so far, summed over its attempts (jobs that never ran left
+    out)."""
+    records: dict[int, list[UsageRecord]] = {}
+    for record in uow.usage.for_jobs(job_ids):
+        records.setdefault(record.job_id, []).append(record)
+    now = datetime.now(UTC)
+    return {job_id: run_seconds(mine, now) for job_id, mine in records.items()}
+
+
 class HadarServicer(hadar_pb2_grpc.HadarServicer):
     def __init__(self, parts: Components) -> None:
         self.parts = parts
@@ -206,10 +216,18 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             more = len(jobs) > size
             jobs = jobs[:size]
             placed = uow.tasks.active_for_jobs([j.id for j in jobs if j.state is JobState.RUNNING])
-            return hadar_pb2.ListJobsResponse(
+            response = hadar_pb2.ListJobsResponse(
                 jobs=[self._listed_pb(j, caller, placed.get(j.id)) for j in jobs],
                 next_page_token=str(jobs[-1].id) if more and jobs else "",
             )
+            # The run time a job's time limit counts, as GetJob gives it: a queue and
+            # `hctl show` agree on how long a job ran. Set on the response's own copies:
+            # the listed messages are shared between listings.
+            ran = _run_seconds(uow, [j.id for j in jobs if j.started_at is not None])
+            for message in response.jobs:
+                if message.id in ran:
+                    message.run_seconds = ran[message.id]
+            return response
 
         return self.parts.tx.read(read)
 
