@@ -342,3 +342,113 @@ def test_a_job_held_or_updated_while_a_round_plans_is_not_started_by_it(
         lambda: next((a for a in worker.applied if a.job_id == resized.id), None), what="START"
     )
     assert len(start.gpu_indices) == 1
+
+
+def test_update_dependencies_preemptibility_signal_and_notifications(cluster: Cluster) -> None:
+    """A waiting job's dependencies are replaced (it waits for the new one, and runs once
+    that completed), its preemptibility and warning signal change; its webhook and which
+    ends notify change while it waits or runs. Refusals name their field: a dependency on
+    a later job or on its own array, a webhook host the cluster does not allow, a warning
+    signal that cannot be caught, and (FAILED_PRECONDITION) dependencies, preemptibility
+    or signal of a running job. Each change is in the job's history."""
+    master = cluster.master(webhook_allow_hosts="hooks.example.org")
+    worker = cluster.worker(master, "n1")
+    alice = cluster.api(master, "alice", admin=False)
+    first = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("first"), hold=True)).job
+    job = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("second"))).job
+    later = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("later"), hold=True)).job
+    array_spec = spec("sweep")
+    array_spec.array = "0-1"
+    sweep = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=array_spec)).job
+    alice.HoldJob(hadar_pb2.HoldJobRequest(job_id=sweep.id, whole_array=True))
+
+    updated = alice.UpdateJob(
+        hadar_pb2.UpdateJobRequest(
+            job_id=job.id,
+            dependencies=hadar_pb2.DependencyList(after_ok=[first.id]),
+            preemptible=False,
+            warning=hadar_pb2.WarningSignal(signal=10, before_s=90),
+            notify_url="https://hooks.example.org/t/1",
+            notify_on=hadar_pb2.NotifyOn(states=[common_pb2.JOB_STATE_FAILED]),
+        )
+    ).job
+    assert list(updated.spec.after_ok) == [first.id]
+    assert not updated.spec.preemptible
+    assert (updated.spec.warn_signal, updated.spec.warn_before_s) == (10, 90)
+    assert list(updated.spec.notify_on) == [common_pb2.JOB_STATE_FAILED]
+    # It waits for `first` now: not placed while `first` is held.
+    assert master.run_round().started == ()
+    assert f"waiting for job {first.id}" in get(alice, job.id).job.reason
+
+    for request, field in (
+        (
+            hadar_pb2.UpdateJobRequest(
+                job_id=job.id, dependencies=hadar_pb2.DependencyList(after_any=[later.id])
+            ),
+            "dependencies",
+        ),
+        (
+            hadar_pb2.UpdateJobRequest(
+                job_id=sweep.id + 1, dependencies=hadar_pb2.DependencyList(after_ok=[sweep.id])
+            ),
+            "dependencies",
+        ),
+        (hadar_pb2.UpdateJobRequest(job_id=job.id, notify_url="https://evil.test/x"), "notify_url"),
+        (
+            hadar_pb2.UpdateJobRequest(job_id=job.id, warning=hadar_pb2.WarningSignal(signal=9)),
+            "warning",
+        ),
+    ):
+        message = refused(lambda r=request: alice.UpdateJob(r), grpc.StatusCode.INVALID_ARGUMENT)
+        assert message.startswith(f"{field}:"), message
+    assert "submitted before it" in refused(
+        lambda: alice.UpdateJob(
+            hadar_pb2.UpdateJobRequest(
+                job_id=job.id, dependencies=hadar_pb2.DependencyList(after_any=[later.id])
+            )
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+    # No dependencies, no warning, preemptible again: it runs.
+    cleared = alice.UpdateJob(
+        hadar_pb2.UpdateJobRequest(
+            job_id=job.id,
+            dependencies=hadar_pb2.DependencyList(),
+            preemptible=True,
+            warning=hadar_pb2.WarningSignal(),
+        )
+    ).job
+    assert list(cleared.spec.after_ok) == [] and cleared.spec.preemptible
+    assert (cleared.spec.warn_signal, cleared.spec.warn_before_s) == (0, 0)
+    assert master.run_round().started == (job.id,)
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    for request, field in (
+        (
+            hadar_pb2.UpdateJobRequest(
+                job_id=job.id, dependencies=hadar_pb2.DependencyList(after_ok=[first.id])
+            ),
+            "dependencies",
+        ),
+        (hadar_pb2.UpdateJobRequest(job_id=job.id, preemptible=False), "preemptible"),
+        (
+            hadar_pb2.UpdateJobRequest(job_id=job.id, warning=hadar_pb2.WarningSignal(signal=10)),
+            "warning",
+        ),
+    ):
+        message = refused(lambda r=request: alice.UpdateJob(r), grpc.StatusCode.FAILED_PRECONDITION)
+        assert message.startswith(f"{field}:") and "requeue --hold" in message, message
+    # Notifications may change while it runs: the master tells them when it ends.
+    quiet = alice.UpdateJob(
+        hadar_pb2.UpdateJobRequest(job_id=job.id, notify_on=hadar_pb2.NotifyOn(none=True))
+    ).job
+    assert quiet.spec.no_notify and list(quiet.spec.notify_on) == []
+    assert quiet.spec.notify_url == ""
+    reasons = [e.reason for e in get(alice, job.id).events if e.kind == "updated"]
+    assert f"dependencies none -> afterok:{first.id}" in reasons[0]
+    assert "preemptible yes -> no" in reasons[0] and "signal none -> " in reasons[0]
+    assert "webhook default -> https://hooks.example.org" in reasons[0]
+    assert "notify on default -> failed" in reasons[0]
+    assert reasons[-1] == (
+        "updated by alice: webhook https://hooks.example.org -> default, notify on failed -> none"
+    )
