@@ -11,7 +11,7 @@ TORCH_VERSION := 2.13.0
 # one process.
 PARALLEL ?= -n 2 --dist loadfile
 
-.PHONY: setup test lint typecheck unit protos demo clean bench gpu-check gpu-kit browser
+.PHONY: setup test lint typecheck unit protos demo clean bench gpu-check gpu-kit browser shells
 
 setup: $(STAMP)
 
@@ -45,7 +45,19 @@ browser:
 		exit 1; \
 	fi
 
-test: setup browser
+# The completion tests run hctl's scripts in zsh and fish themselves (bash is there already).
+shells:
+	@if command -v zsh >/dev/null && command -v fish >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing zsh and fish for the shell completion tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zsh fish >/dev/null; \
+	else \
+		echo "the shell completion tests need zsh and fish: run" \
+			"'sudo apt-get install zsh fish' (Debian/Ubuntu) and try again" >&2; \
+		exit 1; \
+	fi
+
+test: setup browser shells
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -31,6 +31,7 @@ from clients.retry import NO_RETRY, Clock, RetryPolicy, SystemClock, call_with_r
 from clients.types import (
     ClusterStatus,
     CreatedToken,
+    Dependency,
     FairShareReport,
     Identity,
     Job,
@@ -54,6 +55,8 @@ from protos.hadar.v1 import common_pb2, hadar_pb2, hadar_pb2_grpc
 T = TypeVar("T")
 
 USER_METADATA_KEY = "x-hadar-user"
+# UpdateJobRequest.dependencies' field for each dependency kind.
+_DEPENDENCY_FIELDS = {"afterok": "after_ok", "afterany": "after_any", "afterfail": "after_fail"}
 AUTHORIZATION_METADATA_KEY = "authorization"
 
 
@@ -387,13 +390,37 @@ class HadarClient:
         priority: float | None = None,
         num_gpus: int | None = None,
         allowed_gpu_types: Sequence[str] | None = None,
+        dependencies: Sequence[Dependency] | None = None,
+        preemptible: bool | None = None,
+        warning: tuple[int, int] | None = None,
+        notify_url: str | None = None,
+        notify_on: Sequence[JobState] | None = None,
         whole_array: bool = False,
         timeout: float | None = None,
     ) -> Job:
-        """Changes the fields given (None leaves one as it is; an empty
-        `allowed_gpu_types` means any type). Retried on UNAVAILABLE: setting a value twice
-        is setting it once."""
+        """Changes the fields given (None leaves one as it is): an empty
+        `allowed_gpu_types` means any type; `dependencies` replace the job's (empty: none);
+        `warning` is (signal, seconds before the stop), signal 0 for none; an empty
+        `notify_url` means the owner's default webhook; an empty `notify_on` means no
+        notification at all. Retried on UNAVAILABLE: setting a value twice is setting it
+        once."""
         request = hadar_pb2.UpdateJobRequest(job_id=job_id, whole_array=whole_array)
+        if dependencies is not None:
+            request.dependencies.SetInParent()
+            for dependency in dependencies:
+                field = _DEPENDENCY_FIELDS[dependency.kind]
+                getattr(request.dependencies, field).append(dependency.job_id)
+        if preemptible is not None:
+            request.preemptible = preemptible
+        if warning is not None:
+            request.warning.signal, request.warning.before_s = warning
+            request.warning.SetInParent()
+        if notify_url is not None:
+            request.notify_url = notify_url
+        if notify_on is not None:
+            request.notify_on.states.extend(convert.job_state_number(s) for s in notify_on)
+            request.notify_on.none = not notify_on
+            request.notify_on.SetInParent()
         if name is not None:
             request.name = name
         if time_limit_s is not None:

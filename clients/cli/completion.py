@@ -3,7 +3,8 @@
 The script knows every listed subcommand (nested ones such as ``admin token create`` too),
 their options, which options take a value, and the values some of them accept, so it cannot go
 stale: it is regenerated from whatever ``hctl`` is installed. What only the cluster knows
-(your job ids, node names, GPU types, workloads) the script asks for as you press TAB, with
+(your job ids, recent ended ones where a command acts on them too, node names, GPU types,
+workloads) the script asks for as you press TAB, with
 ``hctl __complete KIND``: one short call to the master, printing nothing when it is not there.
 """
 
@@ -18,10 +19,16 @@ from clients.cli.command import Command, Context, ExitCode
 CHOICES_ATTRIBUTE = "hctl_completion_choices"
 
 # What the master is asked for, by the argument it completes: positionals by their metavar
-# (every command names a job JOB and a node NODE), options by their name.
-LIVE_KINDS = ("jobs", "nodes", "gpu-types", "workloads")
+# (every command names a job JOB and a node NODE), options by their name. Commands that act
+# on ended jobs too (a requeue, the logs, a job's details) are offered recent ended jobs as
+# well as active ones.
+LIVE_KINDS = ("jobs", "recent-jobs", "nodes", "gpu-types", "workloads")
 LIVE_BY_METAVAR = {"JOB": "jobs", "NODE": "nodes"}
+LIVE_BY_COMMAND = {"requeue": "recent-jobs", "logs": "recent-jobs", "show": "recent-jobs"}
 LIVE_BY_OPTION = {"--gpu-type": "gpu-types", "--workload": "workloads"}
+# How many of the caller's ended jobs, the newest, `recent-jobs` offers: enough for a week's
+# work, few enough for one short call.
+RECENT_ENDED = 50
 # A TAB must not hang on a master that does not answer.
 LIVE_TIMEOUT_S = 2.0
 
@@ -47,16 +54,18 @@ class CommandNode:
     positional_live: str = ""
 
 
-def command_tree(parser: argparse.ArgumentParser) -> CommandNode:
+def command_tree(parser: argparse.ArgumentParser, name: str = "") -> CommandNode:
+    """The tree of `parser`'s commands; `name` is the command `parser` parses (empty at
+    the top)."""
     node = CommandNode()
     # argparse has no public way to walk its actions; _actions is stable since Python 3.2.
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
+            for sub_name, sub in action.choices.items():
                 command = sub.get_default("_command")
                 if isinstance(command, Command) and not command.listed:
                     continue
-                node.subcommands[name] = command_tree(sub)
+                node.subcommands[sub_name] = command_tree(sub, sub_name)
             continue
         choices = tuple(str(c) for c in (action.choices or ()))
         choices = choices or getattr(action, CHOICES_ATTRIBUTE, ())
@@ -71,6 +80,8 @@ def command_tree(parser: argparse.ArgumentParser) -> CommandNode:
             node.positional_choices.extend(choices)
             if isinstance(action.metavar, str) and action.metavar in LIVE_BY_METAVAR:
                 node.positional_live = LIVE_BY_METAVAR[action.metavar]
+                if action.metavar == "JOB":
+                    node.positional_live = LIVE_BY_COMMAND.get(name, node.positional_live)
     return node
 
 
@@ -302,16 +313,21 @@ SHELLS = {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}
 
 def live_words(kind: str, ctx: Context) -> list[str]:
     """What `hctl __complete KIND` prints: the caller's active job ids (array elements as
-    12_3), node names, GPU types or workloads, as the master knows them now."""
+    12_3; `recent-jobs` adds their newest ended ones, at most RECENT_ENDED, newest first),
+    node names, GPU types or workloads, as the master knows them now."""
     client = ctx.client()
-    if kind == "jobs":
+    if kind in ("jobs", "recent-jobs"):
         from clients.cli.arrays import display_id
         from clients.types import JobState
 
         me = client.whoami(timeout=LIVE_TIMEOUT_S).user
         active = (JobState.PENDING, JobState.RUNNING, JobState.PREEMPTED)
         jobs = client.list_jobs(user=me, states=active, timeout=LIVE_TIMEOUT_S)
-        return [display_id(job) for job in jobs]
+        words = [display_id(job) for job in jobs]
+        if kind == "recent-jobs":
+            ended = client.job_history(user=me, limit=RECENT_ENDED, timeout=LIVE_TIMEOUT_S)
+            words += [display_id(record.job) for record in ended]
+        return list(dict.fromkeys(words))
     if kind == "nodes":
         return [node.name for node in client.list_nodes(timeout=LIVE_TIMEOUT_S)]
     if kind == "gpu-types":

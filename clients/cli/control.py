@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING
 
 from clients.cli.arrays import display_id, is_array, job_ref, resolve
 from clients.cli.command import CliError, Command, Context, ExitCode, split_list
-from clients.cli.jobfile import parse_time_limit
+from clients.cli.jobfile import parse_notify_on, parse_time_limit
 from clients.cli.jobs import about_job, checked_text
-from protos.arrays import JobRef
+from clients.types import Dependency
+from protos.arrays import JobRef, parse_dependency
 from protos.bounds import NUM_GPUS_MAX, PRIORITY_MAX, PRIORITY_MIN, PRIORITY_RANGE
 from protos.numbers import float_type, int_type
+from protos.warnsignal import parse_signal
 
 if TYPE_CHECKING:
     from clients.client import HadarClient
@@ -201,6 +203,57 @@ def _configure_update(parser: argparse.ArgumentParser) -> None:
         metavar="TYPE",
         help="allowed GPU types, repeat or comma-separate; `any` for any (waiting jobs)",
     )
+    parser.add_argument(
+        "-d",
+        "--dependency",
+        type=checked_text(_parse_dependencies),
+        metavar="LIST",
+        help="new dependencies as sbatch writes them (afterok:1:2,afterany:3), replacing the "
+        "job's; `none` for none (waiting jobs; only jobs submitted before it)",
+    )
+    preempt = parser.add_mutually_exclusive_group()
+    preempt.add_argument(
+        "--preemptible",
+        dest="preemptible",
+        action="store_const",
+        const=True,
+        help="a preemption may stop it (a command then runs again from the start; waiting jobs)",
+    )
+    preempt.add_argument(
+        "--no-preemptible",
+        dest="preemptible",
+        action="store_const",
+        const=False,
+        help="no preemption stops it (waiting jobs)",
+    )
+    parser.add_argument(
+        "--signal",
+        type=checked_text(_parse_warning),
+        metavar="SIG[@SECONDS]",
+        help="as sbatch --signal: send SIG SECONDS (default 60) before a preemption or the "
+        "time limit stops it; `none` for no warning (waiting jobs)",
+    )
+    parser.add_argument(
+        "--notify",
+        metavar="URL",
+        help="webhook told when the job ends; `default` for your own (`hctl notify set`)",
+    )
+    parser.add_argument(
+        "--notify-on",
+        type=checked_text(parse_notify_on),
+        metavar="WHEN",
+        help="which ends notify: end, fail, all, states comma-separated, or none",
+    )
+
+
+def _parse_dependencies(text: str) -> list[tuple[str, int]]:
+    """`none`, or sbatch's dependency list."""
+    return [] if text.strip().lower() == "none" else parse_dependency(text)
+
+
+def _parse_warning(text: str) -> tuple[int, int]:
+    """`none` (signal 0), or sbatch's SIG[@SECONDS]."""
+    return (0, 0) if text.strip().lower() == "none" else parse_signal(text)
 
 
 def _run_update(args: argparse.Namespace, ctx: Context) -> int:
@@ -208,11 +261,30 @@ def _run_update(args: argparse.Namespace, ctx: Context) -> int:
     if args.gpu_type:
         types = [t for t in split_list(args.gpu_type) if t != "any"]
     time_limit = parse_time_limit(args.time) if args.time else None
-    if all(v is None for v in (args.name, time_limit, args.priority, args.gpus, types)):
+    dependencies = _parse_dependencies(args.dependency) if args.dependency else None
+    warning = _parse_warning(args.signal) if args.signal else None
+    notify_url = None
+    if args.notify is not None:
+        notify_url = "" if args.notify.strip().lower() == "default" else args.notify
+    notify_on = parse_notify_on(args.notify_on) if args.notify_on else None
+    given = (
+        args.name,
+        time_limit,
+        args.priority,
+        args.gpus,
+        types,
+        dependencies,
+        args.preemptible,
+        warning,
+        notify_url,
+        notify_on,
+    )
+    if all(v is None for v in given):
         raise CliError(
             "nothing to update",
             ExitCode.USAGE,
-            "give --name, --time, --priority, --gpus or --gpu-type",
+            "give --name, --time, --priority, --gpus, --gpu-type, --dependency, "
+            "--preemptible/--no-preemptible, --signal, --notify or --notify-on",
         )
 
     def action(client: HadarClient, job: Job, whole: bool) -> Job:
@@ -223,6 +295,15 @@ def _run_update(args: argparse.Namespace, ctx: Context) -> int:
             priority=args.priority,
             num_gpus=args.gpus,
             allowed_gpu_types=types,
+            dependencies=(
+                None
+                if dependencies is None
+                else [Dependency(kind, dep_id) for kind, dep_id in dependencies]
+            ),
+            preemptible=args.preemptible,
+            warning=warning,
+            notify_url=notify_url,
+            notify_on=notify_on,
             whole_array=whole,
         )
 
@@ -274,11 +355,15 @@ COMMANDS = [
         "Change a job's time limit, priority, name, GPUs (like scontrol update)",
         _configure_update,
         _run_update,
-        description="Change a job: its name, time limit and priority while it waits or "
-        "runs, its GPU count and GPU types while it waits. Owners and admins alike stay within "
-        "the cluster's limits: a time limit up to max_time_limit, a priority from "
-        f"{PRIORITY_RANGE}, no more GPUs than the cluster or your quota has.",
+        description="Change a job: its name, time limit, priority and notifications while "
+        "it waits or runs; its GPU count, GPU types, dependencies, preemptibility and warning "
+        "signal while it waits (the running job was started with them). Owners and admins "
+        "alike stay within the cluster's limits: a time limit up to max_time_limit, a "
+        f"priority from {PRIORITY_RANGE}, no more GPUs than the cluster or your quota has, "
+        "webhooks the cluster allows.",
         epilog="examples:\n  hctl update 42 --time 4h\n  hctl update 42 --priority 0.5 "
-        "--name lower\n  hctl update 43 --gpus 2 --gpu-type v100,a100",
+        "--name lower\n  hctl update 43 --gpus 2 --gpu-type v100,a100\n"
+        "  hctl update 44 --dependency afterok:40 --signal USR1@120\n"
+        "  hctl update 45 --no-preemptible --notify-on fail",
     ),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import time
 from collections import defaultdict
@@ -217,7 +218,7 @@ def run_demo(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> i
         if args.keep:
             ctx.err.print(
                 f"cluster left running; stop it with `hctl local down "
-                f"--state-dir {cluster.state_dir}`"
+                f"--state-dir {shlex.quote(str(cluster.state_dir))}`"
             )
         else:
             cluster.down()

@@ -201,7 +201,7 @@ def run_time(job: Job, now: datetime) -> float | None:
 
 def time_run(job: Job, now: datetime) -> float | None:
     """How long the job has run, summed over its attempts, as its time limit counts it
-    (GetJob fills it); the span since its first start where that is not known. One
+    (GetJob and ListJobs fill it); the span since its first start where that is not known. One
     screen must not give one job two run times."""
     if job.run_seconds > 0:
         return job.run_seconds

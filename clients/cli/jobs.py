@@ -555,7 +555,7 @@ def queue_table(
             f"{job.spec.num_gpus}{'+' if job.spec.forkable else ''}",
             fmt.node_or_reason(job),
             fmt.format_time(job.submitted_at, now),
-            fmt.format_duration(fmt.run_time(job, now)),
+            fmt.format_duration(fmt.time_run(job, now)),
             fmt.job_progress(job),
         ]
         if start:

@@ -218,18 +218,32 @@ def _up(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:
     # HADAR_MASTER and HADAR_TOKEN outrank the config file; left set, they would point
     # hctl elsewhere.
     shadowing = [name for name in (ENV_MASTER, ENV_TOKEN) if os.environ.get(name)]
-    unset = f"  unset {' '.join(shadowing)}\n" if shadowing else ""
-    hctl = _hctl()
     ctx.out.print(
-        f"\nuse it from this shell (as {invoking_user()}, an admin of this cluster):\n"
+        "\n"
+        + usage_lines(_hctl(), invoking_user(), cluster.config_path, cluster.state_dir, shadowing),
+        markup=False,
+    )
+    return ExitCode.OK
+
+
+def usage_lines(
+    hctl: str, user: str, config_path: Path, state_dir: Path, shadowing: list[str]
+) -> str:
+    """The shell lines `hctl local up` prints for using and stopping the cluster, each path
+    quoted for the shell (a state directory may have spaces or quotes in its name), so
+    they run as printed; `shadowing`: the variables to unset first."""
+    import shlex
+
+    unset = f"  unset {' '.join(shadowing)}\n" if shadowing else ""
+    return (
+        f"use it from this shell (as {user}, an admin of this cluster):\n"
         f"{unset}"
-        f"  export {ENV_CONFIG}={cluster.config_path}\n"
+        f"  export {ENV_CONFIG}={shlex.quote(str(config_path))}\n"
         f"  {hctl} submit --workload resnet --gpus 2 --iterations 300\n"
         f"  {hctl} queue\n"
         "stop it with:\n"
-        f"  {hctl} local down --state-dir {cluster.state_dir}"
+        f"  {hctl} local down --state-dir {shlex.quote(str(state_dir))}"
     )
-    return ExitCode.OK
 
 
 def _status(cluster: LocalCluster, args: argparse.Namespace, ctx: Context) -> int:

@@ -330,7 +330,7 @@ class Dispatcher:
         }
         jobs = uow.jobs.get_many({job_id for job_id, _ in ready})
         requeued = self._requeue_reasons(
-            uow, [j for j in jobs.values() if j.retries or j.preemptions]
+            uow, [j for j in jobs.values() if j.retries or j.preemptions or j.requeues]
         )
         now = utcnow()
         out: list[Outgoing] = []
@@ -351,16 +351,21 @@ class Dispatcher:
     @staticmethod
     def _requeue_reasons(uow: UnitOfWork, jobs: Sequence[Job]) -> dict[int, str]:
         """Why each job runs again, for the `hadar:` line that opens its new attempt's
-        output, when its last attempt ended by a failure or a loss: a stop the scheduler
-        ordered (a preemption) has its line in the last attempt's output already."""
-        events = uow.jobs.last_event_into([j.id for j in jobs], JobState.PREEMPTED)
-        return {
-            job_id: f"requeued after {event.reason}"
-            for job_id, event in events.items()
+        output (the worker adds where it resumes from), when nothing wrote it into the
+        last attempt's output: after a failure or a loss, or a requeue of a job that had
+        ended. A stop the scheduler or a requeue ordered (a preemption, a requeue of a
+        running job) has its line in the last attempt's output already."""
+        events = uow.jobs.last_back_in_queue([j.id for j in jobs])
+        reasons: dict[int, str] = {}
+        for job_id, event in events.items():
+            if event.kind == "requeued":
+                if is_terminal(event.from_state):
+                    reasons[job_id] = event.reason
             # Every way into PREEMPTED but the round's own ("preempted"): a retry, a
             # lost node, a worker that no longer runs the lease.
-            if event.kind != "preempted"
-        }
+            elif event.kind != "preempted":
+                reasons[job_id] = f"requeued after {event.reason}"
+        return reasons
 
     def dispatch_ready(self, round_number: int = 0) -> Push:
         """Send every start that can go now (without waiting for the answers)."""

@@ -8,6 +8,7 @@ GPUs it hands out, so a policy cannot give one GPU to two jobs by accident.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from master.scheduling.plan import Allocation, GpuSlot, Plan
@@ -133,6 +134,16 @@ class FreeGpus:
             remaining -= largest
         return servers
 
+    def fewest_servers(self, n: int, allowed: Iterable[str]) -> int | None:
+        """The fewest servers ``n`` GPUs of one type among ``allowed`` need (None: no
+        type has ``n`` free); takes nothing."""
+        needed = [
+            servers
+            for t in set(allowed)
+            if self.count(t) >= n and (servers := self.servers_needed(n, t)) is not None
+        ]
+        return min(needed, default=None)
+
     def packed_type(self, n: int, allowed: Iterable[str] | None = None) -> str | None:
         """The type among ``allowed`` (all when None) whose free GPUs hold ``n`` on
         the fewest servers; ties go to the type with the most free GPUs (spreading work
@@ -257,19 +268,29 @@ def num_servers(slots: Iterable[GpuSlot]) -> int:
 
 
 def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation]) -> Plan:
-    """``plan`` with every job it places anew across servers moved onto one server, where
-    one server has enough GPUs of an allowed type that no other job in the plan uses.
+    """``plan`` with every job it places anew across servers moved onto as few servers as
+    the GPUs no other job in the plan uses allow: one server when one has enough GPUs of
+    an allowed type, else the fewest servers any one allowed type's free GPUs need (a
+    4-GPU job on free GPUs 3+1+1+1 goes on 2 servers, 3+1, not on 4).
 
     Policies choose a job's GPU type (or a mix of types) by counts over the whole cluster,
-    and a choice that spreads the job can leave a server that holds it whole unused; a
-    spread job runs slower and ties up more servers. Only jobs the plan starts or moves are
+    and a choice that spreads the job can leave fewer servers that hold it unused; a spread
+    job runs slower and ties up more servers. Only jobs the plan starts or moves are
     repacked, as one ordinary copy on unshared GPUs (copies, sharing and folding are
-    deliberate). The new type is one the plan chose for the job if it fits on one server,
-    else the allowed type on which the job runs fastest consolidated, the tightest server
-    first. The plan's other jobs keep exactly their GPUs.
+    deliberate), and only onto strictly fewer servers than the plan gave. Among the types
+    that need the fewest servers, the one the plan chose for the job comes first, else the
+    type on which the job runs fastest, then the name; its servers are taken the fullest
+    first and the remainder best-fit (:meth:`FreeGpus.take`). The plan's other jobs keep
+    exactly their GPUs.
     """
     moved: dict[int, Allocation] = {}
-    used: set[GpuSlot] | None = None
+    usable = snapshot.cluster.usable_by_slot()
+    # One ledger for the whole pass, each repacked job's GPUs handed back to it and taken
+    # anew: a pass costs O(the cluster + the spread jobs' GPUs), not O(cluster) per job.
+    free: FreeGpus | None = None
+    # How many of the plan's jobs use each GPU: a GPU shared with another job stays taken
+    # when this one gives it back.
+    users: Counter[GpuSlot] = Counter()
     for job_id, alloc in plan.allocations.items():
         if (
             alloc.num_copies != 1
@@ -284,26 +305,36 @@ def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation
         job = snapshot.jobs_by_id().get(job_id)
         if job is None or job.num_gpus != alloc.num_gpus:
             continue
-        if used is None:
-            used = {slot for a in plan.allocations.values() for slot in a.slots}
-        mine = set(alloc.slots)
-        free = FreeGpus(snapshot.cluster, used - mine)
-        chosen = {free.type_of(slot) for slot in alloc.slots}
+        if free is None:
+            users.update(slot for a in plan.allocations.values() for slot in set(a.slots))
+            free = FreeGpus(snapshot.cluster, users)
+        mine = [slot for slot in set(alloc.slots) if slot in usable and users[slot] == 1]
+        free.release(mine)
         n = job.num_gpus
-        roomy = [t for t in free.types() if job.allows(t) and free.max_free_on_one_node(t) >= n]
-        if not roomy:
+        servers: dict[str, int] = {}
+        for gpu_type in free.types():
+            if job.allows(gpu_type):
+                needed = free.servers_needed(n, gpu_type)
+                if needed is not None and needed < len(alloc.nodes):
+                    servers[gpu_type] = needed
+        slots = None
+        if servers:
+            fewest = min(servers.values())
+            candidates = [t for t, needed in servers.items() if needed == fewest]
+            chosen = {usable[slot].type for slot in alloc.slots if slot in usable}
+            speed = {
+                t: snapshot.throughput.throughput(job.job_type, t, n, consolidated=fewest == 1)
+                for t in candidates
+            }
+            best = min(candidates, key=lambda t: (t not in chosen, -speed[t], t))
+            slots = free.take(n, best)
+        if slots is None:
+            # Stays where the plan put it.
+            free.take_slots(mine)
             continue
-        speed = {
-            t: snapshot.throughput.throughput(job.job_type, t, n, consolidated=True) for t in roomy
-        }
-        best = min(roomy, key=lambda t: (t not in chosen, -speed[t], t))
-        slots = free.take(n, best)
-        if slots is None:  # pragma: no cover - the type has a server with room
-            continue
-        new = Allocation.on(slots, job.batch_size)
-        moved[job_id] = new
-        used -= mine
-        used.update(new.slots)
+        moved[job_id] = Allocation.on(slots, job.batch_size)
+        users.subtract(set(alloc.slots))
+        users.update(slots)
     if not moved:
         return plan
     return Plan({**plan.allocations, **moved}, plan.reasons)

@@ -17,8 +17,9 @@ The steps, in order:
    their workers run them to completion whatever the lease, so waiting would not help.
 3. The policy's plan, with pinning: a running job that may not be preempted keeps exactly
    its GPUs; a job the plan put on them waits, saying so. Then packing: a job the plan
-   starts or moves across servers goes onto one server instead where one has room for it
-   (:func:`master.scheduling.placement.pack_spread`), whatever the policy.
+   starts or moves across servers goes onto as few servers as the free GPUs allow (one
+   where one has room for it; :func:`master.scheduling.placement.pack_spread`), whatever
+   the policy.
    Fair share and quotas (:mod:`master.scheduling.fairshare`, when ``RoundState.fair_share``
    is set): before the policy plans, priorities are scaled by each user's fair-share
    factor and waiting jobs past their user's quota, or past their user's entitlement while

@@ -22,7 +22,7 @@ from master.jobs.notifications import check_url
 from master.jobs.privacy import JobPrivacy
 from master.jobs.terminals import TerminalRelay
 from master.jobs.usage import Grouping, gpu_seconds, run_seconds, summarize
-from master.jobs.validation import notify_states
+from master.jobs.validation import DEPENDENCY_FIELDS, notify_states
 from master.jobs.workloads import workload_info
 from master.process.metrics import MasterMetrics
 from master.rounds.snapshot import fair_share_report, with_measurements
@@ -77,6 +77,29 @@ def page(page_size: int, page_token: str) -> tuple[int, int]:
     if not (page_token.isascii() and page_token.isdigit()):
         raise InvalidArgumentError("page_token", "not a token from a previous response")
     return size, fields.int64(int(page_token), "page_token")
+
+
+def _update_dependencies(request: hadar_pb2.UpdateJobRequest) -> tuple[tuple[str, int], ...] | None:
+    """The (kind, job id) pairs an update gives, in the order of their kinds; None when it
+    leaves the dependencies as they are."""
+    if not request.HasField("dependencies"):
+        return None
+    given = request.dependencies
+    return tuple(
+        (kind, job_id)
+        for kind, attr in DEPENDENCY_FIELDS.items()
+        for job_id in getattr(given, attr)
+    )
+
+
+def _run_seconds(uow: UnitOfWork, job_ids: list[int]) -> dict[int, float]:
+    """Each job's run time so far, summed over its attempts (jobs that never ran left
+    out)."""
+    records: dict[int, list[UsageRecord]] = {}
+    for record in uow.usage.for_jobs(job_ids):
+        records.setdefault(record.job_id, []).append(record)
+    now = datetime.now(UTC)
+    return {job_id: run_seconds(mine, now) for job_id, mine in records.items()}
 
 
 class HadarServicer(hadar_pb2_grpc.HadarServicer):
@@ -206,10 +229,18 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             more = len(jobs) > size
             jobs = jobs[:size]
             placed = uow.tasks.active_for_jobs([j.id for j in jobs if j.state is JobState.RUNNING])
-            return hadar_pb2.ListJobsResponse(
+            response = hadar_pb2.ListJobsResponse(
                 jobs=[self._listed_pb(j, caller, placed.get(j.id)) for j in jobs],
                 next_page_token=str(jobs[-1].id) if more and jobs else "",
             )
+            # The run time a job's time limit counts, as GetJob gives it: a queue and
+            # `hctl show` agree on how long a job ran. Set on the response's own copies:
+            # the listed messages are shared between listings.
+            ran = _run_seconds(uow, [j.id for j in jobs if j.started_at is not None])
+            for message in response.jobs:
+                if message.id in ran:
+                    message.run_seconds = ran[message.id]
+            return response
 
         return self.parts.tx.read(read)
 
@@ -274,6 +305,20 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
                 if request.HasField("allowed_gpu_types")
                 else None
             ),
+            dependencies=_update_dependencies(request),
+            preemptible=request.preemptible if request.HasField("preemptible") else None,
+            warning=(
+                (request.warning.signal, request.warning.before_s)
+                if request.HasField("warning")
+                else None
+            ),
+            notify_url=request.notify_url if request.HasField("notify_url") else None,
+            notify_on=(
+                notify_states(request.notify_on.states, "notify_on")
+                if request.HasField("notify_on")
+                else None
+            ),
+            no_notify=request.notify_on.none if request.HasField("notify_on") else None,
         )
         job = self.parts.control.update(
             current_caller(),

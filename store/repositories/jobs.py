@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import ColumnElement, func, insert, select, update
+from sqlalchemy import ColumnElement, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
@@ -830,13 +830,21 @@ class JobRepository:
         query = select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id)
         return [convert.job_event(row) for row in self._session.scalars(query)]
 
-    def last_event_into(self, job_ids: Collection[int], state: JobState) -> dict[int, JobEvent]:
-        """Each job's latest event that moved it into `state` (jobs without one left out)."""
+    def last_back_in_queue(self, job_ids: Collection[int]) -> dict[int, JobEvent]:
+        """Each job's latest event that put it back in the queue to run again: one into
+        PREEMPTED (a preemption, a retry, a lost task) or a requeue (into PENDING). Jobs
+        that never went back are left out."""
         if not job_ids:
             return {}
         latest = (
             select(func.max(JobEventRow.id))
-            .where(JobEventRow.job_id.in_(list(job_ids)), JobEventRow.to_state == state.value)
+            .where(
+                JobEventRow.job_id.in_(list(job_ids)),
+                or_(
+                    JobEventRow.to_state == JobState.PREEMPTED.value,
+                    JobEventRow.kind == "requeued",
+                ),
+            )
             .group_by(JobEventRow.job_id)
         )
         query = select(JobEventRow).where(JobEventRow.id.in_(latest))

@@ -40,8 +40,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def test_requeue_of_a_timeout_job_resumes_from_its_checkpoint(cluster: Cluster) -> None:
     """A training job submitted with `--time 10s` ends TIMEOUT with a checkpoint; `hctl
     requeue` puts it back, its time limit counts anew (it runs another 10 s and ends
-    TIMEOUT again, not at once), and the output of its second attempt says it resumed from
-    that checkpoint or a later one (never from scratch)."""
+    TIMEOUT again, not at once), and the output of its second attempt opens with a `hadar:`
+    line naming the requeue and its checkpoint, and says it resumed from that checkpoint or
+    a later one (never from scratch)."""
     job_id = cluster.submit_argv(
         "--workload", "recommendation", "--iterations", "10000000", "--time", "10s"
     )
@@ -79,6 +80,13 @@ def test_requeue_of_a_timeout_job_resumes_from_its_checkpoint(cluster: Cluster) 
     assert "resumed from" not in output[1], output
     resumed = [int(n) for n in re.findall(r"resumed from \S*ckpt-(\d+)\.pt", output[2])]
     assert len(resumed) == 1 and resumed[0] >= checkpoint, (checkpoint, output)
+    # The worker opened the second attempt's output with the requeue: who, why, from where.
+    note = re.search(
+        r"hadar: requeued by \S+ after it ended TIMEOUT: more time; resumes from checkpoint "
+        r"at iteration (\d+)\n",
+        output[2],
+    )
+    assert note is not None and int(note.group(1)) >= checkpoint, output[2]
     limit = cluster.hctl("show", str(job_id))
     assert "since its last requeue" in limit.stdout, limit.stdout
     kinds = [e.kind for e in cluster.client.describe_job(job_id).events]

@@ -17,8 +17,8 @@ cluster typically configures it, reduced to what decides who runs where:
   cannot delay that reservation: it runs on another type, or by its own time limit it ends
   by the shadow time, or it fits in the GPUs of the reserved type that the head leaves
   over at the shadow time. Only the head holds a reservation, as in EASY. A job that
-  could start only spread over servers while a server it may not take now would hold it
-  whole waits too: the round packs spread jobs onto such servers
+  could start only spread over more servers than the GPUs of a type it may not take now
+  need waits too: the round packs spread jobs onto the fewest servers
   (:func:`master.scheduling.placement.pack_spread`), which could delay the head.
 - Time limits are run time estimates (``JobView.time_limit_s``, which the daemon already
   set to the cluster's default for a job that gave none, as Slurm's ``DefaultTime``). A
@@ -192,12 +192,11 @@ class SlurmPolicy:
                     admissible.append(head.gpu_type)
                     spare = True
             gpu_type = free.packed_type(job.num_gpus, admissible)
-            # Spread while a server of a type it may not take now holds it whole: the
-            # round would pack it there (placement.pack_spread), delaying the head.
-            if (
-                gpu_type is not None
-                and free.servers_needed(job.num_gpus, gpu_type) != 1
-                and any(free.max_free_on_one_node(t) >= job.num_gpus for t in allowed)
+            # Spread over more servers than a type it may not take now needs: the round
+            # would pack it there (placement.pack_spread), delaying the head.
+            n = job.num_gpus
+            if gpu_type is not None and free.servers_needed(n, gpu_type) != (
+                free.fewest_servers(n, allowed)
             ):
                 gpu_type = None
             if gpu_type is None:

@@ -184,7 +184,7 @@ class GpuTypeList(_message.Message):
     def __init__(self, types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UpdateJobRequest(_message.Message):
-    __slots__ = ("job_id", "whole_array", "name", "time_limit_s", "priority", "num_gpus", "allowed_gpu_types")
+    __slots__ = ("job_id", "whole_array", "name", "time_limit_s", "priority", "num_gpus", "allowed_gpu_types", "dependencies", "preemptible", "warning", "notify_url", "notify_on")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WHOLE_ARRAY_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +192,11 @@ class UpdateJobRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
+    WARNING_FIELD_NUMBER: _ClassVar[int]
+    NOTIFY_URL_FIELD_NUMBER: _ClassVar[int]
+    NOTIFY_ON_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     whole_array: bool
     name: str
@@ -199,7 +204,38 @@ class UpdateJobRequest(_message.Message):
     priority: float
     num_gpus: int
     allowed_gpu_types: GpuTypeList
-    def __init__(self, job_id: _Optional[int] = ..., whole_array: _Optional[bool] = ..., name: _Optional[str] = ..., time_limit_s: _Optional[int] = ..., priority: _Optional[float] = ..., num_gpus: _Optional[int] = ..., allowed_gpu_types: _Optional[_Union[GpuTypeList, _Mapping]] = ...) -> None: ...
+    dependencies: DependencyList
+    preemptible: bool
+    warning: WarningSignal
+    notify_url: str
+    notify_on: NotifyOn
+    def __init__(self, job_id: _Optional[int] = ..., whole_array: _Optional[bool] = ..., name: _Optional[str] = ..., time_limit_s: _Optional[int] = ..., priority: _Optional[float] = ..., num_gpus: _Optional[int] = ..., allowed_gpu_types: _Optional[_Union[GpuTypeList, _Mapping]] = ..., dependencies: _Optional[_Union[DependencyList, _Mapping]] = ..., preemptible: _Optional[bool] = ..., warning: _Optional[_Union[WarningSignal, _Mapping]] = ..., notify_url: _Optional[str] = ..., notify_on: _Optional[_Union[NotifyOn, _Mapping]] = ...) -> None: ...
+
+class DependencyList(_message.Message):
+    __slots__ = ("after_ok", "after_any", "after_fail")
+    AFTER_OK_FIELD_NUMBER: _ClassVar[int]
+    AFTER_ANY_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FAIL_FIELD_NUMBER: _ClassVar[int]
+    after_ok: _containers.RepeatedScalarFieldContainer[int]
+    after_any: _containers.RepeatedScalarFieldContainer[int]
+    after_fail: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, after_ok: _Optional[_Iterable[int]] = ..., after_any: _Optional[_Iterable[int]] = ..., after_fail: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class WarningSignal(_message.Message):
+    __slots__ = ("signal", "before_s")
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_S_FIELD_NUMBER: _ClassVar[int]
+    signal: int
+    before_s: int
+    def __init__(self, signal: _Optional[int] = ..., before_s: _Optional[int] = ...) -> None: ...
+
+class NotifyOn(_message.Message):
+    __slots__ = ("states", "none")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    NONE_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[_common_pb2.JobState]
+    none: bool
+    def __init__(self, states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., none: _Optional[bool] = ...) -> None: ...
 
 class UpdateJobResponse(_message.Message):
     __slots__ = ("job",)

@@ -240,11 +240,13 @@ class HadarServicer:
 
     def UpdateJob(self, request, context):
         """Changes a job's spec, as scontrol update: a waiting job's name, time limit, priority,
-        GPU count and GPU types; a running job's name, time limit and priority. INVALID_ARGUMENT
-        names the field out of range (a time limit above the cluster's max_time_limit, a
-        priority outside 0.001 to 1000, more GPUs than the cluster or the owner's quota has);
-        FAILED_PRECONDITION for GPUs of a running job or a job that ended; PERMISSION_DENIED for
-        another user's job.
+        GPU count, GPU types, dependencies, preemptibility, warning signal and notifications; a
+        running job's name, time limit, priority and notifications. INVALID_ARGUMENT names the
+        field out of range (a time limit above the cluster's max_time_limit, a priority outside
+        0.001 to 1000, more GPUs than the cluster or the owner's quota has, a dependency on a
+        job submitted after it, a webhook the cluster refuses); FAILED_PRECONDITION for GPUs,
+        dependencies, preemptibility or the signal of a running job, or a job that ended;
+        PERMISSION_DENIED for another user's job.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

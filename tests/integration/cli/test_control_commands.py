@@ -141,3 +141,38 @@ def test_a_job_file_with_hold_is_stored_held(hctl: Hctl, cluster: Cluster, tmp_p
     cluster.round()
     job = shown(hctl, str(job_id))
     assert (job["state"], job["held_by"]) == ("pending", "alice")
+
+
+def test_update_dependency_preemptibility_signal_and_notifications_of_a_waiting_job(
+    hctl: Hctl, cluster: Cluster
+) -> None:
+    """`hctl update` sets sbatch-style dependencies, --no-preemptible, --signal and
+    --notify-on on a held command, and `none` clears the dependencies and the warning; a
+    bad value is a usage error (exit 2) naming its flag before anything is sent."""
+    first = submit(hctl, "--hold", "--iterations", "1", "--", "true")
+    job = submit(hctl, "--hold", "--iterations", "1", "--", "true")
+    result = hctl(
+        "update",
+        str(job),
+        "--dependency",
+        f"afterok:{first}",
+        "--no-preemptible",
+        "--signal",
+        "USR1@90",
+        "--notify-on",
+        "fail",
+    )
+    assert result.code == 0, result.err
+    spec = shown(hctl, str(job))["spec"]
+    assert isinstance(spec, dict)
+    assert spec["dependencies"] == [{"kind": "afterok", "job_id": first}]
+    assert spec["preemptible"] is False
+    assert (spec["warn_signal"], spec["warn_before_s"]) == (10, 90)
+    assert spec["notify_on"] == ["failed", "timeout"]
+    cleared = hctl("update", str(job), "--dependency", "none", "--signal", "none")
+    assert cleared.code == 0, cleared.err
+    spec = shown(hctl, str(job))["spec"]
+    assert isinstance(spec, dict)
+    assert spec["dependencies"] == [] and spec["warn_signal"] == 0
+    bad = hctl("update", str(job), "--signal", "KILL")
+    assert bad.code == ExitCode.USAGE and "--signal" in bad.err, bad.err

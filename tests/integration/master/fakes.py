@@ -43,6 +43,8 @@ class StopRecord:
     via: str  # "StopTask" or "ApplyAssignments"
     # StopTask's checkpoint flag: stop gracefully (SIGTERM, checkpoint) or kill at once.
     checkpoint: bool = True
+    # StopTask's resumes flag: the job runs again, and its output says from where.
+    resumes: bool = False
 
 
 @dataclass
@@ -338,7 +340,12 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
             ]
             self.stops.append(
                 StopRecord(
-                    request.job_id, request.lease, request.reason, "StopTask", request.checkpoint
+                    request.job_id,
+                    request.lease,
+                    request.reason,
+                    "StopTask",
+                    request.checkpoint,
+                    request.resumes,
                 )
             )
         self._exit_later(mine)

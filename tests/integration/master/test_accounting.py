@@ -81,7 +81,8 @@ def test_a_job_at_its_time_limit_is_stopped_with_a_checkpoint_and_ends_timeout(
 
 def test_run_time_of_earlier_attempts_counts_against_the_limit(cluster: Cluster) -> None:
     """A preempted job that already ran past its limit ends TIMEOUT without being placed
-    again; queue time does not count."""
+    again; queue time does not count. The queue (ListJobs) gives the same run time as
+    GetJob, and none for a job that never ran."""
     master = cluster.master()
     worker = cluster.worker(master, "n1")
     api = cluster.api(master)
@@ -94,6 +95,10 @@ def test_run_time_of_earlier_attempts_counts_against_the_limit(cluster: Cluster)
     assert get(api, job.id).state == common_pb2.JOB_STATE_PREEMPTED
     ran = get(api, job.id).run_seconds
     assert 0 < ran < 60
+    never = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload(), hold=True)).job
+    listed = {j.id: j.run_seconds for j in api.ListJobs(hadar_pb2.ListJobsRequest()).jobs}
+    assert listed == {job.id: ran, never.id: 0.0}
+    api.CancelJob(hadar_pb2.CancelJobRequest(job_id=never.id))
     now = datetime.now(UTC)
     # Hours queued later do not make it run out...
     assert master.time_limits.check(now + timedelta(hours=3)) == []

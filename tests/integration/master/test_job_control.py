@@ -119,7 +119,9 @@ def test_requeue_running_job_stops_it_with_checkpoint_and_resumes(cluster: Clust
     stop = wait_for(
         lambda: next((s for s in worker.stops if s.job_id == job.id), None), what="StopTask"
     )
-    assert stop.checkpoint
+    # The stop's `hadar:` line says the job is requeued and resumes from its checkpoint.
+    assert stop.checkpoint and stop.resumes
+    assert stop.reason == "requeued and held by alice: new data"
     again = alice.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=job.id)).job
     assert again.version == requeued.version and again.requeues == 1
     alice.ReleaseJob(hadar_pb2.ReleaseJobRequest(job_id=job.id))
@@ -132,15 +134,19 @@ def test_requeue_running_job_stops_it_with_checkpoint_and_resumes(cluster: Clust
         lambda: [a for a in worker.applied if a.job_id == job.id][1:], what="second START"
     )
     assert restart[0].iterations_done == 40
+    # The stop wrote the requeue into the last attempt's output: the new one adds no line.
+    assert restart[0].reason == ""
     events = get(alice, job.id).events
     requeue = next(e for e in events if e.kind == "requeued")
-    assert requeue.reason == "requeued by alice: new data"
+    assert requeue.reason == "requeued and held by alice: new data"
     assert requeue.from_state == common_pb2.JOB_STATE_RUNNING
 
 
 def test_requeue_ended_jobs_and_completed_refusal(cluster: Cluster) -> None:
-    """A cancelled managed job is requeued keeping its checkpointed iterations; a COMPLETED
-    job is refused with a clear message."""
+    """A cancelled managed job is requeued keeping its checkpointed iterations, and its new
+    attempt's START carries the `hadar:` line's reason (who requeued it, what it had ended
+    as, why; the worker adds the checkpoint it resumes from); a COMPLETED job is refused
+    with a clear message."""
     master = cluster.master()
     worker = cluster.worker(master, "n1")
     alice = cluster.api(master, "alice", admin=False)
@@ -150,12 +156,15 @@ def test_requeue_ended_jobs_and_completed_refusal(cluster: Cluster) -> None:
     worker.progress(job.id, 30)
     alice.CancelJob(hadar_pb2.CancelJobRequest(job_id=job.id))
     wait_for(lambda: job.id not in worker.running_jobs(), what="stopped")
-    requeued = alice.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=job.id)).job
+    requeued = alice.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=job.id, reason="oops")).job
     assert requeued.state == common_pb2.JOB_STATE_PENDING
     assert requeued.iterations_done == 30 and requeued.checkpoint_iterations == 30
     assert not requeued.HasField("finished_at")
     wait_for(lambda: master.run_round().started == (job.id,), what="placed again")
     wait_for(lambda: job.id in worker.running_jobs(), what="START again")
+    restart = [a for a in worker.applied if a.job_id == job.id][-1]
+    assert restart.iterations_done == 30
+    assert restart.reason == "requeued by alice after it ended CANCELLED: oops"
     worker.progress(job.id, 100)
     assert get(alice, job.id).job.state == common_pb2.JOB_STATE_COMPLETED
     message = refused(
@@ -163,6 +172,36 @@ def test_requeue_ended_jobs_and_completed_refusal(cluster: Cluster) -> None:
         grpc.StatusCode.FAILED_PRECONDITION,
     )
     assert "COMPLETED" in message and "cannot be requeued" in message
+
+
+def test_an_admin_requeue_of_a_failed_job_names_the_admin_and_forgets_older_causes(
+    cluster: Cluster,
+) -> None:
+    """A job that failed after using its retries, requeued by an admin: its new attempt's
+    START says an admin requeued it after it ended FAILED (not the last retry's cause),
+    and resumes from its checkpoint."""
+    master = cluster.master(max_retries=1)
+    worker = cluster.worker(master, "n1")
+    alice = cluster.api(master, "alice", admin=False)
+    admin = cluster.api(master, "root", admin=True)
+    job = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    worker.progress(job.id, 20)
+    worker.exit(job.id, common_pb2.EXIT_KIND_FAILED, exit_code=1)
+    wait_for(lambda: master.run_round().started == (job.id,), what="the retry placed")
+    wait_for(lambda: job.id in worker.running_jobs(), what="the retry's START")
+    retry = [a for a in worker.applied if a.job_id == job.id][-1]
+    assert retry.reason.startswith("requeued after "), retry.reason
+    worker.exit(job.id, common_pb2.EXIT_KIND_FAILED, exit_code=1)
+    wait_for(lambda: get(alice, job.id).job.state == common_pb2.JOB_STATE_FAILED, what="FAILED")
+    admin.RequeueJob(hadar_pb2.RequeueJobRequest(job_id=job.id))
+    wait_for(lambda: master.run_round().started == (job.id,), what="placed again")
+    wait_for(lambda: job.id in worker.running_jobs(), what="START after the requeue")
+    restart = [a for a in worker.applied if a.job_id == job.id][-1]
+    assert restart.lease > retry.lease
+    assert restart.reason == "requeued by root (admin) after it ended FAILED"
+    assert restart.iterations_done == 20
 
 
 def test_update_pending_and_running_jobs_within_limits(cluster: Cluster) -> None:
@@ -303,3 +342,113 @@ def test_a_job_held_or_updated_while_a_round_plans_is_not_started_by_it(
         lambda: next((a for a in worker.applied if a.job_id == resized.id), None), what="START"
     )
     assert len(start.gpu_indices) == 1
+
+
+def test_update_dependencies_preemptibility_signal_and_notifications(cluster: Cluster) -> None:
+    """A waiting job's dependencies are replaced (it waits for the new one, and runs once
+    that completed), its preemptibility and warning signal change; its webhook and which
+    ends notify change while it waits or runs. Refusals name their field: a dependency on
+    a later job or on its own array, a webhook host the cluster does not allow, a warning
+    signal that cannot be caught, and (FAILED_PRECONDITION) dependencies, preemptibility
+    or signal of a running job. Each change is in the job's history."""
+    master = cluster.master(webhook_allow_hosts="hooks.example.org")
+    worker = cluster.worker(master, "n1")
+    alice = cluster.api(master, "alice", admin=False)
+    first = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("first"), hold=True)).job
+    job = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("second"))).job
+    later = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("later"), hold=True)).job
+    array_spec = spec("sweep")
+    array_spec.array = "0-1"
+    sweep = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=array_spec)).job
+    alice.HoldJob(hadar_pb2.HoldJobRequest(job_id=sweep.id, whole_array=True))
+
+    updated = alice.UpdateJob(
+        hadar_pb2.UpdateJobRequest(
+            job_id=job.id,
+            dependencies=hadar_pb2.DependencyList(after_ok=[first.id]),
+            preemptible=False,
+            warning=hadar_pb2.WarningSignal(signal=10, before_s=90),
+            notify_url="https://hooks.example.org/t/1",
+            notify_on=hadar_pb2.NotifyOn(states=[common_pb2.JOB_STATE_FAILED]),
+        )
+    ).job
+    assert list(updated.spec.after_ok) == [first.id]
+    assert not updated.spec.preemptible
+    assert (updated.spec.warn_signal, updated.spec.warn_before_s) == (10, 90)
+    assert list(updated.spec.notify_on) == [common_pb2.JOB_STATE_FAILED]
+    # It waits for `first` now: not placed while `first` is held.
+    assert master.run_round().started == ()
+    assert f"waiting for job {first.id}" in get(alice, job.id).job.reason
+
+    for request, field in (
+        (
+            hadar_pb2.UpdateJobRequest(
+                job_id=job.id, dependencies=hadar_pb2.DependencyList(after_any=[later.id])
+            ),
+            "dependencies",
+        ),
+        (
+            hadar_pb2.UpdateJobRequest(
+                job_id=sweep.id + 1, dependencies=hadar_pb2.DependencyList(after_ok=[sweep.id])
+            ),
+            "dependencies",
+        ),
+        (hadar_pb2.UpdateJobRequest(job_id=job.id, notify_url="https://evil.test/x"), "notify_url"),
+        (
+            hadar_pb2.UpdateJobRequest(job_id=job.id, warning=hadar_pb2.WarningSignal(signal=9)),
+            "warning",
+        ),
+    ):
+        message = refused(lambda r=request: alice.UpdateJob(r), grpc.StatusCode.INVALID_ARGUMENT)
+        assert message.startswith(f"{field}:"), message
+    assert "submitted before it" in refused(
+        lambda: alice.UpdateJob(
+            hadar_pb2.UpdateJobRequest(
+                job_id=job.id, dependencies=hadar_pb2.DependencyList(after_any=[later.id])
+            )
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+    # No dependencies, no warning, preemptible again: it runs.
+    cleared = alice.UpdateJob(
+        hadar_pb2.UpdateJobRequest(
+            job_id=job.id,
+            dependencies=hadar_pb2.DependencyList(),
+            preemptible=True,
+            warning=hadar_pb2.WarningSignal(),
+        )
+    ).job
+    assert list(cleared.spec.after_ok) == [] and cleared.spec.preemptible
+    assert (cleared.spec.warn_signal, cleared.spec.warn_before_s) == (0, 0)
+    assert master.run_round().started == (job.id,)
+    wait_for(lambda: job.id in worker.running_jobs(), what="START")
+    for request, field in (
+        (
+            hadar_pb2.UpdateJobRequest(
+                job_id=job.id, dependencies=hadar_pb2.DependencyList(after_ok=[first.id])
+            ),
+            "dependencies",
+        ),
+        (hadar_pb2.UpdateJobRequest(job_id=job.id, preemptible=False), "preemptible"),
+        (
+            hadar_pb2.UpdateJobRequest(job_id=job.id, warning=hadar_pb2.WarningSignal(signal=10)),
+            "warning",
+        ),
+    ):
+        message = refused(lambda r=request: alice.UpdateJob(r), grpc.StatusCode.FAILED_PRECONDITION)
+        assert message.startswith(f"{field}:") and "requeue --hold" in message, message
+    # Notifications may change while it runs: the master tells them when it ends.
+    quiet = alice.UpdateJob(
+        hadar_pb2.UpdateJobRequest(job_id=job.id, notify_on=hadar_pb2.NotifyOn(none=True))
+    ).job
+    assert quiet.spec.no_notify and list(quiet.spec.notify_on) == []
+    assert quiet.spec.notify_url == ""
+    reasons = [e.reason for e in get(alice, job.id).events if e.kind == "updated"]
+    assert f"dependencies none -> afterok:{first.id}" in reasons[0]
+    assert "preemptible yes -> no" in reasons[0] and "signal none -> " in reasons[0]
+    assert "webhook default -> https://hooks.example.org" in reasons[0]
+    assert "notify on default -> failed" in reasons[0]
+    assert reasons[-1] == (
+        "updated by alice: webhook https://hooks.example.org -> default, notify on failed -> none"
+    )

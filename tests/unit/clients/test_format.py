@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from clients.cli import format as fmt
+from clients.cli.jobs import queue_table
 from clients.types import (
     Job,
     JobSpec,
@@ -268,3 +269,21 @@ def test_show_gives_one_run_time_the_limit_counts_not_the_span_since_the_first_s
     assert fmt.progress_line(job, NOW) == "completed (exit 0) after 26s"
     assert "ran 26s in all attempts" in fmt.time_limit_line(job)
     assert fmt.time_run(replace(job, run_seconds=0.0), NOW) == 28.0
+
+
+def test_the_queues_elapsed_column_is_the_run_time_show_gives() -> None:
+    """`hctl queue`'s ELAPSED for a job preempted once is its run time over its attempts
+    (26 s, what `hctl show` says), not the 28 s since its first start; a job that never
+    ran shows none."""
+    ran = make_job(
+        state=JobState.RUNNING,
+        started_at=NOW - timedelta(seconds=28),
+        run_seconds=26.0,
+        preemptions=1,
+    )
+    grid = queue_table(
+        [ran, replace(ran, id=8, state=JobState.PENDING, started_at=None, run_seconds=0.0)], NOW
+    )
+    column = grid.headers.index("ELAPSED")
+    assert [row[column] for row in grid.rows] == [fmt.format_duration(fmt.time_run(ran, NOW)), "-"]
+    assert grid.rows[0][column] == "26s"

@@ -1,5 +1,6 @@
-"""Every policy, as the round runs it, places a job on one server when one server has
-enough free GPUs of an allowed type, and never lists one GPU twice in a job's placement.
+"""Every policy, as the round runs it, places a job on as few servers as the free GPUs of
+one allowed type allow (one server when one has enough), and never lists one GPU twice in
+a job's placement.
 
 Copies of one job (hadare) each sit on their own server, and two jobs may share a GPU on
 purpose; neither counts against these rules, which look at one copy of one job at a time.
@@ -48,6 +49,16 @@ LAYOUTS = (
     (("local-1", "v100", 2), ("local-2", "p100", 2), ("local-3", "k80", 4)),
     tuple((f"{t}-{i}", t, 4) for t in GPU_TYPES for i in range(2)),
     (("a", "v100", 4), ("b", "v100", 3), ("c", "v100", 2), ("d", "k80", 4)),
+    # No one server holds a 4-GPU job: it needs two (3+1), or more when spread carelessly.
+    (
+        ("a", "v100", 3),
+        ("b", "v100", 1),
+        ("c", "v100", 1),
+        ("d", "v100", 1),
+        ("e", "k80", 2),
+        ("f", "k80", 1),
+        ("g", "k80", 1),
+    ),
 )
 
 
@@ -106,8 +117,8 @@ def hygiene_problems(
     snapshot: Snapshot, placements: dict[int, Allocation], current: dict[int, Allocation]
 ) -> list[str]:
     """Each job placed this round (started or moved) whose copy lists a GPU twice, or
-    spans servers while one server has as many GPUs of one allowed type that no other
-    job (and none of the job's other copies) uses."""
+    spans more servers than the GPUs of one allowed type that no other job (and none of
+    the job's other copies) uses would need."""
     problems: list[str] = []
     usable = snapshot.cluster.usable_gpus()
     for job_id, alloc in placements.items():
@@ -127,19 +138,28 @@ def hygiene_problems(
                 for gpu in usable
                 if job.allows(gpu.type) and gpu.slot not in others | siblings
             )
-            servers = sorted(node for (node, _), count in room.items() if count >= len(copy))
-            if servers:
-                problems.append(f"job {job_id} spread over {alloc} while {servers} hold it whole")
+            spans = len({slot.node for slot in copy})
+            for gpu_type in sorted({t for _, t in room}):
+                sizes = sorted((c for (_, t), c in room.items() if t == gpu_type), reverse=True)
+                fewest = next(
+                    (k for k in range(1, len(sizes) + 1) if sum(sizes[:k]) >= len(copy)), None
+                )
+                if fewest is not None and fewest < spans:
+                    problems.append(
+                        f"job {job_id} spread over {spans} servers ({alloc}) while the free "
+                        f"{gpu_type} GPUs hold it on {fewest}"
+                    )
     return problems
 
 
-SEEDS = range(24)
+SEEDS = range(96)
 
 
 @pytest.mark.parametrize("name", available_policies())
 def test_jobs_are_packed_and_never_list_a_gpu_twice(name: str) -> None:
     """On clusters where packing is possible, no round of this policy spreads a job it
-    places over servers while one server could hold it, nor lists a GPU twice."""
+    places over more servers than the free GPUs of one allowed type need (one, when one
+    server could hold it), nor lists a GPU twice."""
     found: list[str] = []
     for seed in SEEDS:
         snap = scenario(seed)
@@ -173,3 +193,63 @@ def test_the_reported_spread_is_repacked() -> None:
     placed = decision.placements[1]
     assert len(placed.nodes) == 1
     assert placed.nodes[0] in {"local-1", "local-2"}
+
+
+def test_a_job_no_server_holds_goes_on_the_fewest_servers() -> None:
+    """A 4-GPU job on free GPUs 3+1+1+1 that a policy spreads one GPU per server runs on
+    two servers instead: the 3 and a 1 (the lowest name), each GPU listed once."""
+    snap = Snapshot(
+        cluster(("a", "v100", 3), ("b", "v100", 1), ("c", "v100", 1), ("d", "v100", 1)),
+        (JobView(1, "ResNet-50 (batch size 64)", 4, 200_000.0, batch_size=64),),
+        1,
+        360.0,
+        model(),
+    )
+    spread = Allocation.on([GpuSlot("a", 0), GpuSlot("b", 0), GpuSlot("c", 0), GpuSlot("d", 0)], 64)
+
+    class Spreads:
+        name = "spreads"
+
+        def plan(self, snapshot: Snapshot, now: float) -> Plan:
+            return Plan({1: spread})
+
+    decision = decide_round(RoundState(snap, 0.0), Spreads())
+    placed = decision.placements[1]
+    assert sorted(placed.slots) == [
+        GpuSlot("a", 0),
+        GpuSlot("a", 1),
+        GpuSlot("a", 2),
+        GpuSlot("b", 0),
+    ]
+
+
+def test_repacking_keeps_the_jobs_gpu_types() -> None:
+    """A job allowed only k80 is repacked onto the fewest k80 servers (2+1), never onto
+    the v100 server that would hold it whole."""
+    snap = Snapshot(
+        cluster(("a", "v100", 4), ("e", "k80", 2), ("f", "k80", 1), ("g", "k80", 1)),
+        (
+            JobView(
+                1,
+                "ResNet-50 (batch size 64)",
+                3,
+                200_000.0,
+                batch_size=64,
+                allowed_gpu_types=frozenset({"k80"}),
+            ),
+        ),
+        1,
+        360.0,
+        model(),
+    )
+    spread = Allocation.on([GpuSlot("e", 0), GpuSlot("f", 0), GpuSlot("g", 0)], 64)
+
+    class Spreads:
+        name = "spreads"
+
+        def plan(self, snapshot: Snapshot, now: float) -> Plan:
+            return Plan({1: spread})
+
+    decision = decide_round(RoundState(snap, 0.0), Spreads())
+    placed = decision.placements[1]
+    assert sorted(placed.slots) == [GpuSlot("e", 0), GpuSlot("e", 1), GpuSlot("f", 0)]

@@ -231,6 +231,30 @@ def test_a_backfill_that_would_spread_waits_rather_than_take_the_reserved_server
     assert 5 not in plan
 
 
+def test_a_backfill_that_would_spread_wider_than_the_reserved_type_needs_waits() -> None:
+    """Behind a head reserved on k80, a long 3-GPU job could start only on three v100
+    servers (one free GPU each) while the k80 GPUs it may not take hold it on two: it
+    waits, as the round would pack it onto those two and delay the head."""
+    snap = snapshot(
+        {"v100": 12, "k80": 8},
+        [
+            running(1, "v100-000", range(3), time_limit_s=3600.0),
+            running(2, "v100-001", range(3), time_limit_s=3600.0),
+            running(3, "v100-002", range(3), time_limit_s=3600.0),
+            running(4, "k80-000", range(2), time_limit_s=1800.0),
+            running(5, "k80-001", range(2), time_limit_s=1800.0),
+            waiting(6, 6, 600.0, allowed_gpu_types=frozenset({"k80"})),
+            waiting(7, 3, 90_000.0),
+        ],
+    )
+    policy = SlurmPolicy()
+    plan = policy.plan(snap, NOW)
+    assert policy.last_reservation is not None
+    assert policy.last_reservation.gpu_type == "k80"
+    assert 7 not in plan
+    assert "queued behind job 6" in (plan.reason(7) or "")
+
+
 def test_between_types_that_pack_a_job_alike_the_one_with_more_free_gpus_gets_it() -> None:
     """Blind to speed, the choice spreads work over the types: a 1-GPU job goes to the
     type with more free GPUs (k80 here, two free against one), not to the fastest."""

@@ -101,20 +101,29 @@ def test_transition_records_event_with_reason_and_timestamps(db: Database) -> No
     assert events[2].reason == "preempted in round 4 for job 9"
 
 
-def test_the_latest_event_into_a_state_is_found_per_job(db: Database) -> None:
-    """Each job's newest event into the state asked for (a retry after a preemption: the
-    retry), jobs without one left out."""
-    twice, never = submit(db), submit(db, name="b")
+def test_the_latest_return_to_the_queue_is_found_per_job(db: Database) -> None:
+    """Each job's newest event that put it back in the queue: into PREEMPTED (a retry
+    after a preemption: the retry) or a requeue after it, whatever came later (a hold, a
+    new start); jobs that never went back are left out."""
+    twice, requeued, never = submit(db), submit(db, name="r"), submit(db, name="b")
     with db.transaction() as uow:
-        uow.jobs.transition(twice, JobState.RUNNING, kind="scheduled", reason="placed")
-        uow.jobs.transition(twice, JobState.PREEMPTED, kind="preempted", reason="for job 9")
-        uow.jobs.transition(twice, JobState.RUNNING, kind="scheduled", reason="placed again")
-        uow.jobs.transition(twice, JobState.PREEMPTED, kind="retried", reason="exit code 1")
+        for job in (twice, requeued):
+            uow.jobs.transition(job, JobState.RUNNING, kind="scheduled", reason="placed")
+            uow.jobs.transition(job, JobState.PREEMPTED, kind="preempted", reason="for job 9")
+            uow.jobs.transition(job, JobState.RUNNING, kind="scheduled", reason="again")
+            uow.jobs.transition(job, JobState.PREEMPTED, kind="retried", reason="exit code 1")
+        uow.jobs.transition(requeued, JobState.RUNNING, kind="scheduled", reason="third")
+        uow.jobs.transition(requeued, JobState.FAILED, kind="failed", reason="exit code 1")
+        uow.jobs.requeue(requeued, reason="requeued by alice", ran_s=5, keep_progress=True)
+        uow.jobs.set_hold(requeued, "alice", reason="held by alice")
+        uow.jobs.transition(never, JobState.RUNNING, kind="scheduled", reason="placed")
     with db.transaction() as uow:
-        found = uow.jobs.last_event_into([twice, never], JobState.PREEMPTED)
-        assert uow.jobs.last_event_into([], JobState.PREEMPTED) == {}
-    assert list(found) == [twice]
+        found = uow.jobs.last_back_in_queue([twice, requeued, never])
+        assert uow.jobs.last_back_in_queue([]) == {}
+    assert sorted(found) == [twice, requeued]
     assert (found[twice].kind, found[twice].reason) == ("retried", "exit code 1")
+    assert (found[requeued].kind, found[requeued].from_state) == ("requeued", JobState.FAILED)
+    assert found[requeued].reason == "requeued by alice"
 
 
 @pytest.mark.parametrize("terminal", sorted(TERMINAL_JOB_STATES))

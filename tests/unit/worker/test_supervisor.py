@@ -699,6 +699,35 @@ def test_a_requeued_start_opens_its_log_with_why_and_the_checkpoint(tmp_path: Pa
     )
 
 
+def test_a_requeued_command_opens_its_log_saying_it_runs_again_from_the_start(
+    tmp_path: Path,
+) -> None:
+    """A plain command requeued after it ended cannot resume: the new attempt's first line
+    says who requeued it, what it ended as, and that it runs again from the start."""
+    rig = Rig(tmp_path)
+    requeued = start(1, 6)
+    requeued.spec.command.argv.append("/bin/true")
+    requeued.reason = "requeued by alice after it ended TIMEOUT: more time"
+    assert rig.supervisor.apply(requeued).outcome == APPLIED
+    assert _stderr_of(rig, 1, 6) == (
+        "hadar: requeued by alice after it ended TIMEOUT: more time; runs again from the start\n"
+    )
+
+
+def test_a_requeue_stop_says_the_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    """A running job stopped by a requeue (StopTask with `resumes`) ends its log saying it
+    was requeued and from which checkpoint it resumes, not only where it got to."""
+    rig = Rig(tmp_path)
+    rig.supervisor.apply(start(1, 2))
+    _checkpointed(rig, 1, 2, 40)
+    note = "requeued by alice: new data"
+    assert rig.supervisor.stop(1, graceful=True, reason=note, note=note, resumes=True)
+    rig.supervisor.poll()
+    assert _stderr_of(rig, 1, 2).splitlines()[-1] == (
+        "hadar: requeued by alice: new data; resumes from checkpoint at iteration 40"
+    )
+
+
 def test_a_stop_of_the_workers_own_writes_nothing_into_the_log(tmp_path: Path) -> None:
     """Only the scheduler's decisions are written: a stop without a note (a failed rank's
     siblings, the agent shutting down) leaves the job's output as it wrote it."""
