@@ -214,6 +214,11 @@ class MasterLeases:
             return result.rowcount == 1
 
 
+# Built once: every write transaction runs one (see check_term).
+_TERM = select(MasterLeaseRow.holder, MasterLeaseRow.epoch).where(MasterLeaseRow.id == LEASE_ROW)
+_TERM_LOCKED = _TERM.with_for_update(read=True, key_share=True)
+
+
 def check_term(session: Session, holder: str, epoch: int) -> None:
     """Inside another unit of work: raise LeaseLostError unless `holder` still holds term
     `epoch`. On PostgreSQL the row is locked FOR KEY SHARE until that unit of work ends, so
@@ -221,12 +226,8 @@ def check_term(session: Session, holder: str, epoch: int) -> None:
     commit. The weakest such lock: the holder's renewals (a plain UPDATE of the expiry)
     need not wait for its own writes, so a steady stream of them can never starve the
     renewal and cost the master its term."""
-    query = select(MasterLeaseRow.holder, MasterLeaseRow.epoch).where(
-        MasterLeaseRow.id == LEASE_ROW
-    )
-    if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update(read=True, key_share=True)
-    found = session.execute(query).one_or_none()
+    postgresql = session.get_bind().dialect.name == "postgresql"
+    found = session.execute(_TERM_LOCKED if postgresql else _TERM).one_or_none()
     if found is None or (found.holder, found.epoch) != (holder, epoch):
         current = f"epoch {found.epoch} held by {found.holder}" if found else "no lease"
         raise LeaseLostError(f"this master's term (epoch {epoch}) is over; now {current}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import ColumnElement, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
@@ -37,8 +37,19 @@ _KEYS = IdempotencyKeyRow.metadata.tables[IdempotencyKeyRow.__tablename__]
 _EVENTS = JobEventRow.metadata.tables[JobEventRow.__tablename__]
 _JOBS = JobRow.metadata.tables[JobRow.__tablename__]
 _WAITING_REASON = "waiting for the next scheduling round"
-# Built once: constructing a RETURNING of every column costs more than running it.
+# Built once: constructing a statement costs more than running it (a RETURNING of every
+# column; IN lists, expanded when run). The keys' two IN lists are matched as pairs by the
+# caller of _KEYED.
 _INSERT_PLAIN = insert(_JOBS).returning(*_JOBS.c, sort_by_parameter_order=True)
+_KEYED = select(
+    IdempotencyKeyRow.user,
+    IdempotencyKeyRow.key,
+    IdempotencyKeyRow.job_id,
+    IdempotencyKeyRow.spec_digest,
+).where(
+    IdempotencyKeyRow.key.in_(bindparam("keys", expanding=True)),
+    IdempotencyKeyRow.user.in_(bindparam("users", expanding=True)),
+)
 
 
 class JobRepository:
@@ -285,20 +296,13 @@ class JobRepository:
         query."""
         if not keys:
             return {}
-        # Two plain IN lists, the pairs picked out here: a statement SQLAlchemy compiles
-        # once, where an IN of tuples was compiled anew for each group's size.
-        query = select(
-            IdempotencyKeyRow.user,
-            IdempotencyKeyRow.key,
-            IdempotencyKeyRow.job_id,
-            IdempotencyKeyRow.spec_digest,
-        ).where(
-            IdempotencyKeyRow.key.in_({key for _, key in keys}),
-            IdempotencyKeyRow.user.in_({user for user, _ in keys}),
+        rows = self._session.execute(
+            _KEYED,
+            {"keys": sorted({key for _, key in keys}), "users": sorted({u for u, _ in keys})},
         )
         return {
             (user, key): StoredKey(int(job_id), digest or "")
-            for user, key, job_id, digest in self._session.execute(query)
+            for user, key, job_id, digest in rows
             if (user, key) in keys
         }
 
