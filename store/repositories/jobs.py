@@ -458,37 +458,10 @@ class JobRepository:
                     held.add(row.id)
         if held:
             self._session.flush()
-        # Keys and events are written as plain multi-row inserts: nothing in this unit of
-        # work reads them back, so they need no ORM bookkeeping.
-        keys = [
-            {
-                "user": new.user,
-                "key": new.idempotency_key,
-                "job_id": first.id,
-                "created_at": at,
-                "spec_digest": new.spec_digest or None,
-            }
-            for (new, _), first in zip(items, firsts, strict=True)
-            if new.idempotency_key
-        ]
-        if keys:
-            self._session.execute(insert(_KEYS), keys)
-        if not inserted:
-            return []
-        self._session.execute(
-            insert(_EVENTS),
-            [
-                {
-                    "job_id": row.id,
-                    "at": at,
-                    "from_state": JobState.PENDING.value,
-                    "to_state": JobState.PENDING.value,
-                    "kind": "submitted",
-                    "reason": reason + (" (held)" if row.id in held else ""),
-                    "round": 0,
-                }
-                for row, reason in inserted
-            ],
+        self._write_keys_and_events(
+            [(new, first.id) for (new, _), first in zip(items, firsts, strict=True)],
+            [(row.id, reason + (" (held)" if row.id in held else "")) for row, reason in inserted],
+            at,
         )
         return [convert.job(row) for row in firsts]
 
@@ -513,35 +486,51 @@ class JobRepository:
         rows = self._session.execute(_INSERT_PLAIN, values).all()
         # A returned row has every column under its attribute's name, as a JobRow does.
         jobs = [convert.job(cast(JobRow, row)) for row in rows]
+        pairs = [(new, job.id) for (new, _), job in zip(items, jobs, strict=True)]
+        self._write_keys_and_events(
+            pairs, [(job_id, f"submitted by {new.user}") for new, job_id in pairs], at
+        )
+        return jobs
+
+    def _write_keys_and_events(
+        self,
+        stored: Sequence[tuple[NewJob, int]],
+        events: Sequence[tuple[int, str]],
+        at: datetime,
+    ) -> None:
+        """The idempotency key of each stored submission (with its job's id), and each
+        new job's `submitted` event (id, reason), as plain multi-row inserts: nothing in
+        this unit of work reads them back, so they need no ORM bookkeeping."""
         keys = [
             {
                 "user": new.user,
                 "key": new.idempotency_key,
-                "job_id": job.id,
+                "job_id": job_id,
                 "created_at": at,
                 "spec_digest": new.spec_digest or None,
             }
-            for (new, _), job in zip(items, jobs, strict=True)
+            for new, job_id in stored
             if new.idempotency_key
         ]
         if keys:
             self._session.execute(insert(_KEYS), keys)
+        if not events:
+            return
         self._session.execute(
             insert(_EVENTS),
             [
                 {
-                    "job_id": job.id,
+                    "job_id": job_id,
                     "at": at,
                     "from_state": JobState.PENDING.value,
                     "to_state": JobState.PENDING.value,
                     "kind": "submitted",
-                    "reason": f"submitted by {new.user}",
+                    "reason": reason,
                     "round": 0,
                 }
-                for (new, _), job in zip(items, jobs, strict=True)
+                for job_id, reason in events
             ],
         )
-        return jobs
 
     @staticmethod
     def _pending_row(user: str, at: datetime) -> JobRow:
