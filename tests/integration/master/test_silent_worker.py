@@ -21,6 +21,11 @@ from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import FakeWorker, wait_for
 
 ROUND_S = 0.5
+# How long one push to a worker that does not answer hangs (dispatch_timeout_s x
+# dispatch_attempts below): a round, or a wait between renewals, that reached it waited on
+# the silent worker. Bounds tighter than this would test the machine's load, not isolation
+# (a read stalled 1.6 s on a busy disk while the suite ran).
+HANG_S = 2.0
 
 
 def one_gpu_job(api: Api, name: str) -> int:
@@ -40,9 +45,9 @@ def test_scheduled_rounds_keep_their_period_and_renew_other_workers_while_one_ha
     cluster: Cluster,
 ) -> None:
     """Three workers run a job each; n3 stops answering pushes (it still heartbeats, so
-    the master keeps sending it renewals that hang until their deadline). Every round
-    still ends well within its 0.5 s period and starts on time, and n1 and n2 get a
-    renewal every round (one that arrives while the previous is still being recorded
+    the master keeps sending it renewals that hang until their deadline, 2 s). Every round
+    still ends, and the next starts, sooner than one such push hangs, and n1 and n2 get a
+    renewal about every round (one that arrives while the previous is still being recorded
     goes out right after it, replacing the older); no job is stopped. Once n3 answers
     again it gets an extension carrying a newest lease end, and the rounds that did not
     reach it count as dispatch failures."""
@@ -73,15 +78,15 @@ def test_scheduled_rounds_keep_their_period_and_renew_other_workers_while_one_ha
     )
     rounds: list[Round] = master.tx.read(lambda uow: [uow.rounds.get(n) for n in watched])
     for record in rounds:
-        assert record.duration_s is not None and record.duration_s < ROUND_S, record
+        assert record.duration_s is not None and record.duration_s < HANG_S, record
     starts = [r.started_at for r in rounds]
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
-    assert max(gaps) < 2 * ROUND_S, gaps
+    assert max(gaps) < HANG_S, gaps
     for worker in healthy:
         arrived = [at for at, number in worker.extensions if number in watched]
         assert len(arrived) >= len(watched) // 2, (worker.name, worker.extensions)
         waits = [b - a for a, b in itertools.pairwise(arrived)]
-        assert max(waits) < 2 * ROUND_S, (worker.name, waits)
+        assert max(waits) < HANG_S, (worker.name, waits)
     assert not silent.extended_in() & set(watched)
 
     silent.thaw()
