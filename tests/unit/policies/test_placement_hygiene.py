@@ -171,6 +171,18 @@ def test_jobs_are_packed_and_never_list_a_gpu_twice(name: str) -> None:
     assert not found, "\n".join(found)
 
 
+class Spreads:
+    """A policy that places job 1 exactly as given, however spread."""
+
+    name = "spreads"
+
+    def __init__(self, spread: Allocation) -> None:
+        self.spread = spread
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        return Plan({1: self.spread})
+
+
 def test_the_reported_spread_is_repacked() -> None:
     """The local cluster's case: a 2-GPU job the policy would split over a v100 and a
     p100 while the p100 server has both its GPUs free runs on that server instead."""
@@ -183,13 +195,7 @@ def test_the_reported_spread_is_repacked() -> None:
     )
     spread = Allocation.on([GpuSlot("local-2", 0), GpuSlot("local-1", 0)], 64)
 
-    class Spreads:
-        name = "spreads"
-
-        def plan(self, snapshot: Snapshot, now: float) -> Plan:
-            return Plan({1: spread})
-
-    decision = decide_round(RoundState(snap, 0.0), Spreads())
+    decision = decide_round(RoundState(snap, 0.0), Spreads(spread))
     placed = decision.placements[1]
     assert len(placed.nodes) == 1
     assert placed.nodes[0] in {"local-1", "local-2"}
@@ -207,13 +213,7 @@ def test_a_job_no_server_holds_goes_on_the_fewest_servers() -> None:
     )
     spread = Allocation.on([GpuSlot("a", 0), GpuSlot("b", 0), GpuSlot("c", 0), GpuSlot("d", 0)], 64)
 
-    class Spreads:
-        name = "spreads"
-
-        def plan(self, snapshot: Snapshot, now: float) -> Plan:
-            return Plan({1: spread})
-
-    decision = decide_round(RoundState(snap, 0.0), Spreads())
+    decision = decide_round(RoundState(snap, 0.0), Spreads(spread))
     placed = decision.placements[1]
     assert sorted(placed.slots) == [
         GpuSlot("a", 0),
@@ -244,12 +244,6 @@ def test_repacking_keeps_the_jobs_gpu_types() -> None:
     )
     spread = Allocation.on([GpuSlot("e", 0), GpuSlot("f", 0), GpuSlot("g", 0)], 64)
 
-    class Spreads:
-        name = "spreads"
-
-        def plan(self, snapshot: Snapshot, now: float) -> Plan:
-            return Plan({1: spread})
-
-    decision = decide_round(RoundState(snap, 0.0), Spreads())
+    decision = decide_round(RoundState(snap, 0.0), Spreads(spread))
     placed = decision.placements[1]
     assert sorted(placed.slots) == [GpuSlot("e", 0), GpuSlot("e", 1), GpuSlot("f", 0)]
