@@ -13,6 +13,20 @@ PARALLEL ?= -n 2 --dist loadfile
 
 .PHONY: setup test lint typecheck unit protos demo clean bench gpu-check gpu-kit browser shells
 
+# $(call system_tools,COMMANDS,DEBIAN PACKAGES,WHO NEEDS THEM): as root with apt-get, install
+# the packages when a command is missing; otherwise say which command installs them.
+define system_tools
+	@missing=; for c in $(1); do command -v $$c >/dev/null || missing=1; done; \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing $(2) for $(3)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; \
+	else \
+		echo "$(3) need $(1): run 'sudo apt-get install $(2)' (Debian/Ubuntu) and try again" >&2; \
+		exit 1; \
+	fi
+endef
+
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -35,27 +49,11 @@ unit: setup
 
 # The dashboard's browser tests drive Debian's chromium through chromedriver (selenium).
 browser:
-	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing chromium and chromium-driver for the dashboard's browser tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
-	else \
-		echo "the dashboard's browser tests need chromium and chromedriver: run" \
-			"'sudo apt-get install chromium chromium-driver' (Debian/Ubuntu) and try again" >&2; \
-		exit 1; \
-	fi
+	$(call system_tools,chromium chromedriver,chromium chromium-driver,the dashboard's browser tests)
 
 # The completion tests run hctl's scripts in zsh and fish themselves (bash is there already).
 shells:
-	@if command -v zsh >/dev/null && command -v fish >/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing zsh and fish for the shell completion tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zsh fish >/dev/null; \
-	else \
-		echo "the shell completion tests need zsh and fish: run" \
-			"'sudo apt-get install zsh fish' (Debian/Ubuntu) and try again" >&2; \
-		exit 1; \
-	fi
+	$(call system_tools,zsh fish,zsh fish,the shell completion tests)
 
 test: setup browser shells
 	$(BIN)/ruff check .
