@@ -3,6 +3,8 @@ a cursor older than its window is sent to the store."""
 
 from __future__ import annotations
 
+import time
+
 from master.service.feed import EventFeed
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from tests.integration.master.conftest import Cluster
@@ -39,3 +41,22 @@ def test_the_feed_hands_each_watcher_what_follows_its_cursor(cluster: Cluster) -
     api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec()))
     assert feed.after(start) is None
     assert feed.after(later[0].event_id) is not None
+
+
+def test_reads_of_the_store_are_spaced_and_lose_no_change(cluster: Cluster) -> None:
+    """A change within the spacing of the last read is read once the spacing has passed,
+    together with whatever came meanwhile: no change is lost, and the store is not read
+    again for each one."""
+    master = cluster.master()
+    api = cluster.api(master, "alice", admin=False)
+    feed = EventFeed(master.tx, master.changes, spacing=0.4)
+    start = feed.cursor()
+    first = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job.id
+    entries = feed.after(start)
+    assert entries is not None and [e.job.id for e in entries] == [first]
+    read_at = time.monotonic()
+
+    later = [api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec())).job.id for _ in range(3)]
+    entries = feed.after(start)
+    assert time.monotonic() - read_at >= 0.4
+    assert entries is not None and [e.job.id for e in entries] == [first, *later]
