@@ -386,6 +386,7 @@ class JobManager:
         keys = [(u.job_id, u.task_index, u.lease) for r in group for u in r.updates]
         tasks = uow.tasks.find_many(keys)
         uow.jobs.get_many({t.job_id for t in tasks.values()})
+        uow.throughput.load_all()
         return [self._apply_progress(uow, report, tasks) for report in group]
 
     def _apply_progress(

@@ -21,6 +21,9 @@ DEFAULT_ALPHA = 0.2
 class ThroughputRepository:
     def __init__(self, session: Session) -> None:
         self._session = session
+        # The session's identity map holds rows weakly: rows loaded ahead are kept here
+        # for the unit of work's life, else they would be dropped before they are used.
+        self._loaded: list[ThroughputRow] = []
 
     def record(
         self,
@@ -66,6 +69,13 @@ class ThroughputRepository:
             row.updated_at = now or utcnow()
         self._session.flush()
         return convert.throughput(row)
+
+    def load_all(self) -> None:
+        """Load every row into the unit of work, so that `record` then finds its row
+        without a query. A query flushes the unit of work's pending writes first, so a
+        group of reports recording one by one would flush once per report; the table is
+        small (job types x GPU types x sizes)."""
+        self._loaded = list(self._session.scalars(select(ThroughputRow)))
 
     def _row_for(
         self, job_type: str, gpu_type: str, num_gpus: int, iterations_per_s: float, source: str
