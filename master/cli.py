@@ -12,6 +12,7 @@ hadar-master token revoke ID
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,6 +139,14 @@ def _run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     master = Master(settings)  # refuses bad settings before anything else happens
     configure_logging(settings.log_format, settings.log_level)
+    # What exists now (modules, the policies' tables, the store's metadata: about 150,000
+    # objects) lives as long as the process. Moved out of the collector's reach, it is no
+    # longer scanned by every full collection, which stops every thread, RPCs included:
+    # at 200 workers and 100 submissions a second such pauses took 100-150 ms each, 17 in
+    # 40 s, and about 20 ms after this. Objects freed by reference counting are freed as
+    # before.
+    gc.collect()
+    gc.freeze()
     try:
         if not master.serve_forever():
             print(
