@@ -202,15 +202,18 @@ class LostRun:
 def _lose_n1_while_its_job_runs(cluster: Cluster) -> LostRun:
     master = cluster.master(heartbeat_timeout_s=2.0)
     first = cluster.worker(master, "n1", num_gpus=2)
+    # n1 beats until its progress is in, so that a slow start cannot lose it before then.
+    first.start_heartbeats()
     api = cluster.api(master)
     job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec())).job
     master.run_round()
     wait_for(lambda: job.id in first.running_jobs(), what="START on n1")
-    first.progress(job.id, 30)
+    assert [a.stale for a in first.progress(job.id, 30).acks] == [False]
     old_lease = next(a.lease for a in first.applied if a.job_id == job.id)
     second = cluster.worker(master, "n2", num_gpus=2)
     second.start_heartbeats()
-    # n1 stays silent; n2 keeps beating.
+    # Then n1 falls silent; n2 keeps beating.
+    first.stop_heartbeats()
     before = datetime.now(UTC)
     wait_for(lambda: _lost(master, api, "n1"), what="node lost")
     return LostRun(master, api, first, second, job.id, old_lease, before)
