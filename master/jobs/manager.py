@@ -40,6 +40,7 @@ from protos.arrays import parse_array
 from protos.hadar.v1 import common_pb2
 from store import UnitOfWork
 from store.domain import Job, JobEvent, NewJob, Task
+from store.repositories.throughput import Measured
 from store.states import ExitKind, JobState, TaskState, is_terminal
 
 log = structlog.get_logger(__name__)
@@ -386,14 +387,17 @@ class JobManager:
         keys = [(u.job_id, u.task_index, u.lease) for r in group for u in r.updates]
         tasks = uow.tasks.find_many(keys)
         uow.jobs.get_many({t.job_id for t in tasks.values()})
-        uow.throughput.load_all()
-        return [self._apply_progress(uow, report, tasks) for report in group]
+        measured: list[Measured] = []
+        applied = [self._apply_progress(uow, report, tasks, measured) for report in group]
+        uow.throughput.record_many(measured)
+        return applied
 
     def _apply_progress(
         self,
         uow: UnitOfWork,
         report: _ProgressReport,
         tasks: dict[tuple[int, int, int], Task],
+        measured: list[Measured],
     ) -> _ProgressApplied:
         node, now, wall = report.node, report.now, report.wall
         stale_flags: list[bool] = []
@@ -428,7 +432,9 @@ class JobManager:
                 reported=True,
                 flush=False,
             )
-            self._measure(uow, job, task, update, flush=False)
+            measurement = self._measurement(job, task, update)
+            if measurement is not None:
+                measured.append(measurement)
             if job.iterations_done >= job.spec.iterations and job.state is JobState.RUNNING:
                 uow.jobs.transition(
                     job.id,
@@ -472,27 +478,25 @@ class JobManager:
         return self._base_model.speed(gpu_type) / slowest
 
     @staticmethod
-    def _measure(
-        uow: UnitOfWork, job: Job, task: Task, update: ProgressUpdate, *, flush: bool = True
-    ) -> None:
+    def _measurement(job: Job, task: Task, update: ProgressUpdate) -> Measured | None:
+        """What the report says of the job type's rate, when it says something clean."""
         # The reported rate is the whole job's (all its processes step together); it is a
         # clean figure for (job type, GPU type, GPUs) only when one task runs the job.
         if update.iterations_per_s == 0 or task.num_copies > 1:
-            return
+            return None
         if not plausible_rate(update.iterations_per_s):
             log.warning(
                 "ignored a throughput out of range", job_id=job.id, value=update.iterations_per_s
             )
-            return
+            return None
         if len(task.gpu_indices) != job.spec.num_gpus:
-            return
-        gpu_type = update.gpu_type or task.gpu_type
-        try:
-            uow.throughput.record(
-                job.spec.job_type, gpu_type, job.spec.num_gpus, update.iterations_per_s, flush=flush
-            )
-        except ValueError:
-            log.warning("ignored a bad throughput", job_id=job.id, value=update.iterations_per_s)
+            return None
+        return Measured(
+            job.spec.job_type,
+            update.gpu_type or task.gpu_type,
+            job.spec.num_gpus,
+            update.iterations_per_s,
+        )
 
     def _late_completion(
         self, uow: UnitOfWork, task: Task, report: TaskExit, now: datetime

@@ -7,6 +7,7 @@ from sqlalchemy import select
 
 from store import Database
 from store.models import ApiTokenRow
+from store.repositories.throughput import Measured
 
 
 def test_tokens_are_hashed_authenticate_and_revoke(db: Database) -> None:
@@ -46,3 +47,34 @@ def test_throughput_ewma_and_profile_precedence(db: Database) -> None:
         uow.throughput.record("resnet", "v100", 1, float("nan"))
     with db.transaction() as uow:
         assert len(uow.throughput.all()) == 1
+
+
+def test_measurements_recorded_together_fold_as_recorded_one_by_one(db: Database) -> None:
+    """record_many folds each measurement in order, as record does: into a measured row's
+    average, over a profiled value, or as a new row; the same key twice folds twice. A
+    rate that is not positive and finite refuses the whole call."""
+    with db.transaction() as uow:
+        uow.throughput.record("resnet", "v100", 1, 10.0)
+        uow.throughput.set_profile("lstm", "k80", 2, 3.0)
+    with db.transaction() as uow:
+        uow.throughput.record_many(
+            [
+                Measured("resnet", "v100", 1, 20.0),
+                Measured("lstm", "k80", 2, 4.0),
+                Measured("resnet", "v100", 1, 30.0),
+                Measured("transformer", "p100", 4, 7.0),
+            ],
+            alpha=0.5,
+        )
+    with db.transaction() as uow:
+        rows = {(m.job_type, m.gpu_type, m.num_gpus): m for m in uow.throughput.all()}
+    assert rows["resnet", "v100", 1].iterations_per_s == pytest.approx(22.5)
+    assert rows["resnet", "v100", 1].count == 3
+    assert (rows["lstm", "k80", 2].iterations_per_s, rows["lstm", "k80", 2].source) == (
+        4.0,
+        "measured",
+    )
+    assert rows["transformer", "p100", 4].iterations_per_s == 7.0
+    assert rows["transformer", "p100", 4].count == 1
+    with pytest.raises(ValueError), db.transaction() as uow:
+        uow.throughput.record_many([Measured("resnet", "v100", 1, float("inf"))])
