@@ -93,7 +93,8 @@ def fill_tasks(tasks: int, prefs: Sequence[str], room: Mapping[str, int]) -> dic
 
 
 def fold_factor(num_tasks: int, free: int, max_fold: int) -> int | None:
-    """Smallest k <= ``max_fold`` dividing ``num_tasks`` whose W/k GPUs fit in ``free``."""
+    """Smallest k <= ``max_fold`` dividing ``num_tasks`` such that ``num_tasks / k`` GPUs
+    fit in ``free`` (1: no folding needed), or None when none does."""
     for k in range(1, min(max_fold, num_tasks) + 1):
         if num_tasks % k == 0 and num_tasks // k <= free:
             return k
