@@ -49,6 +49,7 @@ BASELINES: dict[str, str] = {
     "a-srpt": "las",
     "sjf-bsbf": "las",
     "hadar": "gavel",
+    "hare": "las",
 }
 #: Column label, policy name and its parameters.
 Run = tuple[str, str, dict[str, Any]]

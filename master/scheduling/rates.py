@@ -60,6 +60,28 @@ def allocation_throughput(
     return total / alloc.accumulation_steps if alloc.folded else total
 
 
+def fastest_alone_on(
+    model: ThroughputModel, job_type: str, num_gpus: int, gpu_type: str, count: int
+) -> float:
+    """Upper bound on the speed of a job of ``num_gpus`` workers using at most ``count``
+    GPUs of ``gpu_type`` (the simulator's per-job lower bound is built from it).
+
+    Covers every way an allocation can run a job of n workers: n GPUs of the type
+    (consolidated or spread), a mixed-type copy (no faster than n spread GPUs of its
+    fastest type), or the n workers folded onto m GPUs (m dividing n), which runs at
+    the speed of m GPUs divided by n/m.
+    """
+    n = num_gpus
+    best = 0.0
+    for consolidated in (True, False):
+        best = max(best, model.throughput(job_type, gpu_type, n, consolidated=consolidated))
+        for m in range(1, min(n, count) + 1):
+            if n % m == 0:
+                rate = model.throughput(job_type, gpu_type, m, consolidated=consolidated)
+                best = max(best, rate * m / n)
+    return best
+
+
 def speed_weights(
     model: ThroughputModel, cluster: ClusterView, job_type: str, slots: Sequence[GpuSlot]
 ) -> list[float]:

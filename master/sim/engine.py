@@ -41,7 +41,7 @@ from master.scheduling.diff import Hysteresis
 from master.scheduling.fairshare import FairShareConfig, decay_factor
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policy import Policy, learns, stable_when_settled
-from master.scheduling.rates import allocation_throughput
+from master.scheduling.rates import allocation_throughput, fastest_alone_on
 from master.scheduling.round import (
     CompletedJob,
     RoundDecision,
@@ -277,31 +277,12 @@ def best_rate(job: TraceJob, cluster: ClusterView, model: ThroughputModel) -> fl
     return best
 
 
-def _fastest_on(model: ThroughputModel, job: TraceJob, gpu_type: str, count: int) -> float:
-    """Upper bound on the job's speed using at most ``count`` GPUs of ``gpu_type``.
-
-    Covers every way an allocation can run a job of n workers: n GPUs of the type
-    (consolidated or spread), a mixed-type copy (no faster than n spread GPUs of its
-    fastest type), or the n workers folded onto m GPUs (m dividing n), which runs at
-    the speed of m GPUs divided by n/m.
-    """
-    n = job.num_gpus
-    best = 0.0
-    for consolidated in (True, False):
-        best = max(best, model.throughput(job.job_type, gpu_type, n, consolidated=consolidated))
-        for m in range(1, min(n, count) + 1):
-            if n % m == 0:
-                rate = model.throughput(job.job_type, gpu_type, m, consolidated=consolidated)
-                best = max(best, rate * m / n)
-    return best
-
-
 def bound_rate(job: TraceJob, cluster: ClusterView, model: ThroughputModel) -> float:
-    """The fastest the job could run alone on this cluster as one copy (see _fastest_on)."""
+    """The fastest the job could run alone on this cluster as one copy (see fastest_alone_on)."""
     capacity = cluster.capacity_by_type()
     return max(
         (
-            _fastest_on(model, job, t, c)
+            fastest_alone_on(model, job.job_type, job.num_gpus, t, c)
             for t, c in capacity.items()
             if c > 0 and (not job.allowed_gpu_types or t in job.allowed_gpu_types)
         ),
@@ -319,7 +300,7 @@ def copies_rate(
         for gpu in node.usable_gpus:
             per_type[gpu.type] = per_type.get(gpu.type, 0) + 1
         rates = [
-            _fastest_on(model, job, t, k)
+            fastest_alone_on(model, job.job_type, job.num_gpus, t, k)
             for t, k in per_type.items()
             if not job.allowed_gpu_types or t in job.allowed_gpu_types
         ]

@@ -8,6 +8,7 @@ import dataclasses
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from master.scheduling.policy import make_policy
 from master.scheduling.throughput import ThroughputModel
@@ -16,11 +17,13 @@ from master.sim.cluster_spec import build_cluster
 from master.sim.engine import SimConfig, simulate
 from master.sim.trace import read_trace
 from tests.unit.sim.gavel_data import THROUGHPUTS, TRACES
+from tests.unit.sim.strategies import Case, cases
+from tests.unit.sim.test_properties import check_invariants
 
 TRACE = TRACES / "medium_test.trace"
 
 
-@pytest.mark.parametrize("policy", ["a-srpt", "hadar", "sjf-bsbf"])
+@pytest.mark.parametrize("policy", ["a-srpt", "hadar", "hare", "sjf-bsbf"])
 def test_paper_variant_completes_a_trace_with_valid_plans(policy: str) -> None:
     """Every job completes, and no round's plan is invalid or fails (the run raises)."""
     trace = [dataclasses.replace(job, shareable=True) for job in read_trace(TRACE)]
@@ -33,6 +36,29 @@ def test_paper_variant_completes_a_trace_with_valid_plans(policy: str) -> None:
     )
     assert len(result.jobs) == len(trace)
     assert result.fallback_rounds == 0 and result.isolated_rounds == 0
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(case=cases())
+def test_hare_paper_variant_keeps_the_simulator_invariants(case: Case) -> None:
+    """Tasks split across types and folded: no double-booked GPU, a copy never holds more
+    GPUs than the job's tasks, exact iterations, and no job beats its lower bound."""
+    config = SimConfig(
+        round_s=case.round_s,
+        overhead_s=case.overhead_s,
+        early_rounds=case.early_rounds,
+        validate_plans=True,
+        record_segments=True,
+        stall_rounds=200,
+    )
+    result = simulate(
+        make_policy("hare", variant="paper"), case.trace, case.cluster, case.model, config
+    )
+    check_invariants(case, result)
 
 
 def _avg_jct(capsys: pytest.CaptureFixture[str], *extra: str) -> float:
