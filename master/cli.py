@@ -26,6 +26,8 @@ from store.reachability import DatabaseUnreachableError
 
 # EX_TEMPFAIL: systemd's Restart=on-failure starts the master again, as a standby.
 LEASE_LOST_EXIT = 75
+# Collections of the middle generation between two full ones (the interpreter's default: 10).
+FULL_COLLECTION_EVERY = 100
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -147,6 +149,11 @@ def _run(args: argparse.Namespace) -> int:
     # before.
     gc.collect()
     gc.freeze()
+    # A full collection scans every job the master remembers, and a growing queue keeps
+    # asking for one; ten times fewer of them (34 -> 4 in a minute of that load, 1.3 s
+    # -> 0.26 s of pauses) costs only cyclic garbage living longer.
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
     try:
         if not master.serve_forever():
             print(
