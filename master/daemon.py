@@ -13,6 +13,7 @@ In-process use (tests, other tools)::
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import secrets
 import signal
@@ -67,6 +68,8 @@ log = structlog.get_logger(__name__)
 
 VERSION = "0.1.0"
 IDLE_CHECK_INTERVAL_S = 0.5
+# A stop taking this long has hung: every thread's stack goes to stderr.
+STOP_STACKS_AFTER_S = 60.0
 SERVICES = (
     hadar_pb2.DESCRIPTOR.services_by_name["Hadar"].full_name,
     coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name,
@@ -488,6 +491,9 @@ class Master:
         self._stopping = True
         systemd.notify("STOPPING=1")
         log.info("master stopping")
+        # A stop that hangs (a thread that never returns) leaves what it waits for on
+        # stderr, where the service's log has it, before systemd or an operator kills it.
+        faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S, exit=False)
         self.jobs.stop_accepting()
         for name in ("", *SERVICES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -522,6 +528,7 @@ class Master:
         self.database.dispose()
         if self._lease_database is not self.database:
             self._lease_database.dispose()
+        faulthandler.cancel_dump_traceback_later()
         self._stopped.set()
         log.info("master stopped")
 
