@@ -7,12 +7,12 @@ feed's window of recent events and only a watcher left further behind than the w
 the store itself. The store stays the record: the feed is rebuilt from it as it goes, so a
 restart loses nothing a watcher could miss.
 
-Reads are spaced at least `spacing` apart (0.1 s by default): under a steady stream of
+Reads are spaced at least `spacing` apart (50 ms by default): under a steady stream of
 changes (a hundred submissions a second) every watcher's wake-up would otherwise read the
 store again for the one or two events since the last read. A change that arrives within
 the spacing waits out the rest of it and is read with whatever else came meanwhile, so an
-event reaches its watchers at most that much later and the feed reads at most ten times a
-second however many watchers there are.
+event reaches its watchers at most that much later and the feed reads at most twenty times
+a second however many watchers there are.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from store.states import JobState
 # Events kept for watchers that fall behind; older ones are read from the store.
 WINDOW = 20_000
 READ_BATCH = 1000
-SPACING_S = 0.1
+SPACING_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
