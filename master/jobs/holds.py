@@ -146,7 +146,8 @@ def stopping_holds(uow: UnitOfWork, jobs: Iterable[Job]) -> dict[int, str]:
 
 
 def read_holds(uow: UnitOfWork, jobs: Sequence[Job], memo: JobMemo | None = None) -> Holds:
-    """The holds on `jobs` (the unfinished ones); `memo`: see dependency_targets."""
+    """The holds on `jobs`: the unfinished jobs, or those of them a hold can apply to
+    (JobRepository.hold_candidates); `memo`: see dependency_targets."""
     waiting: dict[int, str] = stopping_holds(uow, jobs)
     # A user's hold is what they must act on, so its reason is the one shown.
     waiting.update(user_holds(jobs))
@@ -166,7 +167,7 @@ def read_holds(uow: UnitOfWork, jobs: Sequence[Job], memo: JobMemo | None = None
 
 
 def _anything_to_write(uow: UnitOfWork, memo: JobMemo | None) -> bool:
-    jobs = uow.jobs.list_unfinished(memo=memo)
+    jobs = uow.jobs.hold_candidates(memo=memo)
     holds = read_holds(uow, jobs, memo)
     reasons = {job.id: job.reason for job in jobs}
     return bool(holds.broken) or any(
@@ -183,8 +184,8 @@ class HoldEnforcer:
     ) -> None:
         self._tx = tx
         self._on_change = on_change
-        # The check reads every unfinished job before each round; with the rounds' memo
-        # only those changed since are loaded and converted.
+        # The check reads the jobs a hold can apply to before each round; with the
+        # rounds' memo only those changed since are loaded and converted.
         self._memo = memo if memo is not None else JobMemo()
 
     def check(self) -> list[int]:
@@ -208,7 +209,7 @@ class HoldEnforcer:
     def _pass(self, uow: UnitOfWork) -> list[int]:
         # Read before any write, so the memo applies: a job cancelled below is loaded by
         # its transition, in this transaction.
-        jobs = uow.jobs.list_unfinished(memo=self._memo)
+        jobs = uow.jobs.hold_candidates(memo=self._memo)
         holds = read_holds(uow, jobs, self._memo)
         for job_id, why in sorted(holds.broken.items()):
             uow.jobs.transition(job_id, JobState.CANCELLED, kind="cancelled", reason=why)

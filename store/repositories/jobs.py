@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import ColumnElement, bindparam, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Text, bindparam, func, insert, or_, select, update
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
@@ -176,6 +177,30 @@ class JobRepository:
         ordered = [jobs[job_id] for job_id, _, _ in stamps if job_id in jobs]
         memo.keep(ordered, loaded)
         return ordered
+
+    def hold_candidates(self, *, memo: JobMemo | None = None) -> list[Job]:
+        """The unfinished jobs a hold can apply to, ordered by id: those with dependencies,
+        held by someone, elements of an array with a cap on running elements, and jobs
+        requeued before (see master.jobs.holds). The database picks them out, so a long
+        queue of plain jobs costs the check nothing.
+
+        With a `memo`, rows it holds at their current version are not loaded again; the
+        memo is not changed (it holds every unfinished job, these are some)."""
+        where = (
+            JobRow.state.in_(_LIVE),
+            or_(
+                sql_cast(JobRow.dependencies, Text) != "[]",
+                JobRow.held_by != "",
+                JobRow.array_max_running > 0,
+                JobRow.requeues > 0,
+            ),
+        )
+        if memo is None or has_written(self._session):
+            query = select(JobRow).where(*where).order_by(JobRow.id)
+            return [convert.job(self._keep(row)) for row in self._session.scalars(query)]
+        stamps = self._stamps(*where)
+        jobs, _ = self._remembered(stamps, memo.known(), live_only=True)
+        return [jobs[job_id] for job_id, _, _ in stamps if job_id in jobs]
 
     def _stamps(self, *where: ColumnElement[bool]) -> list[tuple[int, int, str]]:
         """(id, version, reason) of the jobs matching `where`, by id: what tells whether a

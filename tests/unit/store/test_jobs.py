@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from store import AlreadyExistsError, Database, InvalidTransitionError, NotFoundError
 from store.domain import JobSpec, NewJob
+from store.job_memo import JobMemo
 from store.states import ALLOWED_JOB_TRANSITIONS, TERMINAL_JOB_STATES, JobState, ProgramKind
 from tests.unit.store.conftest import make_spec, submit
 
@@ -310,3 +313,42 @@ def test_listing_returns_what_query_returns(db: Database) -> None:
         (listed,) = uow.jobs.listing(user="bob", limit=1)
         assert listed.reason == "waiting: no v100 free"
         assert listed == uow.jobs.get(ids[0])
+
+
+def test_hold_candidates_are_the_unfinished_jobs_a_hold_can_apply_to(db: Database) -> None:
+    """Jobs with dependencies, held ones, elements of a capped array and requeued ones are
+    candidates while unfinished; plain jobs and finished ones are not, with or without the
+    memo, and the memo is left as it was."""
+    plain = submit(db, name="plain")
+    dependency = submit(db, name="dependency")
+    with db.transaction() as uow:
+        dependent = uow.jobs.add(
+            NewJob(
+                user="alice",
+                spec=replace(make_spec("dependent"), dependencies=(("afterok", dependency),)),
+            )
+        )[0].id
+        capped = uow.jobs.add(
+            NewJob(
+                user="alice", spec=replace(make_spec("capped"), array_job_id=0, array_max_running=2)
+            )
+        )[0].id
+    held = submit(db, name="held")
+    requeued = submit(db, name="requeued")
+    finished = submit(db, name="finished")
+    with db.transaction() as uow:
+        uow.jobs.set_hold(held, "alice", reason="held by alice")
+        uow.jobs.transition(requeued, JobState.RUNNING, kind="started", reason="placed")
+        uow.jobs.requeue(requeued, reason="requeued by alice", ran_s=1.0, keep_progress=True)
+        uow.jobs.set_hold(finished, "alice", reason="held by alice")
+        uow.jobs.transition(finished, JobState.CANCELLED, kind="cancelled", reason="by alice")
+    expected = [dependent, capped, held, requeued]
+    memo = JobMemo()
+    with db.transaction() as uow:
+        assert [j.id for j in uow.jobs.hold_candidates()] == expected
+        everything = uow.jobs.list_unfinished(memo=memo)
+    assert plain in {j.id for j in everything}
+    remembered = dict(memo.known())
+    with db.transaction() as uow:
+        assert [j.id for j in uow.jobs.hold_candidates(memo=memo)] == expected
+    assert memo.known() == remembered
