@@ -18,7 +18,7 @@ from master.sim.engine import SimConfig, simulate
 from master.sim.trace import read_trace
 from tests.unit.sim.gavel_data import THROUGHPUTS, TRACES
 from tests.unit.sim.strategies import Case, cases
-from tests.unit.sim.test_properties import check_invariants
+from tests.unit.sim.test_properties import check_invariants, simulate_case
 
 TRACE = TRACES / "medium_test.trace"
 
@@ -47,17 +47,7 @@ def test_paper_variant_completes_a_trace_with_valid_plans(policy: str) -> None:
 def test_hare_paper_variant_keeps_the_simulator_invariants(case: Case) -> None:
     """Tasks split across types and folded: no double-booked GPU, a copy never holds more
     GPUs than the job's tasks, exact iterations, and no job beats its lower bound."""
-    config = SimConfig(
-        round_s=case.round_s,
-        overhead_s=case.overhead_s,
-        early_rounds=case.early_rounds,
-        validate_plans=True,
-        record_segments=True,
-        stall_rounds=200,
-    )
-    result = simulate(
-        make_policy("hare", variant="paper"), case.trace, case.cluster, case.model, config
-    )
+    result = simulate_case(case, make_policy("hare", variant="paper"))
     check_invariants(case, result)
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from master.scheduling.plan import GpuSlot
-from master.scheduling.policy import available_policies, make_policy, policy_parameters
+from master.scheduling.policy import Policy, available_policies, make_policy, policy_parameters
 from master.sim.engine import Segment, SimConfig, SimResult, simulate
 from master.sim.metrics import job_bound
 from tests.unit.sim.strategies import Case, cases
@@ -22,6 +22,11 @@ REL = 1e-9
 
 def run(case: Case, policy_name: str, seed: int = 7) -> SimResult:
     params = {"seed": seed} if "seed" in policy_parameters(policy_name) else {}
+    return simulate_case(case, make_policy(policy_name, **params))
+
+
+def simulate_case(case: Case, policy: Policy) -> SimResult:
+    """The case simulated under `policy` with every plan checked and segments kept."""
     config = SimConfig(
         round_s=case.round_s,
         overhead_s=case.overhead_s,
@@ -30,9 +35,7 @@ def run(case: Case, policy_name: str, seed: int = 7) -> SimResult:
         record_segments=True,
         stall_rounds=200,
     )
-    return simulate(
-        make_policy(policy_name, **params), case.trace, case.cluster, case.model, config
-    )
+    return simulate(policy, case.trace, case.cluster, case.model, config)
 
 
 def check_invariants(case: Case, result: SimResult) -> None:
