@@ -17,7 +17,10 @@ interpreter up between simulated rounds, and its length is bounded three ways: t
 (``forecast_horizon_s``), the rounds it decides (``forecast_max_rounds``) and the time it
 may compute (``forecast_budget_s``, after which it keeps the starts found so far). Counting
 the interval from the end of the last forecast keeps the interpreter free of it for at
-least ``forecast_interval_s`` between two.
+least ``forecast_interval_s`` between two, and for at least nine times as long as the last
+one took: however long the queue, forecasts take at most a tenth of the master's time (at
+200 workers and 100 submissions a second the queue grew to thousands of jobs, forecasts
+ran out their 30 s budget once a minute, and every RPC waited behind them).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from master.scheduling.round import RoundRules, RoundState
 from master.settings import Settings
 
 log = structlog.get_logger(__name__)
+
+# The most of the master's time forecasts may take, counted from their durations.
+MAX_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,15 @@ class _StoppedError(Exception):
 class Forecaster:
     """Computes forecasts on its own thread and keeps the newest; see the module docstring."""
 
-    def __init__(self, settings: Settings, metrics: MasterMetrics | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: MasterMetrics | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._metrics = metrics
+        self._clock = clock
         self._interval_s = settings.forecast_interval_s
         self._budget_s = settings.forecast_budget_s
         self._limits = ForecastLimits(
@@ -80,8 +93,9 @@ class Forecaster:
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._busy = False
-        # When the last forecast ended (monotonic clock).
+        # When the last forecast ended (monotonic clock), and how long it took.
         self._last_at = -float("inf")
+        self._last_s = 0.0
         self._stopping = threading.Event()
         self.latest: StartTimes | None = None
 
@@ -91,12 +105,14 @@ class Forecaster:
 
     def due(self) -> bool:
         """Whether the round about to run should hand its input over: on, none in
-        progress, and the last one ended at least ``forecast_interval_s`` ago (so that
+        progress, and the last one ended at least ``forecast_interval_s`` ago, and at least
+        long enough ago that forecasts take no more than ``MAX_SHARE`` of the time (so that
         forecasts that take long still leave the interpreter to other work between them)."""
         if not self.enabled or self._stopping.is_set():
             return False
         with self._lock:
-            return not self._busy and time.monotonic() - self._last_at >= self._interval_s
+            rest = max(self._interval_s, self._last_s * (1 - MAX_SHARE) / MAX_SHARE)
+            return not self._busy and self._clock() - self._last_at >= rest
 
     def submit(
         self, inp: RoundInput, policy: Callable[[], Policy], now: datetime
@@ -129,7 +145,7 @@ class Forecaster:
             executor.shutdown(wait=True, cancel_futures=True)
 
     def _compute(self, inp: RoundInput, copy_policy: Callable[[], Policy], now: datetime) -> None:
-        started = time.monotonic()
+        started = self._clock()
         deadline = started + self._budget_s
         spent = False
 
@@ -139,7 +155,7 @@ class Forecaster:
                 raise _StoppedError
             # Gives the interpreter to the RPC threads between simulated rounds.
             time.sleep(0)
-            spent = time.monotonic() >= deadline
+            spent = self._clock() >= deadline
             return not spent
 
         name = "?"
@@ -173,10 +189,12 @@ class Forecaster:
             log.exception("forecast of start times failed", policy=name)
             return
         finally:
+            ended = self._clock()
             with self._lock:
                 self._busy = False
-                self._last_at = time.monotonic()
-        duration = time.monotonic() - started
+                self._last_at = ended
+                self._last_s = ended - started
+        duration = ended - started
         self.latest = StartTimes(
             now, MappingProxyType(dict(result.starts)), result.rounds, duration
         )

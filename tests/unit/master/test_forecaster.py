@@ -10,7 +10,7 @@ from master.process.metrics import MasterMetrics
 from master.rounds.forecaster import Forecaster
 from master.rounds.snapshot import RoundInput
 from master.scheduling.plan import Allocation, GpuSlot
-from master.scheduling.policy import make_policy
+from master.scheduling.policy import Policy, make_policy
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, GpuView, JobView, NodeView, Snapshot
 from master.settings import Settings
@@ -79,6 +79,26 @@ def test_the_interval_counts_from_the_end_of_the_last_forecast() -> None:
     forecaster.stop()
 
 
+def test_a_long_forecast_waits_nine_times_its_duration_before_the_next() -> None:
+    """Forecasts take at most a tenth of the time: after one that took 10 s the next is
+    due 90 s after it ended, not after the 60 s interval."""
+    now = [0.0]
+
+    def slow_copy() -> Policy:
+        now[0] += 10.0  # the forecast's own time
+        return make_policy("fifo")
+
+    forecaster = Forecaster(Settings(forecast_interval_s=60.0), clock=lambda: now[0])
+    future = forecaster.submit(round_input(), slow_copy, NOW)
+    assert future is not None
+    future.result(timeout=30)
+    now[0] = 10.0 + 89.0
+    assert not forecaster.due()
+    now[0] = 10.0 + 90.0
+    assert forecaster.due()
+    forecaster.stop()
+
+
 def test_a_spent_budget_keeps_the_starts_found_so_far() -> None:
     """With no time to compute, the forecast ends after its first round: job 2, placed
     only later, gets no estimate."""
@@ -93,7 +113,8 @@ def test_a_spent_budget_keeps_the_starts_found_so_far() -> None:
 
 def test_a_policy_that_cannot_be_copied_leaves_the_last_forecast_served() -> None:
     """A failure is logged and the previous forecast stays; the next round tries again."""
-    forecaster = Forecaster(Settings(forecast_interval_s=1e-9))
+    now = [0.0]
+    forecaster = Forecaster(Settings(forecast_interval_s=1e-9), clock=lambda: now[0])
     first = forecaster.submit(round_input(), lambda: make_policy("fifo"), NOW)
     assert first is not None
     first.result(timeout=30)
@@ -106,6 +127,7 @@ def test_a_policy_that_cannot_be_copied_leaves_the_last_forecast_served() -> Non
     assert second is not None
     second.result(timeout=30)
     assert forecaster.latest is kept
+    now[0] = 1.0
     assert forecaster.due()
     forecaster.stop()
 
