@@ -21,13 +21,21 @@ least ``forecast_interval_s`` between two, and for at least nine times as long a
 one took: however long the queue, forecasts take at most a tenth of the master's time (at
 200 workers and 100 submissions a second the queue grew to thousands of jobs, forecasts
 ran out their 30 s budget once a minute, and every RPC waited behind them).
+
+A forecast of a long queue (``PROCESS_FROM_JOBS`` jobs or more) runs in a process of its
+own, started once and kept: seconds of planning in the master's interpreter would make
+every RPC wait its turn for it at each step (each SQL statement gives the interpreter up),
+where another process takes the machine's other core. Shorter forecasts, which take
+milliseconds, stay on the thread.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,15 +45,64 @@ import structlog
 
 from master.process.metrics import MasterMetrics
 from master.rounds.snapshot import RoundInput
-from master.scheduling.forecast import ForecastLimits, forecast
+from master.scheduling.fairshare import FairShareConfig
+from master.scheduling.forecast import Forecast, ForecastLimits, forecast
 from master.scheduling.policy import Policy
-from master.scheduling.round import RoundRules, RoundState
+from master.scheduling.round import LostLease, RoundRules, RoundState
+from master.scheduling.views import Snapshot
 from master.settings import Settings
 
 log = structlog.get_logger(__name__)
 
 # The most of the master's time forecasts may take, counted from their durations.
 MAX_SHARE = 0.1
+# Forecasts of this many jobs (running and waiting) or more run in a process of their own.
+PROCESS_FROM_JOBS = 1000
+# How often a forecast waited for in another process checks whether the master stops.
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class _Work:
+    """What a forecast needs, sent to the forecasting process."""
+
+    snapshot: Snapshot
+    now: float
+    lost: Mapping[int, LostLease]
+    usage: Mapping[str, float]
+    fair_share: FairShareConfig | None
+    policy: Policy
+    rules: RoundRules
+    limits: ForecastLimits
+    unknown: AbstractSet[int]
+    budget_s: float
+
+
+def _forecast_elsewhere(work: _Work) -> tuple[Forecast, bool]:
+    """The forecast, in the forecasting process; and whether its budget ran out."""
+    deadline = time.monotonic() + work.budget_s
+    spent = False
+
+    def between_rounds() -> bool:
+        nonlocal spent
+        spent = time.monotonic() >= deadline
+        return not spent
+
+    state = RoundState(
+        work.snapshot, work.now, work.lost, fair_share=work.fair_share, usage=work.usage
+    )
+    result = forecast(
+        state,
+        work.policy,
+        work.rules,
+        work.limits,
+        unknown_work=work.unknown,
+        between_rounds=between_rounds,
+    )
+    # The starts as a plain dict: a read-only view of one does not cross processes.
+    return Forecast(
+        result.now, dict(result.starts), result.rounds, result.reached, result.complete
+    ), spent
 
 
 @dataclass(frozen=True)
@@ -77,9 +134,13 @@ class Forecaster:
         metrics: MasterMetrics | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        process_from_jobs: int = PROCESS_FROM_JOBS,
     ) -> None:
         self._metrics = metrics
         self._clock = clock
+        self._process_from_jobs = process_from_jobs
+        # The forecasting process, started by the first forecast that needs it.
+        self._pool: multiprocessing.pool.Pool | None = None
         self._interval_s = settings.forecast_interval_s
         self._budget_s = settings.forecast_budget_s
         self._limits = ForecastLimits(
@@ -141,8 +202,37 @@ class Forecaster:
         self._stopping.set()
         with self._lock:
             executor = self._executor
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.terminate()
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
+
+    def _elsewhere(self, work: _Work, name: str) -> tuple[Forecast, bool] | None:
+        """The forecast computed in the forecasting process; None when that failed (the
+        caller computes it here instead)."""
+        with self._lock:
+            if self._stopping.is_set():
+                raise _StoppedError
+            if self._pool is None:
+                # Spawned, not forked: the master's threads (gRPC's among them) must not be
+                # copied into a child mid-flight.
+                self._pool = multiprocessing.get_context("spawn").Pool(processes=1)
+            pool = self._pool
+        pending = pool.apply_async(_forecast_elsewhere, (work,))
+        while not pending.ready():
+            if self._stopping.is_set():
+                raise _StoppedError
+            pending.wait(_POLL_S)
+        try:
+            return pending.get()
+        except Exception:
+            log.warning(
+                "forecast in the forecasting process failed; computing it here",
+                policy=name,
+                exc_info=True,
+            )
+            return None
 
     def _compute(self, inp: RoundInput, copy_policy: Callable[[], Policy], now: datetime) -> None:
         started = self._clock()
@@ -162,26 +252,44 @@ class Forecaster:
         try:
             policy = copy_policy()
             name = policy.name
-            state = RoundState(
-                inp.snapshot,
-                now.timestamp(),
-                inp.lost,
-                fair_share=self._fair_share,
-                usage=inp.usage,
-            )
             # Commands submitted without iterations report no progress: only their time
             # limit says when they end.
             unknown = frozenset(
                 job_id for job_id, job in inp.jobs.items() if not job.spec.iterations
             )
-            result = forecast(
-                state,
-                policy,
-                self._rules,
-                self._limits,
-                unknown_work=unknown,
-                between_rounds=between_rounds,
-            )
+            found = None
+            if len(inp.snapshot.jobs) >= self._process_from_jobs:
+                work = _Work(
+                    inp.snapshot,
+                    now.timestamp(),
+                    inp.lost,
+                    inp.usage,
+                    self._fair_share,
+                    policy,
+                    self._rules,
+                    self._limits,
+                    unknown,
+                    self._budget_s,
+                )
+                found = self._elsewhere(work, name)
+            if found is not None:
+                result, spent = found
+            else:
+                state = RoundState(
+                    inp.snapshot,
+                    now.timestamp(),
+                    inp.lost,
+                    fair_share=self._fair_share,
+                    usage=inp.usage,
+                )
+                result = forecast(
+                    state,
+                    policy,
+                    self._rules,
+                    self._limits,
+                    unknown_work=unknown,
+                    between_rounds=between_rounds,
+                )
         except _StoppedError:
             return
         except Exception:

@@ -4,6 +4,7 @@ budget and the interval between forecasts hold."""
 
 from __future__ import annotations
 
+import multiprocessing
 from datetime import UTC, datetime, timedelta
 
 from master.process.metrics import MasterMetrics
@@ -53,6 +54,27 @@ def test_a_forecast_runs_off_the_callers_thread_and_is_kept() -> None:
     assert forecaster.expected_start(3) == NOW + timedelta(seconds=152)
     assert forecaster.expected_start(1) is None
     forecaster.stop()
+
+
+def test_a_long_queues_forecast_runs_in_a_process_of_its_own_and_agrees() -> None:
+    """Past the size that goes to the forecasting process, the starts are those the thread
+    computes; the process is kept for the next forecast and ends with the forecaster."""
+    here = Forecaster(Settings())
+    elsewhere = Forecaster(Settings(), process_from_jobs=1)
+    for forecaster in (here, elsewhere):
+        future = forecaster.submit(round_input(), lambda: make_policy("fifo"), NOW)
+        assert future is not None
+        future.result(timeout=120)
+    assert here.latest is not None and elsewhere.latest is not None
+    assert dict(elsewhere.latest.starts) == dict(here.latest.starts)
+    assert elsewhere.latest.rounds == here.latest.rounds
+    processes = multiprocessing.active_children()
+    assert processes
+    elsewhere.stop()
+    here.stop()
+    for process in processes:
+        process.join(timeout=30)
+    assert not any(p.is_alive() for p in processes)
 
 
 def test_metrics_say_what_a_forecast_cost_and_reached() -> None:
