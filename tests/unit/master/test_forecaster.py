@@ -7,6 +7,8 @@ from __future__ import annotations
 import multiprocessing
 from datetime import UTC, datetime, timedelta
 
+from structlog.testing import capture_logs
+
 from master.process.metrics import MasterMetrics
 from master.rounds.forecaster import Forecaster
 from master.rounds.snapshot import RoundInput
@@ -61,10 +63,12 @@ def test_a_long_queues_forecast_runs_in_a_process_of_its_own_and_agrees() -> Non
     computes; the process is kept for the next forecast and ends with the forecaster."""
     here = Forecaster(Settings())
     elsewhere = Forecaster(Settings(), process_from_jobs=1)
-    for forecaster in (here, elsewhere):
-        future = forecaster.submit(round_input(), lambda: make_policy("fifo"), NOW)
-        assert future is not None
-        future.result(timeout=120)
+    with capture_logs() as logs:
+        for forecaster in (here, elsewhere):
+            future = forecaster.submit(round_input(), lambda: make_policy("fifo"), NOW)
+            assert future is not None
+            future.result(timeout=120)
+    assert [e["event"] for e in logs if e["log_level"] != "info"] == []
     assert here.latest is not None and elsewhere.latest is not None
     assert dict(elsewhere.latest.starts) == dict(here.latest.starts)
     assert elsewhere.latest.rounds == here.latest.rounds
