@@ -76,9 +76,9 @@ class Settings:
     early_round_delay_s: float = 1.0
     # An early round also waits, after the last round ended, this many times as long as
     # that round took: under load (rounds of a long queue, GPUs freed every second) rounds
-    # would otherwise run back to back and take the interpreter from every call. 1.0 keeps
-    # rounds to at most about half of the master's time; 0 turns the spacing off.
-    early_round_spacing: float = 1.0
+    # would otherwise run back to back and take the interpreter from every call. 3.0 keeps
+    # rounds to at most about a quarter of the master's time; 0 turns the spacing off.
+    early_round_spacing: float = 3.0
     # A lease lasts this many rounds unless extended; a worker keeps running its tasks that
     # long while the master is away (a restart, an upgrade), then stops its preemptible
     # ones. A lost node's preemptible jobs start elsewhere only once their leases are over
