@@ -116,7 +116,7 @@ def diff(
             takers = tuple(sorted({o for slot in old.slots for o in holders.get(slot, ())}))
             actions.append(Action(ActionKind.STOP, job_id, None, old, reason, takers))
         elif old is not None and new is not None:
-            if old == new:
+            if old is new or old == new:
                 kind = ActionKind.EXTEND
             elif (
                 old.num_gpus == new.num_gpus
@@ -152,7 +152,7 @@ def _apply_hysteresis(
     for job_id in sorted(current):
         old = current[job_id]
         new = planned.get(job_id)
-        if new is None or old == new or old.same_placement(new):
+        if new is None or old is new or old == new or old.same_placement(new):
             continue
         migration = old.num_gpus == new.num_gpus and old.num_copies == new.num_copies
         if not migration and not hysteresis.pay_restart:

@@ -80,12 +80,20 @@ class Allocation:
     shared_with: int | None = None
     #: All GPUs of the allocation, copies flattened in order (derived from ``copies``).
     slots: tuple[GpuSlot, ...] = field(init=False, repr=False, compare=False)
+    #: Derived once: every round reads them for every running job.
+    num_gpus: int = field(init=False, repr=False, compare=False)
+    num_copies: int = field(init=False, repr=False, compare=False)
+    #: Distinct nodes in first-use order.
+    nodes: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.copies or any(not copy for copy in self.copies):
             raise ValueError("an allocation needs at least one GPU in every copy")
         slots = tuple(slot for copy in self.copies for slot in copy)
         object.__setattr__(self, "slots", slots)
+        object.__setattr__(self, "num_gpus", len(slots))
+        object.__setattr__(self, "num_copies", len(self.copies))
+        object.__setattr__(self, "nodes", tuple(dict.fromkeys(slot.node for slot in slots)))
         if len(set(slots)) != len(slots):
             raise ValueError(f"an allocation lists a GPU twice: {[str(s) for s in slots]}")
         if len(self.batch_shares) != len(slots):
@@ -141,19 +149,6 @@ class Allocation:
             w = list(weights[i]) if weights is not None else [1.0] * len(copy)
             shares.extend(split_batch(batch, w))
         return cls(copies=copies, batch_shares=tuple(shares))
-
-    @property
-    def num_gpus(self) -> int:
-        return len(self.slots)
-
-    @property
-    def num_copies(self) -> int:
-        return len(self.copies)
-
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        """Distinct nodes in first-use order."""
-        return tuple(dict.fromkeys(slot.node for slot in self.slots))
 
     @property
     def global_batch(self) -> int:

@@ -138,6 +138,32 @@ class ClusterView:
         return self._usable_by_slot
 
     @cached_property
+    def _type_counts(self) -> dict[int, tuple[Allocation, tuple[tuple[str, int], ...] | None]]:
+        return {}
+
+    def type_counts(self, alloc: Allocation) -> tuple[tuple[str, int], ...] | None:
+        """(GPU type, GPUs of it) over the allocation's GPUs in first-use order, or None when
+        one of them is not usable. Kept per allocation: a running job's allocation is the
+        same object round after round, and every round checks it."""
+        key = id(alloc)
+        cached = self._type_counts.get(key)
+        if cached is not None and cached[0] is alloc:
+            return cached[1]
+        usable = self._usable_by_slot
+        counts: dict[str, int] = {}
+        result: tuple[tuple[str, int], ...] | None = None
+        for slot in alloc.slots:
+            gpu = usable.get(slot)
+            if gpu is None:
+                break
+            counts[gpu.type] = counts.get(gpu.type, 0) + 1
+        else:
+            result = tuple(counts.items())
+        # The entry holds the allocation, so its id is not reused while it is cached.
+        self._type_counts[key] = (alloc, result)
+        return result
+
+    @cached_property
     def _by_slot(self) -> Mapping[GpuSlot, GpuView]:
         return MappingProxyType({gpu.slot: gpu for node in self.nodes for gpu in node.gpus})
 

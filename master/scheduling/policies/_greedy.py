@@ -15,12 +15,12 @@ module turns the order into a plan in two passes:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan
-from master.scheduling.views import GpuView, JobView, Snapshot
+from master.scheduling.views import ClusterView, JobView, Snapshot
 
 #: Chooses a GPU type for a job among ``candidates`` (each has enough unclaimed GPUs).
 TypeChooser = Callable[[JobView, Sequence[str]], str]
@@ -57,25 +57,18 @@ def current_slots_usable(snapshot: Snapshot, job: JobView) -> bool:
     """Whether every GPU the job holds now is still usable and of an allowed type."""
     if job.current is None:
         return False
-    usable = snapshot.cluster.usable_by_slot()
-    for slot in job.current.slots:
-        gpu = usable.get(slot)
-        if gpu is None or not job.allows(gpu.type):
-            return False
-    return True
+    counts = snapshot.cluster.type_counts(job.current)
+    return counts is not None and all(job.allows(t) for t, _ in counts)
 
 
-def _current_need(usable: Mapping[GpuSlot, GpuView], job: JobView) -> dict[str, int] | None:
+def _current_need(cluster: ClusterView, job: JobView) -> tuple[tuple[str, int], ...] | None:
     """GPUs per type the job holds now, or None if it holds none or any is unusable."""
     if job.current is None:
         return None
-    need: dict[str, int] = {}
-    for slot in job.current.slots:
-        gpu = usable.get(slot)
-        if gpu is None or not job.allows(gpu.type):
-            return None
-        need[gpu.type] = need.get(gpu.type, 0) + 1
-    return need
+    counts = cluster.type_counts(job.current)
+    if counts is None or not all(job.allows(t) for t, _ in counts):
+        return None
+    return counts
 
 
 def greedy_plan(
@@ -93,14 +86,14 @@ def greedy_plan(
     running jobs). A job absent from both sequences gets nothing and no reason.
     """
     cluster = snapshot.cluster
-    usable = cluster.usable_by_slot()
     unclaimed = dict(cluster.capacity_by_type())
     choices: list[_Choice] = []
     reasons: dict[int, str] = {}
     for job in pinned:
-        if job.current is not None and current_slots_usable(snapshot, job):
-            for slot in job.current.slots:
-                unclaimed[cluster.gpu_type(slot)] -= 1
+        need = _current_need(cluster, job)
+        if need is not None and job.current is not None:
+            for gpu_type, count in need:
+                unclaimed[gpu_type] -= count
             choices.append(_Choice(job, job.current.slots, None))
     blocked_by: JobView | None = None
     types = sorted(unclaimed)
@@ -113,13 +106,13 @@ def greedy_plan(
             reasons[job.id] = f"waiting: queued behind job {blocked_by.id} ({policy_name})"
             continue
         if job.num_gpus <= largest:
-            need = _current_need(usable, job)
+            need = _current_need(cluster, job)
             if (
                 need is not None
                 and job.current is not None
-                and all(unclaimed.get(t, 0) >= k for t, k in need.items())
+                and all(unclaimed.get(t, 0) >= k for t, k in need)
             ):
-                for t, k in need.items():
+                for t, k in need:
                     unclaimed[t] -= k
                 largest = max(unclaimed.values())
                 choices.append(_Choice(job, job.current.slots, None))
