@@ -37,9 +37,22 @@ class FreeGpus:
             for t, buckets in cluster.free_buckets_template.items()
         }
         self._count: dict[str, int] = cluster.capacity_by_type()
+        self.discard(used)
+
+    def copy(self) -> FreeGpus:
+        """An independent ledger with the same free GPUs."""
+        other = object.__new__(FreeGpus)
+        other._types = self._types
+        other._nodes = {t: dict(per_node) for t, per_node in self._nodes.items()}
+        other._buckets = {t: [list(b) for b in buckets] for t, buckets in self._buckets.items()}
+        other._count = dict(self._count)
+        return other
+
+    def discard(self, slots: Iterable[GpuSlot]) -> None:
+        """Mark those of ``slots`` that are free as taken; the others are skipped."""
         # Grouped by server, so each server's free count moves once.
         by_node: dict[tuple[str, str], set[int]] = {}
-        for slot in used:
+        for slot in slots:
             gpu = self._types.get(slot)
             if gpu is not None:
                 by_node.setdefault((gpu.type, slot.node), set()).add(slot.index)

@@ -192,7 +192,7 @@ class ClusterView:
             raise KeyError(f"no GPU {slot} in the cluster")
         return gpu.type
 
-    @property
+    @cached_property
     def gpu_types(self) -> tuple[str, ...]:
         """Types with at least one usable GPU, sorted."""
         return tuple(sorted({gpu.type for gpu in self._usable}))
@@ -330,6 +330,11 @@ class JobView:
     @property
     def is_running(self) -> bool:
         return self.current is not None
+
+    @property
+    def restricted(self) -> bool:
+        """Whether :meth:`allows` rules out any type (by allow-list or memory)."""
+        return self.memory_gpu_types is not None or bool(self.allowed_gpu_types)
 
     def allows(self, gpu_type: str) -> bool:
         """Whether this job may run on ``gpu_type``: allowed (an empty allow-list allows

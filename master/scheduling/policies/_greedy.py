@@ -57,8 +57,7 @@ def current_slots_usable(snapshot: Snapshot, job: JobView) -> bool:
     """Whether every GPU the job holds now is still usable and of an allowed type."""
     if job.current is None:
         return False
-    counts = snapshot.cluster.type_counts(job.current)
-    return counts is not None and all(job.allows(t) for t, _ in counts)
+    return _current_need(snapshot.cluster, job) is not None
 
 
 def _current_need(cluster: ClusterView, job: JobView) -> tuple[tuple[str, int], ...] | None:
@@ -66,7 +65,7 @@ def _current_need(cluster: ClusterView, job: JobView) -> tuple[tuple[str, int], 
     if job.current is None:
         return None
     counts = cluster.type_counts(job.current)
-    if counts is None or not all(job.allows(t) for t, _ in counts):
+    if counts is None or (job.restricted and not all(job.allows(t) for t, _ in counts)):
         return None
     return counts
 
@@ -147,12 +146,27 @@ def waiting_reason(snapshot: Snapshot, job: JobView, unclaimed: dict[str, int]) 
 
 
 def place_choices(snapshot: Snapshot, choices: Sequence[_Choice], reasons: dict[int, str]) -> Plan:
-    free = FreeGpus(snapshot.cluster)
     allocations: dict[int, Allocation] = {}
     typed: list[_Choice] = []
+    kept = [
+        slot for c in choices if c.keep is not None and c.job.current is not None for slot in c.keep
+    ]
+    usable = snapshot.cluster.usable_by_slot()
+    if len(set(kept)) == len(kept) and all(slot in usable for slot in kept):
+        # No two kept jobs share a GPU and all are usable: each takes its GPUs whatever the
+        # order, so they are taken at once, server by server.
+        free = FreeGpus(snapshot.cluster, kept)
+        taken = True
+    else:
+        free = FreeGpus(snapshot.cluster)
+        taken = False
     for choice in choices:
         job = choice.job
-        if choice.keep is not None and job.current is not None and free.take_slots(choice.keep):
+        if (
+            choice.keep is not None
+            and job.current is not None
+            and (taken or free.take_slots(choice.keep))
+        ):
             allocations[job.id] = job.current
         else:
             if choice.gpu_type is None:

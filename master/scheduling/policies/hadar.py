@@ -589,14 +589,11 @@ class PrimalDual:
         ):
             return current.slots
         # GPUs another running job holds come last: taking them moves that job.
-        unheld = FreeGpus(
-            snapshot.cluster,
-            used=[
-                gpu.slot
-                for gpu in snapshot.cluster.usable_gpus()
-                if not free.is_free(gpu.slot)
-                or any(other != job.id for other in self._held.get(gpu.slot, ()))
-            ],
+        unheld = free.copy()
+        unheld.discard(
+            slot
+            for slot, holders in self._held.items()
+            if any(other != job.id for other in holders)
         )
         slots: list[GpuSlot] = []
         for t, k in sorted(option.counts.items(), key=lambda e: (-e[1], e[0])):
