@@ -18,10 +18,12 @@ mid-round are not idle until the round's nominal end.
 
 Settled rounds: when every active job was placed in the last round and none arrived or
 finished since, a policy that declares its plan stable then
-(:func:`master.scheduling.policy.stable_when_settled`: fifo, srtf, las without starvation
-promotion) is not asked; the round carries every placement over, at the cost of a dict.
-Its plans and so the results are exactly those of asking it. Runs with an ``on_round``
-observer or fair share, and policies that learn, decide every round.
+(:func:`master.scheduling.policy.stable_when_settled`: fifo, srtf, slurm, las without
+starvation promotion) is not asked; the round carries every placement over. Carried rounds
+in which no job can finish or arrive run as one stretch: each job's progress is summed
+round by round in one loop, with the same arithmetic as a round at a time. Its plans and
+so the results are exactly those of asking it. Runs with an ``on_round`` observer or fair
+share, and policies that learn, decide every round.
 
 Sharing: two allocations that name each other in ``shared_with`` progress at the
 profile's co-location throughputs; without a figure for the pair each gets half its
@@ -789,9 +791,23 @@ class Simulator:
                     job.start = now
                 if alloc.num_copies > 1:
                     job.used_copies = True
-                # Piecewise rates: shared until the partner finishes, then alone.
-                pieces = _pieces(shared_rate, alone_rate, partner, shared_end, round_end)
-                if cfg.gavel_compat and partner is None and shared_rate > 0:
+                if partner is None and not cfg.gavel_compat:
+                    # One rate all round: _advance over a single piece, without building it.
+                    remaining = job.total - job.done
+                    end = round_end
+                    progress = 0.0
+                    if begin < round_end and shared_rate > 0:
+                        needed = remaining / shared_rate
+                        if begin + needed <= round_end:
+                            end = begin + needed
+                            progress = remaining
+                            job.finish = end
+                        else:
+                            progress = shared_rate * (round_end - begin)
+                    job.done = (
+                        job.total if job.finish is not None else min(job.total, job.done + progress)
+                    )
+                elif cfg.gavel_compat and partner is None and shared_rate > 0:
                     # Whole iterations only, counted exactly; the lease ends when they are
                     # done.
                     remaining = job.total - job.done
@@ -811,6 +827,8 @@ class Simulator:
                         job.failed_leases = 0
                         job.done += progress
                 else:
+                    # Piecewise rates: shared until the partner finishes, then alone.
+                    pieces = _pieces(shared_rate, alone_rate, partner, shared_end, round_end)
                     end, progress = self._advance(job, begin, pieces)
                 compat_stop = max(compat_stop, end)
                 held = end - now
