@@ -40,7 +40,6 @@ from master.scheduling.policies._speeds import (
     keep_pinned,
     remaining_seconds,
     single_type_bound,
-    type_counts,
 )
 from master.scheduling.views import JobView, Snapshot
 
@@ -179,6 +178,8 @@ class PrimalDual:
         self.restart_horizon_rounds = 1.0
         # GPU -> running jobs holding it, for the round being planned.
         self._held: dict[GpuSlot, list[int]] = {}
+        self._held_groups: dict[tuple[str, str], set[int]] = {}
+        self._held_alone: dict[int, dict[tuple[str, str], set[int]]] = {}
 
     def after_restart(self, snapshot: Snapshot, job: JobView, rate: float) -> float:
         """The speed a job gets from a new placement of speed ``rate`` over the restart
@@ -246,6 +247,16 @@ class PrimalDual:
         """
         self._scales = {}
         self._held = snapshot.running_slots()
+        # The running jobs' GPUs grouped by server, and per job those it alone holds: a
+        # job's take sets aside the GPUs other jobs hold.
+        self._held_groups = free.grouped(self._held)
+        self._held_alone = {}
+        for slot, holders in self._held.items():
+            if all(other == holders[0] for other in holders):
+                alone = free.grouped([slot])
+                mine = self._held_alone.setdefault(holders[0], {})
+                for key, indices in alone.items():
+                    mine.setdefault(key, set()).update(indices)
         capacity = snapshot.cluster.capacity_by_type()
         unpriced = Prices(capacity, 1.0, 1.0, free=True)
         # Per-GPU utility of each job on each type alone (its zero-price options).
@@ -551,7 +562,7 @@ class PrimalDual:
             return None
         if not all(free.is_free(slot) for slot in current.slots):
             return None
-        return type_counts(snapshot, current.slots)
+        return dict(snapshot.cluster.type_counts(current) or ())
 
     @staticmethod
     def take_copies(
@@ -590,11 +601,11 @@ class PrimalDual:
             return current.slots
         # GPUs another running job holds come last: taking them moves that job.
         unheld = free.copy()
-        unheld.discard(
-            slot
-            for slot, holders in self._held.items()
-            if any(other != job.id for other in holders)
-        )
+        groups = self._held_groups
+        mine = self._held_alone.get(job.id)
+        if mine:
+            groups = {k: v - mine[k] if k in mine else v for k, v in groups.items()}
+        unheld.discard_grouped(groups)
         slots: list[GpuSlot] = []
         for t, k in sorted(option.counts.items(), key=lambda e: (-e[1], e[0])):
             got = unheld.take(k, t)
