@@ -745,6 +745,7 @@ class Simulator:
             last_finish = now
             compat_stop = now
             any_progress = False
+            any_finished = False
             allocations = plan.allocations
             # Work out every placed job's start and rates before anyone progresses, so a
             # sharing partner's finish time is computed from the round's starting state.
@@ -773,7 +774,8 @@ class Simulator:
                 ]
                 first = min((f for f in finishes if f is not None), default=math.inf)
                 round_end = min(round_end, first + cfg.early_round_delay_s)
-            for job in active:
+            # Every job the plan leaves out waits; with none waiting, none is stopped.
+            for job in active if waiting else ():
                 if job.current is not None and job.spec.id not in allocations:
                     job.preemptions += 1
                     job.view = None
@@ -848,6 +850,7 @@ class Simulator:
                 if job.finish is None:
                     last_finish = round_end
                 else:
+                    any_finished = True
                     last_finish = max(last_finish, job.finish)
                     # Time-weighted GPU demand over the job's stay (finish-time fairness).
                     job.contention_integral = (
@@ -887,7 +890,7 @@ class Simulator:
                     round_stop = now
             self._contention += demand * (round_stop - now)
             waiting_by_user: dict[str, int] = {}
-            for job in active:
+            for job in active if waiting else ():
                 if job.spec.id not in allocations:
                     user = job.spec.user
                     waiting_by_user[user] = waiting_by_user.get(user, 0) + 1
@@ -912,7 +915,8 @@ class Simulator:
                     waiting_by_user,
                 )
             )
-            done_now = [job for job in active if job.finish is not None]
+            # Only a job placed this round can have finished in it.
+            done_now = [job for job in active if job.finish is not None] if any_finished else []
             if done_now:
                 finished += len(done_now)
                 notices: list[CompletedJob] = []

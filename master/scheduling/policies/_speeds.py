@@ -44,7 +44,10 @@ def cluster_types(cluster: ClusterView) -> tuple[str, ...]:
 
 def allowed_types(snapshot: Snapshot, job: JobView) -> list[str]:
     """Usable GPU types this job may run on (its own count need not fit)."""
-    return [t for t in cluster_types(snapshot.cluster) if job.allows(t)]
+    types = cluster_types(snapshot.cluster)
+    if not job.restricted:
+        return list(types)
+    return [t for t in types if job.allows(t)]
 
 
 def best_rate(snapshot: Snapshot, job: JobView) -> float:

@@ -104,7 +104,13 @@ class Prices:
         return self._low[gpu_type] * math.exp(self._log_ratio[gpu_type] * u)
 
     def cost(self, gpu_type: str, k: int, already: int = 0) -> float:
-        return sum(self.price(gpu_type, already + i) for i in range(k))
+        cap = self._capacity.get(gpu_type, 0)
+        if cap <= 0 or self._free:
+            return sum(self.price(gpu_type, already + i) for i in range(k))
+        # price() for each GPU, its lookups done once.
+        low, ratio = self._low[gpu_type], self._log_ratio[gpu_type]
+        claimed = self._claimed[gpu_type] + already
+        return sum(low * math.exp(ratio * min(1.0, (claimed + i) / cap)) for i in range(k))
 
     def lower_ceiling(self, gpu_type: str, high: float) -> None:
         """Lower ``U_t`` to ``high`` (not below ``L_t``): no job to come is worth more."""
@@ -428,20 +434,26 @@ class PrimalDual:
         types = [t for t in allowed_types(snapshot, job) if free.count(t) > 0]
         kept = self._kept_counts(snapshot, job, free)
         best: _Option | None = None
+        # The type the job would keep its GPUs on, if any (it then runs at full speed).
+        keeps = (
+            next(iter(kept))
+            if kept is not None and len(kept) == 1 and job.current is not None
+            else None
+        )
         for t in types:
             if free.count(t) < n:
                 continue
             consolidated = free.max_free_on_one_node(t) >= n
-            rate = job_rate(snapshot, job, t, consolidated=consolidated)
-            if kept == {t: n} and job.current is not None:
+            if t == keeps and kept is not None and kept[t] == n and job.current is not None:
                 rate = allocation_rate(snapshot, job, job.current)
             else:
+                rate = job_rate(snapshot, job, t, consolidated=consolidated)
                 rate = self.after_restart(snapshot, job, rate)
-            option = _Option(
-                {t: n}, self.utility(snapshot, job, rate), prices.cost(t, n), consolidated
-            )
-            if best is None or option.utility - option.cost > best.utility - best.cost:
-                best = option
+            utility = self.utility(snapshot, job, rate)
+            cost = prices.cost(t, n)
+            # Only an option that beats the best so far is built.
+            if best is None or utility - cost > best.utility - best.cost:
+                best = _Option({t: n}, utility, cost, consolidated)
         if self.mixed and n > 1 and len(types) > 1 and sum(free.count(t) for t in types) >= n:
             mixed = self._mixed_option(snapshot, job, types, free, prices, scale)
             if mixed is not None and (
