@@ -204,8 +204,13 @@ class ClusterView:
     def gpus_by_type(self) -> dict[str, tuple[GpuView, ...]]:
         return dict(self._by_type)
 
+    @cached_property
+    def _capacity(self) -> Mapping[str, int]:
+        return MappingProxyType({t: len(g) for t, g in self._by_type.items()})
+
     def capacity_by_type(self) -> dict[str, int]:
-        return {t: len(g) for t, g in self._by_type.items()}
+        """Usable GPUs per type, sorted by type; a new dict the caller may change."""
+        return dict(self._capacity)
 
     @cached_property
     def memory_by_type(self) -> Mapping[str, int]:

@@ -256,13 +256,11 @@ class PrimalDual:
         # The running jobs' GPUs grouped by server, and per job those it alone holds: a
         # job's take sets aside the GPUs other jobs hold.
         self._held_groups = free.grouped(self._held)
-        self._held_alone = {}
+        alone: dict[int, list[GpuSlot]] = {}
         for slot, holders in self._held.items():
             if all(other == holders[0] for other in holders):
-                alone = free.grouped([slot])
-                mine = self._held_alone.setdefault(holders[0], {})
-                for key, indices in alone.items():
-                    mine.setdefault(key, set()).update(indices)
+                alone.setdefault(holders[0], []).append(slot)
+        self._held_alone = {job_id: free.grouped(slots) for job_id, slots in alone.items()}
         capacity = snapshot.cluster.capacity_by_type()
         unpriced = Prices(capacity, 1.0, 1.0, free=True)
         # Per-GPU utility of each job on each type alone (its zero-price options).
