@@ -405,3 +405,18 @@ def test_carried_stretches_give_the_results_of_rounds_one_at_a_time(
     assert [replace(r, plan_ms=0.0) for r in fast.rounds] == [
         replace(r, plan_ms=0.0) for r in slow.rounds
     ]
+
+
+@pytest.mark.parametrize("name", ["slurm", "srtf", "fifo"])
+def test_policies_declared_stable_plan_as_asked_in_settled_rounds(name: str) -> None:
+    """For each policy that declares its plan stable when settled, carrying settled rounds
+    over gives every job the results of asking the policy every round (an on_round
+    observer turns carrying off)."""
+    model = ThroughputModel.from_gavel_json(THROUGHPUTS)
+    cluster = ClusterView.from_counts({"v100": 8, "p100": 8, "k80": 8}, gpus_per_server=4)
+    trace = generate_trace(60, model, mean_interarrival_s=600.0, seed=11)
+    assert stable_when_settled(make_policy(name))
+    fast = Simulator(make_policy(name), trace, cluster, model).run()
+    slow = Simulator(make_policy(name), trace, cluster, model, on_round=lambda s, d: None).run()
+    assert fast.jobs == slow.jobs
+    assert len(fast.rounds) == len(slow.rounds)
