@@ -99,14 +99,20 @@ def diff(
     planned: dict[int, Allocation] = dict(plan.allocations)
     if snapshot is not None:
         _apply_hysteresis(current, planned, snapshot, hysteresis)
-    actions: list[Action] = []
+    # One list per rank (stops, moves, starts, extends), each filled in job id order: the
+    # order a sort by (rank, id) gives.
+    stops: list[Action] = []
+    moves: list[Action] = []
+    starts: list[Action] = []
+    extends: list[Action] = []
+    reasons = plan.reasons
     holders: dict[GpuSlot, list[int]] | None = None  # built on the first stop
     for job_id in sorted(set(current) | set(planned)):
         old = current.get(job_id)
         new = planned.get(job_id)
-        reason = plan.reason(job_id) or ""
+        reason = reasons.get(job_id) or ""
         if old is None and new is not None:
-            actions.append(Action(ActionKind.START, job_id, new, None, reason))
+            starts.append(Action(ActionKind.START, job_id, new, None, reason))
         elif old is not None and new is None:
             if holders is None:
                 holders = {}
@@ -114,28 +120,19 @@ def diff(
                     for slot in alloc.slots:
                         holders.setdefault(slot, []).append(other)
             takers = tuple(sorted({o for slot in old.slots for o in holders.get(slot, ())}))
-            actions.append(Action(ActionKind.STOP, job_id, None, old, reason, takers))
+            stops.append(Action(ActionKind.STOP, job_id, None, old, reason, takers))
         elif old is not None and new is not None:
-            if old == new:
-                kind = ActionKind.EXTEND
+            if old is new or old == new:
+                extends.append(Action(ActionKind.EXTEND, job_id, new, old, reason))
             elif (
                 old.num_gpus == new.num_gpus
                 and old.num_copies == new.num_copies
                 and not old.same_placement(new)
             ):
-                kind = ActionKind.MIGRATE
+                moves.append(Action(ActionKind.MIGRATE, job_id, new, old, reason))
             else:
-                kind = ActionKind.RESIZE
-            actions.append(Action(kind, job_id, new, old, reason))
-    order = {
-        ActionKind.STOP: 0,
-        ActionKind.MIGRATE: 1,
-        ActionKind.RESIZE: 1,
-        ActionKind.START: 2,
-        ActionKind.EXTEND: 3,
-    }
-    actions.sort(key=lambda a: (order[a.kind], a.job_id))
-    return actions
+                moves.append(Action(ActionKind.RESIZE, job_id, new, old, reason))
+    return [*stops, *moves, *starts, *extends]
 
 
 def _apply_hysteresis(
@@ -144,16 +141,23 @@ def _apply_hysteresis(
     snapshot: Snapshot,
     hysteresis: Hysteresis,
 ) -> None:
+    moved: list[int] = []
+    for job_id in sorted(current):
+        old = current[job_id]
+        new = planned.get(job_id)
+        if new is None or old is new or old == new or old.same_placement(new):
+            continue
+        moved.append(job_id)
+    if not moved:
+        return
     usable = snapshot.cluster.usable_by_slot()
     claimed: dict[GpuSlot, int] = {}
     for job_id, alloc in planned.items():
         for slot in alloc.slots:
             claimed[slot] = job_id
-    for job_id in sorted(current):
+    for job_id in moved:
         old = current[job_id]
-        new = planned.get(job_id)
-        if new is None or old == new or old.same_placement(new):
-            continue
+        new = planned[job_id]
         migration = old.num_gpus == new.num_gpus and old.num_copies == new.num_copies
         if not migration and not hysteresis.pay_restart:
             continue

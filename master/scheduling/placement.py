@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.views import ClusterView, Snapshot
@@ -37,16 +37,37 @@ class FreeGpus:
             for t, buckets in cluster.free_buckets_template.items()
         }
         self._count: dict[str, int] = cluster.capacity_by_type()
-        # Grouped by server, so each server's free count moves once.
+        self.discard(used)
+
+    def copy(self) -> FreeGpus:
+        """An independent ledger with the same free GPUs."""
+        other = object.__new__(FreeGpus)
+        other._types = self._types
+        other._nodes = {t: dict(per_node) for t, per_node in self._nodes.items()}
+        other._buckets = {t: [list(b) for b in buckets] for t, buckets in self._buckets.items()}
+        other._count = dict(self._count)
+        return other
+
+    def discard(self, slots: Iterable[GpuSlot]) -> None:
+        """Mark those of ``slots`` that are free as taken; the others are skipped."""
+        self.discard_grouped(self.grouped(slots))
+
+    def grouped(self, slots: Iterable[GpuSlot]) -> dict[tuple[str, str], set[int]]:
+        """The usable ones of ``slots`` by (GPU type, node): their indices."""
         by_node: dict[tuple[str, str], set[int]] = {}
-        for slot in used:
+        for slot in slots:
             gpu = self._types.get(slot)
             if gpu is not None:
                 by_node.setdefault((gpu.type, slot.node), set()).add(slot.index)
+        return by_node
+
+    def discard_grouped(self, by_node: Mapping[tuple[str, str], Set[int]]) -> None:
+        """:meth:`discard` for GPUs already grouped (see :meth:`grouped`)."""
+        # Grouped by server, so each server's free count moves once.
         for (gpu_type, node), indices in by_node.items():
             self._drop(gpu_type, node, indices)
 
-    def _drop(self, gpu_type: str, node: str, gone: set[int]) -> None:
+    def _drop(self, gpu_type: str, node: str, gone: Set[int]) -> None:
         """Mark the free GPUs ``gone`` of ``node`` as taken (those not free are skipped)."""
         indices = self._nodes[gpu_type].get(node)
         if indices is None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 from master.scheduling.memory import fits, format_memory, gpu_memory
 
 if TYPE_CHECKING:
-    from master.scheduling.views import Snapshot
+    from master.scheduling.views import GpuView, JobView, Snapshot
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -80,12 +80,20 @@ class Allocation:
     shared_with: int | None = None
     #: All GPUs of the allocation, copies flattened in order (derived from ``copies``).
     slots: tuple[GpuSlot, ...] = field(init=False, repr=False, compare=False)
+    #: Derived once: every round reads them for every running job.
+    num_gpus: int = field(init=False, repr=False, compare=False)
+    num_copies: int = field(init=False, repr=False, compare=False)
+    #: Distinct nodes in first-use order.
+    nodes: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.copies or any(not copy for copy in self.copies):
             raise ValueError("an allocation needs at least one GPU in every copy")
         slots = tuple(slot for copy in self.copies for slot in copy)
         object.__setattr__(self, "slots", slots)
+        object.__setattr__(self, "num_gpus", len(slots))
+        object.__setattr__(self, "num_copies", len(self.copies))
+        object.__setattr__(self, "nodes", tuple(dict.fromkeys(slot.node for slot in slots)))
         if len(set(slots)) != len(slots):
             raise ValueError(f"an allocation lists a GPU twice: {[str(s) for s in slots]}")
         if len(self.batch_shares) != len(slots):
@@ -141,19 +149,6 @@ class Allocation:
             w = list(weights[i]) if weights is not None else [1.0] * len(copy)
             shares.extend(split_batch(batch, w))
         return cls(copies=copies, batch_shares=tuple(shares))
-
-    @property
-    def num_gpus(self) -> int:
-        return len(self.slots)
-
-    @property
-    def num_copies(self) -> int:
-        return len(self.copies)
-
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        """Distinct nodes in first-use order."""
-        return tuple(dict.fromkeys(slot.node for slot in self.slots))
 
     @property
     def global_batch(self) -> int:
@@ -280,22 +275,19 @@ class Plan:
                     copy_nodes
                 ):
                     problems.append(f"job {job_id}: copies must each sit on their own node")
-            for slot in alloc.slots:
-                gpu = usable.get(slot)
-                if gpu is None:
-                    problems.append(f"job {job_id} placed on unusable or unknown GPU {slot}")
-                elif not job.allows(gpu.type):
-                    memory = gpu_memory(gpu.type, gpu.memory_bytes)
-                    why = (
-                        f"needs {format_memory(job.memory_bytes_per_gpu)} per GPU, "
-                        f"{gpu.type} ({slot}) has {format_memory(memory)}"
-                        if not fits(job.memory_bytes_per_gpu, memory)
-                        else f"may not run on {gpu.type} ({slot})"
-                    )
-                    problems.append(f"job {job_id} {why}")
-                first = owner.setdefault(slot, job_id)
-                if first != job_id:
-                    collisions.setdefault(slot, [first]).append(job_id)
+            counts = snapshot.cluster.type_counts(alloc)
+            if counts is None or (job.restricted and not all(job.allows(t) for t, _ in counts)):
+                problems.extend(_slot_problems(job, alloc, usable))
+        # Which GPUs more than one job holds, looked for only when some GPU repeats.
+        slots = [slot for alloc in self.allocations.values() for slot in alloc.slots]
+        if len(set(slots)) != len(slots):
+            for job_id, alloc in self.allocations.items():
+                if job_id not in jobs:
+                    continue
+                for slot in alloc.slots:
+                    first = owner.setdefault(slot, job_id)
+                    if first != job_id:
+                        collisions.setdefault(slot, [first]).append(job_id)
         for job in snapshot.jobs:
             if job.current is not None and not job.preemptible:
                 planned = self.allocations.get(job.id)
@@ -315,3 +307,22 @@ class Plan:
             elif ja is not None and jb is not None and not (ja.shareable and jb.shareable):
                 problems.append(f"GPU {slot} shared by {a} and {b}, not both shareable")
         return problems
+
+
+def _slot_problems(job: JobView, alloc: Allocation, usable: Mapping[GpuSlot, GpuView]) -> list[str]:
+    """What is wrong with the GPUs ``alloc`` gives ``job``: unusable or not allowed."""
+    problems: list[str] = []
+    for slot in alloc.slots:
+        gpu = usable.get(slot)
+        if gpu is None:
+            problems.append(f"job {job.id} placed on unusable or unknown GPU {slot}")
+        elif not job.allows(gpu.type):
+            memory = gpu_memory(gpu.type, gpu.memory_bytes)
+            why = (
+                f"needs {format_memory(job.memory_bytes_per_gpu)} per GPU, "
+                f"{gpu.type} ({slot}) has {format_memory(memory)}"
+                if not fits(job.memory_bytes_per_gpu, memory)
+                else f"may not run on {gpu.type} ({slot})"
+            )
+            problems.append(f"job {job.id} {why}")
+    return problems

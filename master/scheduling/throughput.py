@@ -101,6 +101,7 @@ class ThroughputModel:
         "_pairs",
         "_profile",
         "_profile_jobs",
+        "_rates",
         "_scaling_efficiency",
         "_speeds",
     )
@@ -153,6 +154,8 @@ class ThroughputModel:
         self._scaling_efficiency = scaling_efficiency
         self._alpha = alpha
         self._cache: dict[_Key, Estimate] = {}
+        # The speeds alone, for the hot path of planning (one lookup, no Estimate).
+        self._rates: dict[_Key, float] = {}
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -264,9 +267,12 @@ class ThroughputModel:
         self, job_type: str, gpu_type: str, num_gpus: int = 1, *, consolidated: bool = True
     ) -> float:
         """Iterations/s of the whole job on ``num_gpus`` GPUs of ``gpu_type``."""
-        return self.estimate(
-            job_type, gpu_type, num_gpus, consolidated=consolidated
-        ).iterations_per_s
+        key = (job_type, gpu_type, num_gpus, consolidated)
+        rate = self._rates.get(key)
+        if rate is None:
+            found = self.estimate(job_type, gpu_type, num_gpus, consolidated=consolidated)
+            rate = self._rates[key] = found.iterations_per_s
+        return rate
 
     def estimate(
         self, job_type: str, gpu_type: str, num_gpus: int = 1, *, consolidated: bool = True

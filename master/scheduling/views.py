@@ -138,6 +138,32 @@ class ClusterView:
         return self._usable_by_slot
 
     @cached_property
+    def _type_counts(self) -> dict[int, tuple[Allocation, tuple[tuple[str, int], ...] | None]]:
+        return {}
+
+    def type_counts(self, alloc: Allocation) -> tuple[tuple[str, int], ...] | None:
+        """(GPU type, GPUs of it) over the allocation's GPUs in first-use order, or None when
+        one of them is not usable. Kept per allocation: a running job's allocation is the
+        same object round after round, and every round checks it."""
+        key = id(alloc)
+        cached = self._type_counts.get(key)
+        if cached is not None and cached[0] is alloc:
+            return cached[1]
+        usable = self._usable_by_slot
+        counts: dict[str, int] = {}
+        result: tuple[tuple[str, int], ...] | None = None
+        for slot in alloc.slots:
+            gpu = usable.get(slot)
+            if gpu is None:
+                break
+            counts[gpu.type] = counts.get(gpu.type, 0) + 1
+        else:
+            result = tuple(counts.items())
+        # The entry holds the allocation, so its id is not reused while it is cached.
+        self._type_counts[key] = (alloc, result)
+        return result
+
+    @cached_property
     def _by_slot(self) -> Mapping[GpuSlot, GpuView]:
         return MappingProxyType({gpu.slot: gpu for node in self.nodes for gpu in node.gpus})
 
@@ -166,7 +192,7 @@ class ClusterView:
             raise KeyError(f"no GPU {slot} in the cluster")
         return gpu.type
 
-    @property
+    @cached_property
     def gpu_types(self) -> tuple[str, ...]:
         """Types with at least one usable GPU, sorted."""
         return tuple(sorted({gpu.type for gpu in self._usable}))
@@ -178,8 +204,13 @@ class ClusterView:
     def gpus_by_type(self) -> dict[str, tuple[GpuView, ...]]:
         return dict(self._by_type)
 
+    @cached_property
+    def _capacity(self) -> Mapping[str, int]:
+        return MappingProxyType({t: len(g) for t, g in self._by_type.items()})
+
     def capacity_by_type(self) -> dict[str, int]:
-        return {t: len(g) for t, g in self._by_type.items()}
+        """Usable GPUs per type, sorted by type; a new dict the caller may change."""
+        return dict(self._capacity)
 
     @cached_property
     def memory_by_type(self) -> Mapping[str, int]:
@@ -304,6 +335,11 @@ class JobView:
     @property
     def is_running(self) -> bool:
         return self.current is not None
+
+    @property
+    def restricted(self) -> bool:
+        """Whether :meth:`allows` rules out any type (by allow-list or memory)."""
+        return self.memory_gpu_types is not None or bool(self.allowed_gpu_types)
 
     def allows(self, gpu_type: str) -> bool:
         """Whether this job may run on ``gpu_type``: allowed (an empty allow-list allows

@@ -18,10 +18,12 @@ mid-round are not idle until the round's nominal end.
 
 Settled rounds: when every active job was placed in the last round and none arrived or
 finished since, a policy that declares its plan stable then
-(:func:`master.scheduling.policy.stable_when_settled`: fifo, srtf, las without starvation
-promotion) is not asked; the round carries every placement over, at the cost of a dict.
-Its plans and so the results are exactly those of asking it. Runs with an ``on_round``
-observer or fair share, and policies that learn, decide every round.
+(:func:`master.scheduling.policy.stable_when_settled`: fifo, srtf, slurm, las without
+starvation promotion) is not asked; the round carries every placement over. Carried rounds
+in which no job can finish or arrive run as one stretch: each job's progress is summed
+round by round in one loop, with the same arithmetic as a round at a time. Its plans and
+so the results are exactly those of asking it. Runs with an ``on_round`` observer or fair
+share, and policies that learn, decide every round.
 
 Sharing: two allocations that name each other in ``shared_with`` progress at the
 profile's co-location throughputs; without a figure for the pair each gets half its
@@ -59,6 +61,9 @@ from master.sim.gavel_compat import (
 )
 from master.sim.limits import Overestimate, time_limit
 from master.sim.trace import TraceJob
+
+#: Most carried rounds one stretch runs (see Simulator._carry_stretch); bounds its lists.
+_STRETCH_MAX_ROUNDS = 10_000
 
 
 class SimulationError(RuntimeError):
@@ -458,6 +463,120 @@ class Simulator:
             return shared, alone, partner_id
         return alone, alone, None
 
+    def _carry_stretch(
+        self,
+        active: list[_Job],
+        by_id: dict[int, _Job],
+        now: float,
+        round_index: int,
+        next_arrival_s: float,
+    ) -> list[RoundRecord]:
+        """Run the carried rounds from ``now`` on in which nothing can change: no job
+        arrives (none before ``next_arrival_s``) and none finishes. Each running job's
+        progress is summed round by round as the general loop sums it, so every figure is
+        the same to the last bit; what that loop does per job and round (rates, pieces,
+        plan and view bookkeeping) is done once for the stretch. Returns the rounds'
+        records, none when the next round needs the general loop (a job may finish in it,
+        one shares its GPUs or makes no progress)."""
+        round_s = self.config.round_s
+        plan = Plan({job.spec.id: job.current for job in active if job.current is not None})
+        if len(plan.allocations) != len(active):
+            return []
+        rates: list[float] = []
+        # No job runs for much longer than its remaining work at its rate.
+        longest = float(_STRETCH_MAX_ROUNDS)
+        for job in active:
+            rate, _, partner = self._rates(job, plan.allocations[job.spec.id], plan, by_id)
+            if partner is not None or not rate > 0:
+                return []
+            rates.append(rate)
+            longest = min(longest, (job.total - job.done) / (rate * round_s) + 2.0)
+        starts = [now]
+        start = now
+        while len(starts) < longest:
+            start = start + round_s
+            if start >= next_arrival_s:
+                break
+            starts.append(start)
+        for job, rate in zip(active, rates, strict=True):
+            remaining = job.total - job.done
+            # With two rounds' margin rounding cannot make the job finish in the stretch;
+            # nearer its end, its rounds are checked as the general loop checks them.
+            if remaining / (rate * round_s) - 2.0 >= len(starts):
+                continue
+            total, done = job.total, job.done
+            for index, start in enumerate(starts):
+                if start + (total - done) / rate <= start + round_s:
+                    del starts[index:]
+                    break
+                done = min(total, done + rate * ((start + round_s) - start))
+            if not starts:
+                return []
+        # Each round's length as the general loop computes it (round end minus start).
+        held_per_round = [(s + round_s) - s for s in starts]
+        for job, rate in zip(active, rates, strict=True):
+            if job.view is not None:
+                job.seen = job.view
+            job.view = None
+            alloc = plan.allocations[job.spec.id]
+            counts = self._type_counts(job, alloc)
+            total, done, run_s, attained = job.total, job.done, job.run_s, job.attained
+            seconds = job.gpu_seconds
+            if len(counts) == 1:
+                ((gpu_type, count, weight),) = counts
+                used = seconds.get(gpu_type, 0.0)
+                for held in held_per_round:
+                    done = min(total, done + rate * held)
+                    run_s += held
+                    used += held * count
+                    attained += held * count * weight
+                seconds[gpu_type] = used
+            else:
+                for held in held_per_round:
+                    done = min(total, done + rate * held)
+                    run_s += held
+                    for gpu_type, count, weight in counts:
+                        seconds[gpu_type] = seconds.get(gpu_type, 0.0) + held * count
+                        attained += held * count * weight
+            job.done, job.run_s, job.attained = done, run_s, attained
+        busy_by_type: dict[str, int] = {}
+        for job in active:
+            assert job.current is not None
+            for gpu_type, count, _ in self._type_counts(job, job.current):
+                busy_by_type[gpu_type] = busy_by_type.get(gpu_type, 0) + count
+        demand = max(1.0, sum(job.spec.num_gpus for job in active) / self._total_gpus)
+        # (busy GPU-seconds, GPU-seconds by user) per round length, summed in the general
+        # loop's order; the length is the same in nearly every round.
+        sums: dict[float, tuple[float, dict[str, float]]] = {}
+        records: list[RoundRecord] = []
+        for index, (start, held) in enumerate(zip(starts, held_per_round, strict=True)):
+            found = sums.get(held)
+            if found is None:
+                busy_seconds = 0.0
+                by_user: dict[str, float] = {}
+                for job in active:
+                    gpus = plan.allocations[job.spec.id].num_gpus
+                    by_user[job.spec.user] = by_user.get(job.spec.user, 0.0) + held * gpus
+                    busy_seconds += held * gpus
+                found = sums[held] = (busy_seconds, by_user)
+            stop = start + round_s
+            self._contention += demand * (stop - start)
+            records.append(
+                RoundRecord(
+                    round_index + index,
+                    start,
+                    stop,
+                    0.0,
+                    dict(busy_by_type),
+                    len(active),
+                    len(active),
+                    found[0],
+                    dict(found[1]),
+                    {},
+                )
+            )
+        return records
+
     @staticmethod
     def _advance(job: _Job, begin: float, pieces: list[tuple[float, float]]) -> tuple[float, float]:
         """Progress ``job`` from ``begin`` through rate ``pieces`` (until, rate).
@@ -512,6 +631,9 @@ class Simulator:
             and cfg.fair_share is None
         )
         settled = False
+        # Carried rounds in which no job finishes are run as one stretch (_carry_stretch),
+        # unless each piece of work is recorded or rounds follow Gavel's whole iterations.
+        may_stretch = not cfg.record_segments and not cfg.gavel_compat
         while finished < len(jobs):
             arrived = False
             while next_arrival < len(pending) and pending[next_arrival].spec.arrival_s <= now:
@@ -525,6 +647,22 @@ class Simulator:
             if not active:
                 now = pending[next_arrival].spec.arrival_s
                 continue
+            if may_carry and settled and not arrived and not completed and may_stretch:
+                upcoming = (
+                    pending[next_arrival].spec.arrival_s
+                    if next_arrival < len(pending)
+                    else math.inf
+                )
+                carried = self._carry_stretch(active, by_id, now, round_index, upcoming)
+                if carried:
+                    rounds.extend(carried)
+                    for _ in carried:
+                        if self._progress is not None:
+                            self._progress(finished / len(jobs))
+                    round_index += len(carried)
+                    now = carried[-1].end_s
+                    idle_rounds = 0
+                    continue
             if may_carry and settled and not arrived and not completed:
                 # Carried over: every job keeps its placement, as the policy would decide.
                 started = time.perf_counter()
@@ -588,6 +726,7 @@ class Simulator:
             last_finish = now
             compat_stop = now
             any_progress = False
+            any_finished = False
             allocations = plan.allocations
             # Work out every placed job's start and rates before anyone progresses, so a
             # sharing partner's finish time is computed from the round's starting state.
@@ -616,7 +755,8 @@ class Simulator:
                 ]
                 first = min((f for f in finishes if f is not None), default=math.inf)
                 round_end = min(round_end, first + cfg.early_round_delay_s)
-            for job in active:
+            # Every job the plan leaves out waits; with none waiting, none is stopped.
+            for job in active if waiting else ():
                 if job.current is not None and job.spec.id not in allocations:
                     job.preemptions += 1
                     job.view = None
@@ -634,9 +774,23 @@ class Simulator:
                     job.start = now
                 if alloc.num_copies > 1:
                     job.used_copies = True
-                # Piecewise rates: shared until the partner finishes, then alone.
-                pieces = _pieces(shared_rate, alone_rate, partner, shared_end, round_end)
-                if cfg.gavel_compat and partner is None and shared_rate > 0:
+                if partner is None and not cfg.gavel_compat:
+                    # One rate all round: _advance over a single piece, without building it.
+                    remaining = job.total - job.done
+                    end = round_end
+                    progress = 0.0
+                    if begin < round_end and shared_rate > 0:
+                        needed = remaining / shared_rate
+                        if begin + needed <= round_end:
+                            end = begin + needed
+                            progress = remaining
+                            job.finish = end
+                        else:
+                            progress = shared_rate * (round_end - begin)
+                    job.done = (
+                        job.total if job.finish is not None else min(job.total, job.done + progress)
+                    )
+                elif cfg.gavel_compat and partner is None and shared_rate > 0:
                     # Whole iterations only, counted exactly; the lease ends when they are
                     # done.
                     remaining = job.total - job.done
@@ -656,6 +810,8 @@ class Simulator:
                         job.failed_leases = 0
                         job.done += progress
                 else:
+                    # Piecewise rates: shared until the partner finishes, then alone.
+                    pieces = _pieces(shared_rate, alone_rate, partner, shared_end, round_end)
                     end, progress = self._advance(job, begin, pieces)
                 compat_stop = max(compat_stop, end)
                 held = end - now
@@ -675,6 +831,7 @@ class Simulator:
                 if job.finish is None:
                     last_finish = round_end
                 else:
+                    any_finished = True
                     last_finish = max(last_finish, job.finish)
                     # Time-weighted GPU demand over the job's stay (finish-time fairness).
                     job.contention_integral = (
@@ -714,7 +871,7 @@ class Simulator:
                     round_stop = now
             self._contention += demand * (round_stop - now)
             waiting_by_user: dict[str, int] = {}
-            for job in active:
+            for job in active if waiting else ():
                 if job.spec.id not in allocations:
                     user = job.spec.user
                     waiting_by_user[user] = waiting_by_user.get(user, 0) + 1
@@ -739,7 +896,8 @@ class Simulator:
                     waiting_by_user,
                 )
             )
-            done_now = [job for job in active if job.finish is not None]
+            # Only a job placed this round can have finished in it.
+            done_now = [job for job in active if job.finish is not None] if any_finished else []
             if done_now:
                 finished += len(done_now)
                 notices: list[CompletedJob] = []

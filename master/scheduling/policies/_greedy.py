@@ -15,12 +15,12 @@ module turns the order into a plan in two passes:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan
-from master.scheduling.views import GpuView, JobView, Snapshot
+from master.scheduling.views import ClusterView, JobView, Snapshot
 
 #: Chooses a GPU type for a job among ``candidates`` (each has enough unclaimed GPUs).
 TypeChooser = Callable[[JobView, Sequence[str]], str]
@@ -57,25 +57,17 @@ def current_slots_usable(snapshot: Snapshot, job: JobView) -> bool:
     """Whether every GPU the job holds now is still usable and of an allowed type."""
     if job.current is None:
         return False
-    usable = snapshot.cluster.usable_by_slot()
-    for slot in job.current.slots:
-        gpu = usable.get(slot)
-        if gpu is None or not job.allows(gpu.type):
-            return False
-    return True
+    return _current_need(snapshot.cluster, job) is not None
 
 
-def _current_need(usable: Mapping[GpuSlot, GpuView], job: JobView) -> dict[str, int] | None:
+def _current_need(cluster: ClusterView, job: JobView) -> tuple[tuple[str, int], ...] | None:
     """GPUs per type the job holds now, or None if it holds none or any is unusable."""
     if job.current is None:
         return None
-    need: dict[str, int] = {}
-    for slot in job.current.slots:
-        gpu = usable.get(slot)
-        if gpu is None or not job.allows(gpu.type):
-            return None
-        need[gpu.type] = need.get(gpu.type, 0) + 1
-    return need
+    counts = cluster.type_counts(job.current)
+    if counts is None or (job.restricted and not all(job.allows(t) for t, _ in counts)):
+        return None
+    return counts
 
 
 def greedy_plan(
@@ -93,14 +85,14 @@ def greedy_plan(
     running jobs). A job absent from both sequences gets nothing and no reason.
     """
     cluster = snapshot.cluster
-    usable = cluster.usable_by_slot()
     unclaimed = dict(cluster.capacity_by_type())
     choices: list[_Choice] = []
     reasons: dict[int, str] = {}
     for job in pinned:
-        if job.current is not None and current_slots_usable(snapshot, job):
-            for slot in job.current.slots:
-                unclaimed[cluster.gpu_type(slot)] -= 1
+        need = _current_need(cluster, job)
+        if need is not None and job.current is not None:
+            for gpu_type, count in need:
+                unclaimed[gpu_type] -= count
             choices.append(_Choice(job, job.current.slots, None))
     blocked_by: JobView | None = None
     types = sorted(unclaimed)
@@ -113,13 +105,13 @@ def greedy_plan(
             reasons[job.id] = f"waiting: queued behind job {blocked_by.id} ({policy_name})"
             continue
         if job.num_gpus <= largest:
-            need = _current_need(usable, job)
+            need = _current_need(cluster, job)
             if (
                 need is not None
                 and job.current is not None
-                and all(unclaimed.get(t, 0) >= k for t, k in need.items())
+                and all(unclaimed.get(t, 0) >= k for t, k in need)
             ):
-                for t, k in need.items():
+                for t, k in need:
                     unclaimed[t] -= k
                 largest = max(unclaimed.values())
                 choices.append(_Choice(job, job.current.slots, None))
@@ -154,12 +146,27 @@ def waiting_reason(snapshot: Snapshot, job: JobView, unclaimed: dict[str, int]) 
 
 
 def place_choices(snapshot: Snapshot, choices: Sequence[_Choice], reasons: dict[int, str]) -> Plan:
-    free = FreeGpus(snapshot.cluster)
     allocations: dict[int, Allocation] = {}
     typed: list[_Choice] = []
+    kept = [
+        slot for c in choices if c.keep is not None and c.job.current is not None for slot in c.keep
+    ]
+    usable = snapshot.cluster.usable_by_slot()
+    if len(set(kept)) == len(kept) and all(slot in usable for slot in kept):
+        # No two kept jobs share a GPU and all are usable: each takes its GPUs whatever the
+        # order, so they are taken at once, server by server.
+        free = FreeGpus(snapshot.cluster, kept)
+        taken = True
+    else:
+        free = FreeGpus(snapshot.cluster)
+        taken = False
     for choice in choices:
         job = choice.job
-        if choice.keep is not None and job.current is not None and free.take_slots(choice.keep):
+        if (
+            choice.keep is not None
+            and job.current is not None
+            and (taken or free.take_slots(choice.keep))
+        ):
             allocations[job.id] = job.current
         else:
             if choice.gpu_type is None:

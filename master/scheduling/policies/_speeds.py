@@ -9,10 +9,12 @@ iteration then runs at the average of the types' paces instead of the slowest on
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.rates import allocation_throughput, speed_weights
+from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, JobView, Snapshot
 
 
@@ -42,7 +44,10 @@ def cluster_types(cluster: ClusterView) -> tuple[str, ...]:
 
 def allowed_types(snapshot: Snapshot, job: JobView) -> list[str]:
     """Usable GPU types this job may run on (its own count need not fit)."""
-    return [t for t in cluster_types(snapshot.cluster) if job.allows(t)]
+    types = cluster_types(snapshot.cluster)
+    if not job.restricted:
+        return list(types)
+    return [t for t in types if job.allows(t)]
 
 
 def best_rate(snapshot: Snapshot, job: JobView) -> float:
@@ -106,24 +111,47 @@ def allocation_on(
     )
 
 
+class _RateCache:
+    """Speeds of allocations under the last model and cluster: a running job's allocation
+    is the same object round after round, and planning asks for its speed several times."""
+
+    model: ThroughputModel | None = None
+    cluster: ClusterView | None = None
+    #: (job type, id of the allocation) -> (the allocation, its speed); holding the
+    #: allocation keeps its id from being reused while cached.
+    rates: ClassVar[dict[tuple[str, int], tuple[Allocation, float]]] = {}
+
+
+#: Entries the speed cache holds before it starts over.
+_RATE_CACHE_MAX = 200_000
+
+
 def allocation_rate(snapshot: Snapshot, job: JobView, alloc: Allocation) -> float:
     """Iterations/s of ``job`` on ``alloc`` as the simulator and the plan diff see it."""
-    return allocation_throughput(snapshot.throughput, snapshot.cluster, job.job_type, alloc)
+    model, cluster = snapshot.throughput, snapshot.cluster
+    if (
+        _RateCache.model is not model
+        or _RateCache.cluster is not cluster
+        or len(_RateCache.rates) > _RATE_CACHE_MAX
+    ):
+        _RateCache.model, _RateCache.cluster, _RateCache.rates = model, cluster, {}
+    key = (job.job_type, id(alloc))
+    cached = _RateCache.rates.get(key)
+    if cached is not None and cached[0] is alloc:
+        return cached[1]
+    rate = allocation_throughput(model, cluster, job.job_type, alloc)
+    _RateCache.rates[key] = (alloc, rate)
+    return rate
 
 
 def current_usable(snapshot: Snapshot, job: JobView) -> bool:
     """Whether the GPUs the job holds now are all still usable and of allowed types."""
     if job.current is None:
         return False
-    cluster = snapshot.cluster
-    try:
-        for slot in job.current.slots:
-            gpu = cluster.gpu(slot)
-            if not (gpu.healthy and cluster.node(slot.node).schedulable and job.allows(gpu.type)):
-                return False
-    except KeyError:
+    counts = snapshot.cluster.type_counts(job.current)
+    if counts is None:
         return False
-    return True
+    return not job.restricted or all(job.allows(t) for t, _ in counts)
 
 
 def pinned_jobs(snapshot: Snapshot) -> list[JobView]:

@@ -265,10 +265,18 @@ class GavelPolicy:
         self._elapsed = 0.0
 
     def priority(self, job_id: int, gpu_type: str) -> float:
-        x = self._allocation.get(job_id, {}).get(gpu_type, 0.0)
+        return self._priority(
+            self._allocation.get(job_id, {}), self._received.get(job_id, {}), gpu_type
+        )
+
+    def _priority(
+        self, share: Mapping[str, float], received: Mapping[str, float], gpu_type: str
+    ) -> float:
+        """:meth:`priority` from the job's time fractions and time received per type."""
+        x = share.get(gpu_type, 0.0)
         if x <= 0:
             return 0.0
-        got = self._received.get(job_id, {}).get(gpu_type, 0.0)
+        got = received.get(gpu_type, 0.0)
         if got <= 0 or self._elapsed <= 0:
             return x * _UNSEEN_PRIORITY
         return x / (got / self._elapsed)
@@ -296,11 +304,17 @@ class GavelPolicy:
                     unclaimed[cluster.gpu_type(slot)] -= 1
                 keep[job.id] = job.current.slots
         entries: list[tuple[str, JobView]] = []
+        # Each job's shares and received time looked up once, not once per type.
+        candidates = [
+            (job, self._allocation.get(job.id, {}), self._received.get(job.id, {}))
+            for job in snapshot.jobs
+            if job.id not in keep
+        ]
         for t in types:
             per_type = [
-                (self.priority(job.id, t), self._allocation.get(job.id, {}).get(t, 0.0), job)
-                for job in snapshot.jobs
-                if job.id not in keep and job.allows(t)
+                (self._priority(share, got, t), share.get(t, 0.0), job)
+                for job, share, got in candidates
+                if job.allows(t)
             ]
             per_type.sort(key=lambda e: (-e[0], -e[1], e[2].arrival_time, e[2].id))
             entries += [(t, e[2]) for e in per_type]
@@ -333,7 +347,7 @@ class GavelPolicy:
             if (
                 current is not None
                 and current_slots_usable(snapshot, job)
-                and all(snapshot.cluster.gpu_type(s) == chosen[job_id] for s in current.slots)
+                and all(t == chosen[job_id] for t, _ in snapshot.cluster.type_counts(current) or ())
                 and free.take_slots(current.slots)
             ):
                 allocations[job_id] = current

@@ -40,7 +40,6 @@ from master.scheduling.policies._speeds import (
     keep_pinned,
     remaining_seconds,
     single_type_bound,
-    type_counts,
 )
 from master.scheduling.views import JobView, Snapshot
 
@@ -105,7 +104,13 @@ class Prices:
         return self._low[gpu_type] * math.exp(self._log_ratio[gpu_type] * u)
 
     def cost(self, gpu_type: str, k: int, already: int = 0) -> float:
-        return sum(self.price(gpu_type, already + i) for i in range(k))
+        cap = self._capacity.get(gpu_type, 0)
+        if cap <= 0 or self._free:
+            return sum(self.price(gpu_type, already + i) for i in range(k))
+        # price() for each GPU, its lookups done once.
+        low, ratio = self._low[gpu_type], self._log_ratio[gpu_type]
+        claimed = self._claimed[gpu_type] + already
+        return sum(low * math.exp(ratio * min(1.0, (claimed + i) / cap)) for i in range(k))
 
     def lower_ceiling(self, gpu_type: str, high: float) -> None:
         """Lower ``U_t`` to ``high`` (not below ``L_t``): no job to come is worth more."""
@@ -179,6 +184,8 @@ class PrimalDual:
         self.restart_horizon_rounds = 1.0
         # GPU -> running jobs holding it, for the round being planned.
         self._held: dict[GpuSlot, list[int]] = {}
+        self._held_groups: dict[tuple[str, str], set[int]] = {}
+        self._held_alone: dict[int, dict[tuple[str, str], set[int]]] = {}
 
     def after_restart(self, snapshot: Snapshot, job: JobView, rate: float) -> float:
         """The speed a job gets from a new placement of speed ``rate`` over the restart
@@ -246,6 +253,14 @@ class PrimalDual:
         """
         self._scales = {}
         self._held = snapshot.running_slots()
+        # The running jobs' GPUs grouped by server, and per job those it alone holds: a
+        # job's take sets aside the GPUs other jobs hold.
+        self._held_groups = free.grouped(self._held)
+        alone: dict[int, list[GpuSlot]] = {}
+        for slot, holders in self._held.items():
+            if all(other == holders[0] for other in holders):
+                alone.setdefault(holders[0], []).append(slot)
+        self._held_alone = {job_id: free.grouped(slots) for job_id, slots in alone.items()}
         capacity = snapshot.cluster.capacity_by_type()
         unpriced = Prices(capacity, 1.0, 1.0, free=True)
         # Per-GPU utility of each job on each type alone (its zero-price options).
@@ -417,20 +432,26 @@ class PrimalDual:
         types = [t for t in allowed_types(snapshot, job) if free.count(t) > 0]
         kept = self._kept_counts(snapshot, job, free)
         best: _Option | None = None
+        # The type the job would keep its GPUs on, if any (it then runs at full speed).
+        keeps = (
+            next(iter(kept))
+            if kept is not None and len(kept) == 1 and job.current is not None
+            else None
+        )
         for t in types:
             if free.count(t) < n:
                 continue
             consolidated = free.max_free_on_one_node(t) >= n
-            rate = job_rate(snapshot, job, t, consolidated=consolidated)
-            if kept == {t: n} and job.current is not None:
+            if t == keeps and kept is not None and kept[t] == n and job.current is not None:
                 rate = allocation_rate(snapshot, job, job.current)
             else:
+                rate = job_rate(snapshot, job, t, consolidated=consolidated)
                 rate = self.after_restart(snapshot, job, rate)
-            option = _Option(
-                {t: n}, self.utility(snapshot, job, rate), prices.cost(t, n), consolidated
-            )
-            if best is None or option.utility - option.cost > best.utility - best.cost:
-                best = option
+            utility = self.utility(snapshot, job, rate)
+            cost = prices.cost(t, n)
+            # Only an option that beats the best so far is built.
+            if best is None or utility - cost > best.utility - best.cost:
+                best = _Option({t: n}, utility, cost, consolidated)
         if self.mixed and n > 1 and len(types) > 1 and sum(free.count(t) for t in types) >= n:
             mixed = self._mixed_option(snapshot, job, types, free, prices, scale)
             if mixed is not None and (
@@ -551,7 +572,7 @@ class PrimalDual:
             return None
         if not all(free.is_free(slot) for slot in current.slots):
             return None
-        return type_counts(snapshot, current.slots)
+        return dict(snapshot.cluster.type_counts(current) or ())
 
     @staticmethod
     def take_copies(
@@ -589,15 +610,12 @@ class PrimalDual:
         ):
             return current.slots
         # GPUs another running job holds come last: taking them moves that job.
-        unheld = FreeGpus(
-            snapshot.cluster,
-            used=[
-                gpu.slot
-                for gpu in snapshot.cluster.usable_gpus()
-                if not free.is_free(gpu.slot)
-                or any(other != job.id for other in self._held.get(gpu.slot, ()))
-            ],
-        )
+        unheld = free.copy()
+        groups = self._held_groups
+        mine = self._held_alone.get(job.id)
+        if mine:
+            groups = {k: v - mine[k] if k in mine else v for k, v in groups.items()}
+        unheld.discard_grouped(groups)
         slots: list[GpuSlot] = []
         for t, k in sorted(option.counts.items(), key=lambda e: (-e[1], e[0])):
             got = unheld.take(k, t)

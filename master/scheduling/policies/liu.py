@@ -124,11 +124,10 @@ class LiuPolicy:
         n = job.num_gpus
         if n > sum(capacity[t] for t in types):
             return []
-        rng = random.Random(f"{self._seed}:{snapshot.round_number}:{job.id}")
         if category_count(len(types), n) > ENUMERATE_MAX:
             pure = [((t, n),) for t in types if capacity[t] >= n]
             room = {t: capacity[t] for t in types}
-            return pure + sample_mixed(room, n, self._sample, rng)
+            return pure + sample_mixed(room, n, self._sample, self._rng(snapshot, job))
         key = (tuple(types), n)
         every = self._categories.get(key)
         if every is None:
@@ -138,8 +137,13 @@ class LiuPolicy:
         pure = [c for c in feasible if len(c) == 1]
         mixed = [c for c in feasible if len(c) > 1]
         if len(mixed) > self._sample:
-            mixed = rng.sample(mixed, self._sample)
+            mixed = self._rng(snapshot, job).sample(mixed, self._sample)
         return pure + mixed
+
+    def _rng(self, snapshot: Snapshot, job: JobView) -> random.Random:
+        """The job's draws this round, seeded by round and job: made only when a draw is
+        needed, since seeding from a string costs more than the rest of a job's turn."""
+        return random.Random(f"{self._seed}:{snapshot.round_number}:{job.id}")
 
     def match(
         self, snapshot: Snapshot, jobs: list[JobView], room: dict[str, int]

@@ -112,6 +112,10 @@ def reserve(
 class SlurmPolicy:
     name = NAME
 
+    #: When every job runs where it ran and none came or went, each keeps its GPUs and
+    #: none waits: nothing is reserved and nothing depends on the time.
+    stable_when_settled = True
+
     def __init__(
         self,
         *,

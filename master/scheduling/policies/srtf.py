@@ -19,13 +19,18 @@ from master.scheduling.views import JobView, Snapshot
 NAME = "srtf"
 
 
-def remaining_seconds(snapshot: Snapshot, job: JobView) -> float:
-    """Remaining time on the job's fastest allowed type (inf when none is usable)."""
+def fastest_rate(snapshot: Snapshot, job: JobView) -> float:
+    """The job's throughput on its fastest allowed type (0 when none is usable)."""
     types = [t for t in snapshot.cluster.gpu_types if job.allows(t)]
     if not types:
-        return float("inf")
+        return 0.0
     model = snapshot.throughput
-    best = max(model.throughput(job.job_type, t, job.num_gpus) for t in types)
+    return max(model.throughput(job.job_type, t, job.num_gpus) for t in types)
+
+
+def remaining_seconds(snapshot: Snapshot, job: JobView) -> float:
+    """Remaining time on the job's fastest allowed type (inf when none is usable)."""
+    best = fastest_rate(snapshot, job)
     return job.remaining_iterations / best if best > 0 else float("inf")
 
 
@@ -43,7 +48,18 @@ class SrtfPolicy:
         pinned = [j for j in snapshot.jobs if j.current is not None and not j.preemptible]
         pinned_ids = {j.id for j in pinned}
         rest = [j for j in snapshot.jobs if j.id not in pinned_ids]
-        order = sorted(rest, key=lambda j: (remaining_seconds(snapshot, j), j.arrival_time, j.id))
+        # Jobs of one kind share their fastest rate: looked up once per kind.
+        rates: dict[tuple[str, int, frozenset[str], frozenset[str] | None], float] = {}
+
+        def rank(job: JobView) -> tuple[float, float, int]:
+            kind = (job.job_type, job.num_gpus, job.allowed_gpu_types, job.memory_gpu_types)
+            best = rates.get(kind)
+            if best is None:
+                best = rates[kind] = fastest_rate(snapshot, job)
+            remaining = job.remaining_iterations / best if best > 0 else float("inf")
+            return (remaining, job.arrival_time, job.id)
+
+        order = sorted(rest, key=rank)
         return greedy_plan(
             snapshot, order, random_type_chooser(self._rng), pinned=pinned, policy_name=NAME
         )

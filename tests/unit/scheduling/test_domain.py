@@ -92,6 +92,41 @@ def test_free_gpus_consolidates_and_never_double_books() -> None:
     assert free.take_slots(two) and not free.take_slots(two)
 
 
+def test_cluster_type_counts_of_an_allocation_follow_its_gpus() -> None:
+    """An allocation's GPU types are counted in first-use order, None when one of its GPUs
+    is not usable; a cluster answers for each allocation object, not for an equal one it
+    saw before on other GPUs."""
+    cluster = ClusterView(
+        (
+            NodeView("a", (GpuView("a", 0, "v100"), GpuView("a", 1, "k80"))),
+            NodeView("b", (GpuView("b", 0, "v100", healthy=False),)),
+        )
+    )
+    mixed = Allocation.on([GpuSlot("a", 1), GpuSlot("a", 0)], 8)
+    assert cluster.type_counts(mixed) == (("k80", 1), ("v100", 1))
+    assert cluster.type_counts(mixed) == (("k80", 1), ("v100", 1))
+    assert cluster.type_counts(Allocation.on([GpuSlot("b", 0)], 8)) is None
+    assert cluster.type_counts(Allocation.on([GpuSlot("c", 0)], 8)) is None
+    assert cluster.type_counts(Allocation.on([GpuSlot("a", 0)], 8)) == (("v100", 1),)
+
+
+def test_free_gpus_copy_is_independent_and_discards_only_free_gpus() -> None:
+    """A copied ledger takes GPUs without touching the original; discarding GPUs already
+    taken, or unknown, changes nothing; a copy plus discards equals a ledger built with
+    those GPUs used."""
+    cluster = ClusterView.from_counts({"v100": 8, "k80": 4}, gpus_per_server=4)
+    free = FreeGpus(cluster, used=[GpuSlot("v100-000", 0)])
+    copy = free.copy()
+    assert copy.take(4, "v100") is not None
+    assert free.count("v100") == 7 and copy.count("v100") == 3
+    gone = [GpuSlot("v100-000", 0), GpuSlot("v100-001", 2), GpuSlot("zz", 0)]
+    again = free.copy()
+    again.discard(gone)
+    built = FreeGpus(cluster, used=gone)
+    assert again.counts() == built.counts() == {"k80": 4, "v100": 6}
+    assert again.take(3, "v100") == built.take(3, "v100")
+
+
 def test_free_gpus_mixed_and_preferences() -> None:
     """take_any respects allowed types and preference order; take_mixed spans types."""
     cluster = ClusterView.from_counts({"v100": 2, "k80": 4})

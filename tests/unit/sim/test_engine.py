@@ -4,15 +4,16 @@ sharing, copies, mixed-type batches, arrivals between rounds, invalid plans, sta
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policies.las import LasPolicy
-from master.scheduling.policy import stable_when_settled
+from master.scheduling.policy import make_policy, stable_when_settled
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, Snapshot
-from master.sim.engine import SimConfig, SimulationError, Simulator, simulate
+from master.sim.engine import RoundRecord, SimConfig, SimulationError, Simulator, simulate
 from master.sim.generate import generate_trace
 from master.sim.metrics import summarize
 from master.sim.trace import TraceJob
@@ -363,3 +364,59 @@ def test_settled_rounds_are_carried_over_with_the_same_results() -> None:
     assert len(fast.rounds) == len(slow.rounds)
     # Starvation promotion records when jobs ran: that LAS is always asked.
     assert not stable_when_settled(LasPolicy(starvation_s=3600.0))
+
+
+class _StretchCounting(Simulator):
+    """A simulator that counts the carried rounds it ran as stretches."""
+
+    stretched = 0
+
+    def _carry_stretch(self, *args: object, **kwargs: object) -> list[RoundRecord]:
+        records = super()._carry_stretch(*args, **kwargs)  # type: ignore[arg-type]
+        self.stretched += len(records)
+        return records
+
+
+@pytest.mark.parametrize("name", ["fifo", "las", "srtf", "slurm"])
+@pytest.mark.parametrize("overhead_s", [0.0, 45.0])
+def test_carried_stretches_give_the_results_of_rounds_one_at_a_time(
+    name: str, overhead_s: float
+) -> None:
+    """Carried rounds run as stretches (on a trace with long quiet spells, a good part
+    of its rounds)
+    give every job and every round record to the last bit what running each round on its
+    own gives (recording segments runs them one at a time), planning times aside."""
+    model = ThroughputModel.from_gavel_json(THROUGHPUTS)
+    cluster = ClusterView.from_counts({"v100": 8, "p100": 8, "k80": 8}, gpus_per_server=4)
+    trace = generate_trace(80, model, mean_interarrival_s=1800.0, seed=7)
+    fast_sim = _StretchCounting(
+        make_policy(name), trace, cluster, model, SimConfig(overhead_s=overhead_s)
+    )
+    fast = fast_sim.run()
+    slow = Simulator(
+        make_policy(name),
+        trace,
+        cluster,
+        model,
+        SimConfig(overhead_s=overhead_s, record_segments=True),
+    ).run()
+    assert fast_sim.stretched > len(fast.rounds) / 4
+    assert fast.jobs == slow.jobs
+    assert [replace(r, plan_ms=0.0) for r in fast.rounds] == [
+        replace(r, plan_ms=0.0) for r in slow.rounds
+    ]
+
+
+@pytest.mark.parametrize("name", ["slurm", "srtf", "fifo"])
+def test_policies_declared_stable_plan_as_asked_in_settled_rounds(name: str) -> None:
+    """For each policy that declares its plan stable when settled, carrying settled rounds
+    over gives every job the results of asking the policy every round (an on_round
+    observer turns carrying off)."""
+    model = ThroughputModel.from_gavel_json(THROUGHPUTS)
+    cluster = ClusterView.from_counts({"v100": 8, "p100": 8, "k80": 8}, gpus_per_server=4)
+    trace = generate_trace(60, model, mean_interarrival_s=600.0, seed=11)
+    assert stable_when_settled(make_policy(name))
+    fast = Simulator(make_policy(name), trace, cluster, model).run()
+    slow = Simulator(make_policy(name), trace, cluster, model, on_round=lambda s, d: None).run()
+    assert fast.jobs == slow.jobs
+    assert len(fast.rounds) == len(slow.rounds)
