@@ -43,9 +43,11 @@ def hctl(forecasting: Cluster, capsys: pytest.CaptureFixture[str], isolated_env:
 
 
 def next_forecast(cluster: Cluster, before: StartTimes | None) -> StartTimes:
-    """Runs a round and returns the forecast made from it."""
+    """Runs a round, once a forecast is due (the last one's duration spaces them too), and
+    returns the forecast made from it."""
     forecaster = cluster.master.rounds.forecaster
     assert forecaster is not None
+    eventually(forecaster.due, "a forecast to be due")
     cluster.round()
     eventually(lambda: forecaster.latest is not before, "the round's forecast")
     assert forecaster.latest is not None
