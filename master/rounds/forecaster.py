@@ -94,6 +94,21 @@ class _Work:
     budget_s: float
 
 
+def _run(work: _Work, between_rounds: Callable[[], bool]) -> Forecast:
+    """The forecast `work` asks for, wherever it runs."""
+    state = RoundState(
+        work.snapshot, work.now, work.lost, fair_share=work.fair_share, usage=work.usage
+    )
+    return forecast(
+        state,
+        work.policy,
+        work.rules,
+        work.limits,
+        unknown_work=work.unknown,
+        between_rounds=between_rounds,
+    )
+
+
 def _forecast_elsewhere(work: _Work) -> tuple[Forecast, bool]:
     """The forecast, in the forecasting process; and whether its budget ran out."""
     deadline = time.monotonic() + work.budget_s
@@ -104,17 +119,7 @@ def _forecast_elsewhere(work: _Work) -> tuple[Forecast, bool]:
         spent = time.monotonic() >= deadline
         return not spent
 
-    state = RoundState(
-        work.snapshot, work.now, work.lost, fair_share=work.fair_share, usage=work.usage
-    )
-    result = forecast(
-        state,
-        work.policy,
-        work.rules,
-        work.limits,
-        unknown_work=work.unknown,
-        between_rounds=between_rounds,
-    )
+    result = _run(work, between_rounds)
     # The starts as a plain dict: a read-only view of one does not cross processes.
     return Forecast(
         result.now, dict(result.starts), result.rounds, result.reached, result.complete
@@ -273,39 +278,27 @@ class Forecaster:
             unknown = frozenset(
                 job_id for job_id, job in inp.jobs.items() if not job.spec.iterations
             )
-            found = None
-            if len(inp.snapshot.jobs) >= self._process_from_jobs:
-                work = _Work(
-                    inp.snapshot,
-                    now.timestamp(),
-                    inp.lost,
-                    inp.usage,
-                    self._fair_share,
-                    policy,
-                    self._rules,
-                    self._limits,
-                    unknown,
-                    self._budget_s,
-                )
-                found = self._elsewhere(work, name)
+            work = _Work(
+                inp.snapshot,
+                now.timestamp(),
+                inp.lost,
+                inp.usage,
+                self._fair_share,
+                policy,
+                self._rules,
+                self._limits,
+                unknown,
+                self._budget_s,
+            )
+            found = (
+                self._elsewhere(work, name)
+                if len(inp.snapshot.jobs) >= self._process_from_jobs
+                else None
+            )
             if found is not None:
                 result, spent = found
             else:
-                state = RoundState(
-                    inp.snapshot,
-                    now.timestamp(),
-                    inp.lost,
-                    fair_share=self._fair_share,
-                    usage=inp.usage,
-                )
-                result = forecast(
-                    state,
-                    policy,
-                    self._rules,
-                    self._limits,
-                    unknown_work=unknown,
-                    between_rounds=between_rounds,
-                )
+                result = _run(work, between_rounds)
         except _StoppedError:
             return
         except Exception:

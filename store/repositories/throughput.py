@@ -53,7 +53,10 @@ class ThroughputRepository:
         """Fold a measurement into the EWMA. Measurements replace a profiled value. With
         `flush=False` the write waits for the unit of work's next flush."""
         row, created = self._row_for(job_type, gpu_type, num_gpus, iterations_per_s, MEASURED)
-        self._fold(row, created, iterations_per_s, alpha, now or utcnow())
+        if created:
+            row.updated_at = now or utcnow()
+        else:
+            self._fold(row, iterations_per_s, alpha, now or utcnow())
         if flush:
             self._session.flush()
         return convert.throughput(row)
@@ -81,16 +84,15 @@ class ThroughputRepository:
             if row is None:
                 rows[key] = self._new_row(*key, m.iterations_per_s, MEASURED)
                 continue
-            self._fold(row, False, m.iterations_per_s, alpha, now)
+            self._fold(row, m.iterations_per_s, alpha, now)
 
     @staticmethod
-    def _fold(
-        row: ThroughputRow, created: bool, iterations_per_s: float, alpha: float, now: datetime
-    ) -> None:
-        if not created and row.source == MEASURED:
+    def _fold(row: ThroughputRow, iterations_per_s: float, alpha: float, now: datetime) -> None:
+        """A measurement into a stored row: into its average, or over a profiled value."""
+        if row.source == MEASURED:
             row.iterations_per_s = alpha * iterations_per_s + (1 - alpha) * row.iterations_per_s
             row.count += 1
-        elif not created:
+        else:
             row.iterations_per_s = iterations_per_s
             row.count = 1
             row.source = MEASURED
