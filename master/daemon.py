@@ -521,6 +521,7 @@ class Master:
                 close()
         if self.rounds.forecaster is not None:
             self.rounds.forecaster.stop()
+        self.rounds.planner.stop()
         self._background.shutdown(wait=True)
         self._rpc_pool.shutdown(wait=True)
         self.workers.close()

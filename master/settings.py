@@ -98,6 +98,10 @@ class Settings:
     forecast_horizon_s: float = DEFAULT_HORIZON_S
     forecast_max_rounds: int = DEFAULT_MAX_ROUNDS
     forecast_budget_s: float = 30.0
+    # Once a round offers the policy this many jobs, the next rounds read the store and
+    # decide in a child process (master/rounds/planner.py), off the interpreter that serves
+    # the calls; 0: always on the round's thread.
+    planning_process_from_jobs: int = 2000
     # Gavel-format throughputs JSON used before measurements exist; empty: priors only.
     throughput_profile: str = ""
     gpu_speeds: Mapping[str, float] = field(default_factory=dict)
@@ -272,6 +276,10 @@ class Settings:
             (self.forecast_horizon_s > 0, "forecast_horizon_s must be > 0"),
             (self.forecast_max_rounds >= 1, "forecast_max_rounds must be >= 1"),
             (self.forecast_budget_s > 0, "forecast_budget_s must be > 0"),
+            (
+                self.planning_process_from_jobs >= 0,
+                "planning_process_from_jobs must be >= 0 (0 plans every round on its thread)",
+            ),
             (self.auth in get_args(AuthMode), f"auth must be one of {get_args(AuthMode)}"),
             (
                 self.job_data_readers in get_args(JobDataReaders),

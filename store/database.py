@@ -117,6 +117,12 @@ class Database:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    @property
+    def in_memory(self) -> bool:
+        """Whether the database exists in this process only (SQLite in memory)."""
+        url = make_url(self.url)
+        return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A raw session, committed on success and rolled back on error."""

@@ -39,11 +39,11 @@ from collections.abc import Set as AbstractSet
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from multiprocessing.reduction import ForkingPickler
 from types import MappingProxyType
 
 import structlog
 
+import master.rounds.crossing  # noqa: F401  (views with read-only mappings cross to the child)
 from master.process.metrics import MasterMetrics
 from master.rounds.snapshot import RoundInput
 from master.scheduling.fairshare import FairShareConfig
@@ -61,21 +61,6 @@ MAX_SHARE = 0.1
 PROCESS_FROM_JOBS = 1000
 # How often a forecast waited for in another process checks whether the master stops.
 _POLL_S = 0.2
-
-
-def _mapping_proxy(items: dict[object, object]) -> MappingProxyType[object, object]:
-    return MappingProxyType(items)
-
-
-def _reduce_mapping_proxy(
-    proxy: MappingProxyType[object, object],
-) -> tuple[Callable[[dict[object, object]], MappingProxyType[object, object]], tuple[object]]:
-    return _mapping_proxy, (dict(proxy),)
-
-
-# The scheduling views keep read-only mappings, which pickle cannot copy by itself; sent to
-# the forecasting process, each becomes a read-only view of a copy of its items.
-ForkingPickler.register(MappingProxyType, _reduce_mapping_proxy)
 
 
 @dataclass(frozen=True)

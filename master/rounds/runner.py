@@ -2,7 +2,8 @@
 
 1. Read the store into the scheduling views (master/rounds/snapshot.py): the jobs, what they
    hold, the leases that may still run on lost nodes, the jobs completed since the last
-   round.
+   round. For a long queue, this step and the next run in a child process
+   (master/rounds/planner.py).
 2. Decide with :func:`master.scheduling.round.decide_round`, the pure function the
    simulator runs too: the policy learns from the completions and plans; jobs it fails
    on are left out of its plan (logged once each, when first left out) and the others
@@ -37,17 +38,12 @@ from master.nodes.dispatch import Dispatcher, Outgoing
 from master.process.metrics import MasterMetrics
 from master.process.transactions import Transactor
 from master.rounds.forecaster import Forecaster
-from master.rounds.snapshot import ReadMemo, RoundInput, read_round_input
+from master.rounds.planner import Planner
+from master.rounds.snapshot import ReadMemo, RoundInput
 from master.scheduling.diff import Action, ActionKind, preemption_reason
 from master.scheduling.plan import Allocation
 from master.scheduling.policy import Policy
-from master.scheduling.round import (
-    RoundDecision,
-    RoundRules,
-    RoundState,
-    TaskPlacement,
-    decide_round,
-)
+from master.scheduling.round import RoundDecision, TaskPlacement
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
 from store import UnitOfWork
@@ -76,6 +72,8 @@ class RoundResult:
     plan_s: float = 0.0
     persist_s: float = 0.0
     push_s: float = 0.0
+    # Read and decided in the planning process (master/rounds/planner.py).
+    planned_elsewhere: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,21 +85,6 @@ class Persisted:
     orders: list[StopOrder]
     changed: int
     set_aside: tuple[int, ...] = ()
-
-
-def decide(inp: RoundInput, policy: Policy, settings: Settings, now: float) -> RoundDecision:
-    """The daemon's round decision: what the store shows, decided by the one round function
-    the simulator runs too (:func:`master.scheduling.round.decide_round`). ``now``: the
-    round's start in Unix time."""
-    state = RoundState(
-        inp.snapshot,
-        now,
-        inp.lost,
-        inp.completed,
-        fair_share=settings.fair_share_config(),
-        usage=inp.usage,
-    )
-    return decide_round(state, policy, RoundRules(settings.min_migration_gain))
 
 
 class RoundRunner:
@@ -122,6 +105,8 @@ class RoundRunner:
         self.forecaster = forecaster
         # What the last round read: each round loads and converts only what changed since.
         self.memo = memo if memo is not None else ReadMemo()
+        # Where each round reads and decides: here, or for a long queue in a child process.
+        self.planner = Planner(tx, self.memo, settings, base_model)
         self._policy = policy
         self._dispatcher = dispatcher
         self._settings = settings
@@ -170,22 +155,14 @@ class RoundRunner:
 
     def _run(self, now: datetime) -> RoundResult:
         started = time.monotonic()
-        inp = self._tx.read(
-            lambda uow: read_round_input(
-                uow,
-                self._base_model,
-                self._settings.round_seconds,
-                lost_hold_s=self._settings.lost_lease_hold_s,
-                now=now,
-                restart_s=self._settings.restart_cost_s,
-                fair_share=self._settings.fair_share_config(),
-                memo=self.memo,
-            )
-        )
-        read_s = time.monotonic() - started
-        decision = decide(inp, self._policy, self._settings, now.timestamp())
+        # A forecast due after this round takes its whole input, wherever it is read.
+        forecast = self.forecaster is not None and self.forecaster.due()
+        planned = self.planner.plan(self._policy, now, whole=forecast)
+        # Planned in the child process, the policy comes back as the round left it.
+        self._policy = planned.policy
+        inp, decision = planned.inp, planned.decision
+        read_s, plan_s = planned.read_s, planned.plan_s
         self._report(decision)
-        plan_s = time.monotonic() - started - read_s
         actions = decision.actions
         stored = self._store(inp, decision, now)
         number, changed = stored.number, stored.changed
@@ -227,16 +204,17 @@ class RoundRunner:
                 for a in actions
                 if a.kind is ActionKind.STOP and a.job_id not in stored.set_aside
             ),
-            waiting=sum(1 for job_id in inp.jobs if job_id not in decision.placements),
+            waiting=planned.waiting,
             set_aside=stored.set_aside,
             settled=settled,
             read_s=read_s,
             plan_s=plan_s,
             persist_s=persist_s,
             push_s=push_s,
+            planned_elsewhere=planned.elsewhere,
         )
         self.last_result = result
-        if self.forecaster is not None and self.forecaster.due():
+        if forecast and self.forecaster is not None and self.forecaster.due():
             # The forecaster copies the policy itself, off this thread, between rounds.
             self.forecaster.submit(inp, self.policy_copy, now)
         log.info(
@@ -244,7 +222,8 @@ class RoundRunner:
             round=number,
             policy=self._policy.name,
             actions=changed,
-            jobs=len(inp.jobs),
+            jobs=planned.jobs,
+            planned_in_child=planned.elsewhere,
             pushing_to=len(pushes.nodes),
             isolated=len(decision.isolated),
             duration_s=round(duration, 4),

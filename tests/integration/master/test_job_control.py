@@ -315,14 +315,14 @@ def test_a_job_held_or_updated_while_a_round_plans_is_not_started_by_it(
     """A hold or an update committed between a round's read and its store wins: that round
     does not start the job as it planned it; a later round starts the updated job once
     released."""
-    from master.rounds import runner
+    from master.rounds import planner
 
     master = cluster.master()
     worker = cluster.worker(master, "n1")
     alice = cluster.api(master, "alice", admin=False)
     held = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("held"))).job
     resized = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec("resized", num_gpus=2))).job
-    plan = runner.decide
+    plan = planner.decide
 
     def decide_then_change(*args: object, **kwargs: object) -> object:
         decision = plan(*args, **kwargs)  # type: ignore[arg-type]
@@ -330,10 +330,10 @@ def test_a_job_held_or_updated_while_a_round_plans_is_not_started_by_it(
         alice.UpdateJob(hadar_pb2.UpdateJobRequest(job_id=resized.id, num_gpus=1))
         return decision
 
-    monkeypatch.setattr(runner, "decide", decide_then_change)
+    monkeypatch.setattr(planner, "decide", decide_then_change)
     # The round planned both starts; it stores neither.
     assert set(master.run_round().started) == {held.id, resized.id}
-    monkeypatch.setattr(runner, "decide", plan)
+    monkeypatch.setattr(planner, "decide", plan)
     for job in (held, resized):
         assert get(alice, job.id).job.state == common_pb2.JOB_STATE_PENDING
     assert not worker.applied

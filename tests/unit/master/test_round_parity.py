@@ -1,6 +1,6 @@
 """The simulator and the daemon decide rounds alike: the same scripted arrivals and
 completions, run through the simulator and through the daemon's round decision
-(``master.rounds.runner.decide``: its settings, its completion notices rebuilt from stored jobs),
+(``master.rounds.planner.decide``: its settings, its completion notices rebuilt from stored jobs),
 give the same decisions round by round (placements, starts, stops, migrations, resizes,
 waiting reasons) for every registered policy."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from master.rounds.runner import decide
+from master.rounds.planner import decide
 from master.rounds.snapshot import RoundInput, job_view
 from master.scheduling.diff import ActionKind
 from master.scheduling.policy import Policy, available_policies, make_policy, policy_parameters

@@ -1,0 +1,118 @@
+"""Rounds of a long queue read the store and decide in the planning process
+(master/rounds/planner.py): through a real master, its database (SQLite and PostgreSQL)
+and a fake worker, such a round decides and stores what the round's thread would have, the
+policy comes back with what it learned, and a round the child cannot plan is planned on the
+round's thread."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+from master.daemon import Master, base_throughput_model
+from master.rounds.planner import plan
+from master.rounds.snapshot import ReadMemo
+from protos.hadar.v1 import common_pb2, hadar_pb2
+from store import Database
+from tests.integration.master.conftest import Api, Cluster
+from tests.integration.master.fakes import wait_for
+from tests.integration.master.test_policy_memory import (
+    PARAMS,
+    predictor,
+    run_to_completion_early,
+    stored_history,
+)
+
+
+def submit(api: Api, num_gpus: int = 1) -> int:
+    spec = common_pb2.JobSpec(
+        name="train",
+        num_gpus=num_gpus,
+        iterations=1000,
+        workload=common_pb2.WorkloadProgram(name="resnet"),
+    )
+    job_id: int = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec)).job.id
+    return job_id
+
+
+def reasons(master: Master, job_ids: list[int]) -> dict[int, str]:
+    jobs = master.tx.read(lambda uow: uow.jobs.get_many(job_ids))
+    return {job_id: job.reason for job_id, job in jobs.items()}
+
+
+def test_a_long_queue_is_planned_in_the_child_as_on_the_rounds_thread(cluster: Cluster) -> None:
+    """Once a round offered the policy 2 jobs or more, the next round plans in the child:
+    it starts the jobs and stores the waiting reasons that planning on the round's thread
+    (a copy of the policy, a fresh read) decides, and the jobs run on the worker."""
+    master = cluster.master(policy="fifo", planning_process_from_jobs=2)
+    worker = cluster.worker(master, "n1", num_gpus=4)
+    api = cluster.api(master)
+    first = [submit(api), submit(api)]
+    result = master.run_round()
+    assert not result.planned_elsewhere
+    assert sorted(result.started) == first
+    # Two more fit on the worker's GPUs, the rest wait.
+    later = [submit(api, num_gpus=2), submit(api), submit(api, num_gpus=4), submit(api)]
+    expected = plan(
+        master.tx,
+        ReadMemo(),
+        copy.deepcopy(master.rounds.policy),
+        master.settings,
+        base_throughput_model(master.settings),
+        datetime.now(UTC),
+    )
+    result = master.run_round()
+    assert result.planned_elsewhere
+    assert sorted(result.started) == sorted(expected.decision.started())
+    assert result.started and result.waiting == expected.waiting > 0
+    waiting = [job_id for job_id in later if job_id not in result.started]
+    assert reasons(master, waiting) == {
+        job_id: expected.decision.waiting[job_id] for job_id in waiting
+    }
+    wait_for(lambda: set(first) | set(result.started) <= set(worker.running_jobs()), what="STARTs")
+    # An unchanged store: the next round, planned in the child again, changes nothing.
+    again = master.run_round()
+    assert again.planned_elsewhere and again.started == () and again.stopped == ()
+
+
+def test_the_policy_comes_back_from_the_child_with_what_it_learned(cluster: Cluster) -> None:
+    """a-srpt planned in the child learns from each completion as on the round's thread:
+    the policy the master keeps has the history the store has."""
+    master = cluster.master(policy="a-srpt", policy_params=PARAMS, planning_process_from_jobs=1)
+    worker = cluster.worker(master, "n1", num_gpus=1)
+    api = cluster.api(master, "alice", admin=False)
+    run_to_completion_early(master, worker, api, 500)
+    run_to_completion_early(master, worker, api, 400)
+    result = master.run_round()
+    assert result.planned_elsewhere
+    assert [c[5] for c in stored_history(master)] == [500.0, 400.0]
+    assert len(predictor(master).history) == 2
+
+
+class Unpicklable:
+    def __reduce__(self) -> Any:
+        raise TypeError("this policy does not cross to another process")
+
+
+def test_a_round_the_child_cannot_plan_is_planned_on_the_rounds_thread(cluster: Cluster) -> None:
+    """A policy that cannot be sent to the child (or a child that fails) costs nothing but
+    the attempt: the round is planned on its own thread and starts the jobs."""
+    master = cluster.master(policy="fifo", planning_process_from_jobs=1)
+    cluster.worker(master, "n1", num_gpus=2)
+    api = cluster.api(master)
+    first = submit(api)
+    assert master.run_round().started == (first,)
+    vars(master.rounds.policy)["blocker"] = Unpicklable()
+    second = submit(api)
+    result = master.run_round()
+    assert not result.planned_elsewhere
+    assert result.started == (second,)
+
+
+def test_only_a_database_outside_the_process_is_planned_elsewhere(tmp_path: Any) -> None:
+    """An in-memory SQLite database exists in the master's process only: its rounds never
+    leave it."""
+    assert Database("sqlite://").in_memory
+    assert Database("sqlite:///:memory:").in_memory
+    assert not Database(str(tmp_path / "hadar.db")).in_memory
