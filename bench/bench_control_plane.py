@@ -867,7 +867,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="default: a temporary SQLite file; a PostgreSQL URL gets a throwaway schema",
     )
     parser.add_argument("--rpc-timeout", type=float, default=30.0, help="deadline of each call")
-    parser.add_argument("--scrape-interval", type=float, default=1.0, help="metrics, seconds")
+    parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=5.0,
+        help="metrics, seconds (a scrape reads the store; Prometheus scrapes every 15 s by default)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument(

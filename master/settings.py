@@ -101,7 +101,7 @@ class Settings:
     # Once a round offers the policy this many jobs, the next rounds read the store and
     # decide in a child process (master/rounds/planner.py), off the interpreter that serves
     # the calls; 0: always on the round's thread.
-    planning_process_from_jobs: int = 2000
+    planning_process_from_jobs: int = 1000
     # Gavel-format throughputs JSON used before measurements exist; empty: priors only.
     throughput_profile: str = ""
     gpu_speeds: Mapping[str, float] = field(default_factory=dict)

@@ -311,6 +311,10 @@ class Dispatcher:
 
     def ready_starts(self, uow: UnitOfWork, round_number: int) -> list[Outgoing]:
         """START assignments for every placement whose GPUs are free of older tasks."""
+        # Asked for after every exit and every stop answered, and most often nothing waits
+        # to start: that is known without loading every task that runs.
+        if not uow.tasks.any_in(TaskState.ASSIGNED):
+            return []
         active = uow.tasks.active()
         groups: dict[tuple[int, int], list[Task]] = defaultdict(list)
         # Every task of a placement, started or not: the rendezvous (world size, the address

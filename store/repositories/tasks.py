@@ -114,6 +114,11 @@ class TaskRepository:
         )
         return self._many(query)
 
+    def any_in(self, state: TaskState) -> bool:
+        """Whether some task is in `state` (one indexed lookup, no row loaded)."""
+        query = select(TaskRow.id).where(TaskRow.state == state.value).limit(1)
+        return self._session.execute(query).first() is not None
+
     def busy_gpus(self) -> set[tuple[str, int]]:
         """(node, GPU index) of every GPU an active task holds, read as plain columns."""
         query = select(TaskRow.node_name, TaskRow.gpu_indices).where(
