@@ -102,6 +102,8 @@ def test_tasks_track_leases_and_states(db: Database) -> None:
         )
     with db.transaction() as uow:
         assert [t.id for t in uow.tasks.active_on_node("n1")] == [task.id]
+        assert uow.tasks.any_in(TaskState.ASSIGNED)
+        assert not uow.tasks.any_in(TaskState.RUNNING)
         assert uow.tasks.find(job_id, 0, lease) == task
         assert uow.tasks.latest_lease(job_id) == lease
         running = uow.tasks.set_state(task.id, TaskState.RUNNING)
@@ -109,6 +111,7 @@ def test_tasks_track_leases_and_states(db: Database) -> None:
         uow.tasks.set_state(task.id, TaskState.EXITED, exit_kind=ExitKind.FAILED, exit_code=3)
     with db.transaction() as uow:
         assert uow.tasks.active() == []
+        assert not uow.tasks.any_in(TaskState.ASSIGNED)
         (old,) = uow.tasks.for_job(job_id)
         assert old.exit_kind is ExitKind.FAILED and old.exit_code == 3
         assert uow.next_lease() > lease
