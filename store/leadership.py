@@ -227,7 +227,9 @@ def check_term(session: Session, holder: str, epoch: int) -> None:
     need not wait for its own writes, so a steady stream of them can never starve the
     renewal and cost the master its term."""
     postgresql = session.get_bind().dialect.name == "postgresql"
-    found = session.execute(_TERM_LOCKED if postgresql else _TERM).one_or_none()
+    # Through the session's connection: the ORM's execution path costs several times this
+    # one-row read, which every write transaction makes.
+    found = session.connection().execute(_TERM_LOCKED if postgresql else _TERM).one_or_none()
     if found is None or (found.holder, found.epoch) != (holder, epoch):
         current = f"epoch {found.epoch} held by {found.holder}" if found else "no lease"
         raise LeaseLostError(f"this master's term (epoch {epoch}) is over; now {current}")
