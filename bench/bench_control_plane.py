@@ -871,7 +871,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--scrape-interval",
         type=float,
         default=5.0,
-        help="metrics, seconds (a scrape reads the store; Prometheus scrapes every 15 s by default)",
+        help="metrics, seconds (a scrape reads the store; Prometheus: every 15 s by default)",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -9,12 +9,16 @@ process instead (started once and kept, with its own connection to the database 
 memo of what it read), on the machine's other core, and the round's thread only stores the
 decision and pushes it.
 
-The policy lives in the master: each round in the child takes the policy along and brings
-it back as the round left it (what it learned, its memory between rounds), so the two
-places can take turns round by round. What comes back is what storing the round needs: the
-jobs its actions name and those whose waiting reason changed, not the whole queue (the
-whole input only when a forecast of start times is due, which takes it). A child that fails
-or dies leaves the round to the thread, which reads and decides again from scratch; the
+While rounds plan in the child, the policy lives there: it goes to the child with the first
+such round, stays for the next ones, and comes back only when the master needs it (a round
+on the thread again, a forecast's copy, a look at it): sending a policy that learns from
+every job, both ways every round, cost the master more than the round's read did. What the
+policy learned is stored with every round as on the thread, so a child that fails or dies
+takes no more with it than a restart of the master would: the policy comes back from the
+store's memory. What comes back with a round is what storing it needs: the jobs its actions
+name and those whose waiting reason changed, not the whole queue (the whole input only when
+a forecast of start times is due, which takes it). A child that fails, dies or stops
+answering leaves the round to the thread, which reads and decides again from scratch; the
 process is started again for a later round.
 """
 
@@ -22,19 +26,22 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import multiprocessing.pool
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from multiprocessing.connection import Connection
+from threading import Event
+from typing import TypeVar, cast
 
 import structlog
 
 import master.rounds.crossing  # noqa: F401  (views with read-only mappings cross to the child)
 from master.process.transactions import Transactor
 from master.rounds.snapshot import ReadMemo, RoundInput, read_round_input
-from master.scheduling.policy import Policy
+from master.scheduling.policy import Policy, import_memory, make_policy
 from master.scheduling.round import RoundDecision, RoundRules, RoundState, decide_round
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
@@ -42,9 +49,12 @@ from store import Database
 from store.states import JobState
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 # How often a round waiting for the child checks whether the master stops.
 _POLL_S = 0.2
+# How long the child may take to give the policy back, between rounds.
+_RECLAIM_S = 30.0
 
 
 def decide(inp: RoundInput, policy: Policy, settings: Settings, now: float) -> RoundDecision:
@@ -66,13 +76,14 @@ def decide(inp: RoundInput, policy: Policy, settings: Settings, now: float) -> R
 class Planned:
     """A round read and decided. ``inp``: what storing the round needs of its input (all
     of it when planned on the round's thread or asked for whole); ``policy``: the policy as
-    the round left it; ``jobs``: how many jobs were offered to the policy, ``waiting`` how
-    many of them it gave nothing; ``read_s`` and ``plan_s``: the two steps' seconds (for a
-    round planned elsewhere, ``read_s`` includes the crossings)."""
+    the round left it, None when it stayed in the child; ``jobs``: how many jobs were
+    offered to the policy, ``waiting`` how many of them it gave nothing; ``read_s`` and
+    ``plan_s``: the two steps' seconds (for a round planned elsewhere, ``read_s`` includes
+    the crossings)."""
 
     inp: RoundInput
     decision: RoundDecision
-    policy: Policy
+    policy: Policy | None
     jobs: int
     waiting: int
     read_s: float
@@ -155,22 +166,115 @@ def portable(planned: Planned) -> Planned:
     return planned
 
 
-# The child's own: its connection to the database and its memo of what it read.
-_child: tuple[Transactor, ReadMemo] | None = None
+@dataclass
+class _Child:
+    """The planning process's own: its connection to the database, its memo of what it
+    read, and the policy while it holds it."""
+
+    tx: Transactor
+    memo: ReadMemo
+    policy: Policy | None = None
+
+
+_child: _Child | None = None
+
+
+class PolicyNotHereError(RuntimeError):
+    """The planning process does not hold the policy (it was started again since)."""
 
 
 def _start_child(url: str) -> None:
     global _child
-    _child = (Transactor(Database(url)), ReadMemo())
+    _child = _Child(Transactor(Database(url)), ReadMemo())
 
 
 def _plan_in_child(
-    policy: Policy, settings: Settings, base_model: ThroughputModel, now: datetime, whole: bool
+    policy: Policy | None,
+    settings: Settings,
+    base_model: ThroughputModel,
+    now: datetime,
+    whole: bool,
 ) -> Planned:
+    """Plan with `policy`, kept for the next rounds; None: with the one kept."""
     assert _child is not None, "the planning process starts with its database"
-    tx, memo = _child
-    planned = plan(tx, memo, policy, settings, base_model, now)
-    return portable(planned if whole else trimmed(planned))
+    if policy is not None:
+        _child.policy = policy
+    if _child.policy is None:
+        raise PolicyNotHereError("the planning process holds no policy")
+    planned = plan(_child.tx, _child.memo, _child.policy, settings, base_model, now)
+    return portable(dataclasses.replace(planned if whole else trimmed(planned), policy=None))
+
+
+def _policy_in_child() -> Policy:
+    """The policy the planning process holds (a copy reaches the master)."""
+    if _child is None or _child.policy is None:
+        raise PolicyNotHereError("the planning process holds no policy")
+    return _child.policy
+
+
+def _serve(connection: Connection, url: str) -> None:
+    """The planning process: answer each call the master sends until it goes away."""
+    _start_child(url)
+    while True:
+        try:
+            call, args = connection.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            answer: tuple[bool, object] = (True, call(*args))
+        except Exception as exc:
+            answer = (False, exc)
+        try:
+            connection.send(answer)
+        except Exception as exc:
+            # The answer does not pickle: say so instead (nothing was written yet).
+            connection.send((False, RuntimeError(f"the planning process's answer: {exc!r}")))
+
+
+class ChildGoneError(RuntimeError):
+    """The planning process exited (killed, out of memory) before it answered."""
+
+
+class _Process:
+    """The planning process, seen from the master: one call at a time, over a pipe."""
+
+    def __init__(self, url: str) -> None:
+        # Spawned, not forked: the master's threads (gRPC's among them) must not be copied
+        # into a child mid-flight. A daemon: it ends with the master.
+        context = multiprocessing.get_context("spawn")
+        self._connection, theirs = context.Pipe()
+        self._process = context.Process(
+            target=_serve, args=(theirs, url), name="hadar-planner", daemon=True
+        )
+        self._process.start()
+        theirs.close()
+
+    def call(
+        self, call: Callable[..., T], args: tuple[object, ...], deadline: float, stopping: Event
+    ) -> T | None:
+        """`call(*args)` in the process; None when the master stops meanwhile. Raises what
+        the call raised, ChildGoneError or TimeoutError (past `deadline`, monotonic)."""
+        self._connection.send((call, args))
+        while not self._connection.poll(_POLL_S):
+            if stopping.is_set():
+                return None
+            if not self._process.is_alive():
+                raise ChildGoneError(f"the planning process exited ({self._process.exitcode})")
+            if time.monotonic() >= deadline:
+                raise TimeoutError("the planning process did not answer in time")
+        try:
+            ok, value = self._connection.recv()
+        except EOFError:
+            raise ChildGoneError("the planning process exited") from None
+        if not ok:
+            assert isinstance(value, BaseException)
+            raise value
+        return cast(T, value)
+
+    def close(self) -> None:
+        self._process.kill()
+        self._process.join(5)
+        self._connection.close()
 
 
 class Planner:
@@ -193,7 +297,9 @@ class Planner:
         self._can_leave = self._from_jobs > 0 and not tx.database.in_memory
         self._last_jobs = 0
         self._lock = threading.Lock()
-        self._pool: multiprocessing.pool.Pool | None = None
+        self._process: _Process | None = None
+        # Whether the child holds the policy (the master's copy is then behind it).
+        self._away = False
         self._stopping = threading.Event()
 
     @property
@@ -201,24 +307,73 @@ class Planner:
         """Whether the next round plans in the child process."""
         return self._can_leave and self._last_jobs >= self._from_jobs
 
+    @property
+    def policy_away(self) -> bool:
+        """Whether the child holds the policy (:meth:`reclaim` brings it back)."""
+        return self._away
+
     def plan(self, policy: Policy, now: datetime, *, whole: bool = False) -> Planned:
-        """Read and decide the round starting `now` with `policy`. With `whole`, the whole
-        input comes back wherever it was planned (a forecast takes it)."""
+        """Read and decide the round starting `now` with `policy`, the master's copy. With
+        `whole`, the whole input comes back wherever it was planned (a forecast takes it).
+        The planned policy is None while the child keeps it."""
         planned: Planned | None = None
         if self.elsewhere_next:
             planned = self._elsewhere(policy, now, whole)
         if planned is None:
+            policy = self.reclaim(policy)
             planned = plan(self._tx, self._memo, policy, self._settings, self._base_model, now)
         self._last_jobs = planned.jobs
         return planned
+
+    def reclaim(self, policy: Policy) -> Policy:
+        """The policy as the last round left it, back in the master (`policy`, the master's
+        copy, when the child does not hold it); the next round in the child takes it along
+        again. A child that cannot give it back leaves the policy as a restart would build
+        it."""
+        if not self._away:
+            return policy
+        self._away = False
+        with self._lock:
+            process = self._process
+        if process is not None:
+            try:
+                back = process.call(
+                    _policy_in_child, (), time.monotonic() + _RECLAIM_S, self._stopping
+                )
+                if back is not None:
+                    return back
+            except Exception:
+                log.warning("the planning process did not give the policy back", exc_info=True)
+                self._drop(process)
+        return self._recovered(policy)
 
     def stop(self) -> None:
         """Stop the child process (a round waiting for it plans on its own thread)."""
         self._stopping.set()
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.terminate()
+            process, self._process = self._process, None
+        if process is not None:
+            process.close()
+
+    def _drop(self, process: _Process) -> None:
+        with self._lock:
+            if self._process is process:
+                self._process = None
+        process.close()
+
+    def _recovered(self, stale: Policy) -> Policy:
+        """The policy as a restarted master builds it: from the settings and the memory
+        stored with the last round (`stale`, the master's last copy, should that fail)."""
+        try:
+            fresh = make_policy(stale.name, **dict(self._settings.policy_params))
+            memory = self._tx.read(lambda uow: uow.memory.get(fresh.name))
+            if memory is not None:
+                import_memory(fresh, memory)
+        except Exception:
+            log.exception("the policy could not be rebuilt from the store; keeping the last copy")
+            return stale
+        log.warning("the policy was rebuilt from its stored memory", policy=fresh.name)
+        return fresh
 
     def _elsewhere(self, policy: Policy, now: datetime, whole: bool) -> Planned | None:
         """The round planned in the child; None when that failed."""
@@ -226,36 +381,35 @@ class Planner:
         with self._lock:
             if self._stopping.is_set():
                 return None
-            if self._pool is None:
-                # Spawned, not forked: the master's threads (gRPC's among them) must not
-                # be copied into a child mid-flight.
-                self._pool = multiprocessing.get_context("spawn").Pool(
-                    processes=1, initializer=_start_child, initargs=(self._tx.database.url,)
-                )
-            pool = self._pool
+            if self._process is None:
+                self._process = _Process(self._tx.database.url)
+            process = self._process
         # However long the queue, a round takes far less than this: a child that takes
-        # longer is stuck (or died: a pool's task is then never answered) and is replaced.
+        # longer is stuck, and is replaced.
         deadline = started + max(60.0, 3 * self._settings.round_seconds)
+        # Sent with this round, or kept there since an earlier one.
+        sent = not self._away
         try:
-            pending = pool.apply_async(
-                _plan_in_child, (policy, self._settings, self._base_model, now, whole)
+            planned = process.call(
+                _plan_in_child,
+                (policy if sent else None, self._settings, self._base_model, now, whole),
+                deadline,
+                self._stopping,
             )
-            while not pending.ready():
-                if self._stopping.is_set():
-                    return None
-                if time.monotonic() >= deadline:
-                    raise TimeoutError("the planning process did not answer in time")
-                pending.wait(_POLL_S)
-            planned: Planned = pending.get()
+            # Sent (or kept there): the child holds the policy from now on.
+            self._away = True
+            if planned is None:
+                return None
         except Exception:
             log.warning(
                 "planning the round in the planning process failed; planning it here",
                 exc_info=True,
             )
-            with self._lock:
-                if self._pool is pool:
-                    self._pool = None
-            pool.terminate()
+            # What the child learned this round goes with it (nothing of the round was
+            # stored): the round is planned again here from the master's copy when it went
+            # with this round, else from the policy as stored with the last round.
+            self._away = not sent
+            self._drop(process)
             return None
         took = time.monotonic() - started
         return dataclasses.replace(planned, read_s=took - planned.plan_s)

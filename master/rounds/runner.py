@@ -127,8 +127,11 @@ class RoundRunner:
 
     @property
     def policy(self) -> Policy:
-        """The policy the rounds run (and whose memory they keep)."""
-        return self._policy
+        """The policy the rounds run (and whose memory they keep), as the last round left
+        it (back from the planning process if it was there; see master/rounds/planner.py)."""
+        with self._lock:
+            self._policy = self.planner.reclaim(self._policy)
+            return self._policy
 
     def run(self, now: datetime | None = None, *, settle: bool = True) -> RoundResult:
         """Run one round now (waits for a round in progress to finish first). `now`, the
@@ -158,8 +161,8 @@ class RoundRunner:
         # A forecast due after this round takes its whole input, wherever it is read.
         forecast = self.forecaster is not None and self.forecaster.due()
         planned = self.planner.plan(self._policy, now, whole=forecast)
-        # Planned in the child process, the policy comes back as the round left it.
-        self._policy = planned.policy
+        if planned.policy is not None:
+            self._policy = planned.policy
         inp, decision = planned.inp, planned.decision
         read_s, plan_s = planned.read_s, planned.plan_s
         self._report(decision)
@@ -238,6 +241,7 @@ class RoundRunner:
         """A copy of the policy as the last round left it, taken between rounds (waits for
         a round in progress to end)."""
         with self._lock:
+            self._policy = self.planner.reclaim(self._policy)
             return copy.deepcopy(self._policy)
 
     def _settled(self, number: int, unreachable: set[str]) -> None:

@@ -7,6 +7,9 @@ round's thread."""
 from __future__ import annotations
 
 import copy
+import multiprocessing
+import os
+import signal
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,18 +79,41 @@ def test_a_long_queue_is_planned_in_the_child_as_on_the_rounds_thread(cluster: C
     assert again.planned_elsewhere and again.started == () and again.stopped == ()
 
 
-def test_the_policy_comes_back_from_the_child_with_what_it_learned(cluster: Cluster) -> None:
-    """a-srpt planned in the child learns from each completion as on the round's thread:
-    the policy the master keeps has the history the store has."""
+def test_the_policy_stays_in_the_child_and_a_dead_child_loses_nothing_stored(
+    cluster: Cluster,
+) -> None:
+    """a-srpt planned in the child learns from each completion as on the round's thread
+    and stays there between rounds; looked at, it comes back with what it learned. A
+    child killed while it holds the policy takes nothing stored with it: the next round
+    is planned on the thread with the policy rebuilt from the store, as a restart would."""
     master = cluster.master(policy="a-srpt", policy_params=PARAMS, planning_process_from_jobs=1)
-    worker = cluster.worker(master, "n1", num_gpus=1)
+    worker = cluster.worker(master, "n1", num_gpus=2)
     api = cluster.api(master, "alice", admin=False)
+    # Runs throughout: every round offers the policy a job, so rounds stay in the child.
+    runs = submit(api)
+    assert master.run_round().started == (runs,)
     run_to_completion_early(master, worker, api, 500)
     run_to_completion_early(master, worker, api, 400)
     result = master.run_round()
-    assert result.planned_elsewhere
+    assert result.planned_elsewhere and master.rounds.planner.policy_away
     assert [c[5] for c in stored_history(master)] == [500.0, 400.0]
     assert len(predictor(master).history) == 2
+    # Looked at, the policy came back; the next round takes it along again.
+    assert not master.rounds.planner.policy_away
+    assert master.run_round().planned_elsewhere and master.rounds.planner.policy_away
+
+    run_to_completion_early(master, worker, api, 300)
+    assert master.rounds.planner.policy_away
+    (child,) = multiprocessing.active_children()
+    assert child.pid is not None
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(10)
+    result = master.run_round()
+    assert not result.planned_elsewhere
+    assert [c[5] for c in stored_history(master)] == [500.0, 400.0, 300.0]
+    assert len(predictor(master).history) == 3
+    # The process is started again for the next round.
+    assert master.run_round().planned_elsewhere
 
 
 class Unpicklable:
