@@ -20,7 +20,7 @@ share of the round (it stops every thread); ``rows`` how many job rows the round
 dependency check included) loaded from the store.
 
     .venv/bin/python bench/bench_round.py [--jobs 5000] [--nodes 200] [--rounds 8]
-        [--policy fifo] [--database URL] [--profile read]
+        [--policy fifo] [--database URL] [--profile read] [--planning-process-from-jobs N]
 """
 
 from __future__ import annotations
@@ -204,10 +204,14 @@ def fill(db: Database, jobs: int, nodes: int, seed: int) -> None:
 class Bench:
     """The daemon's round pieces on one database, with answering workers."""
 
-    def __init__(self, database: str, policy: str) -> None:
+    def __init__(self, database: str, policy: str, planning_from_jobs: int | None = None) -> None:
         self.settings = Settings(
             database=database, policy=policy, round_seconds=60.0, metrics_port=-1
         )
+        if planning_from_jobs is not None:
+            self.settings = dataclasses.replace(
+                self.settings, planning_process_from_jobs=planning_from_jobs
+            )
         self.db = Database(database)
         self.tx = Transactor(self.db)
         self.pool = ThreadPoolExecutor(max_workers=8)
@@ -372,6 +376,12 @@ def main() -> int:
     parser.add_argument("--policy", default="fifo")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--planning-process-from-jobs",
+        type=int,
+        default=None,
+        help="the master's setting (default: its default); 0 plans every round in process",
+    )
+    parser.add_argument(
         "--database",
         default="",
         help="default: a temporary SQLite file; a PostgreSQL URL gets a throwaway schema",
@@ -405,7 +415,7 @@ def run(args: argparse.Namespace, database: str) -> int:
     fill(filling, args.jobs, args.nodes, args.seed)
     filling.dispose()
     print(f"filled {args.jobs} jobs on {args.nodes} nodes in {time.monotonic() - started:.1f} s")
-    bench = Bench(database, args.policy)
+    bench = Bench(database, args.policy, args.planning_process_from_jobs)
     with _closing(bench):
         first = bench.round()
         reported = bench.run_placed(100)
