@@ -184,7 +184,7 @@ class PrimalDual:
         self.restart_horizon_rounds = 1.0
         # GPU -> running jobs holding it, for the round being planned.
         self._held: dict[GpuSlot, list[int]] = {}
-        self._held_groups: dict[tuple[str, str], set[int]] = {}
+        self._held_groups: dict[str, dict[tuple[str, str], set[int]]] = {}
         self._held_alone: dict[int, dict[tuple[str, str], set[int]]] = {}
 
     def after_restart(self, snapshot: Snapshot, job: JobView, rate: float) -> float:
@@ -253,9 +253,11 @@ class PrimalDual:
         """
         self._scales = {}
         self._held = snapshot.running_slots()
-        # The running jobs' GPUs grouped by server, and per job those it alone holds: a
-        # job's take sets aside the GPUs other jobs hold.
-        self._held_groups = free.grouped(self._held)
+        # The running jobs' GPUs grouped by type and server, and per job those it alone
+        # holds: a job's take sets aside the GPUs other jobs hold.
+        self._held_groups = {}
+        for key, indices in free.grouped(self._held).items():
+            self._held_groups.setdefault(key[0], {})[key] = indices
         alone: dict[int, list[GpuSlot]] = {}
         for slot, holders in self._held.items():
             if all(other == holders[0] for other in holders):
@@ -367,12 +369,22 @@ class PrimalDual:
                 counts[t] = counts.get(t, 0) + 1
             groups.setdefault((alloc.num_gpus, tuple(sorted(counts.items()))), []).append(job_id)
 
+        # Sorting each pair of groups asks for every job's utility on both groups' sets:
+        # each is worked out once. An entry holds its allocation, so the id in its key
+        # is not reused while the entry lives.
+        known: dict[tuple[int, int], tuple[Allocation, float]] = {}
+
         def utility(job_id: int, alloc: Allocation) -> float:
+            entry = known.get((job_id, id(alloc)))
+            if entry is not None:
+                return entry[1]
             job = jobs[job_id]
             rate = allocation_rate(snapshot, job, alloc)
             if job.current is not None and not alloc.same_placement(job.current):
                 rate = self.after_restart(snapshot, job, rate)
-            return self.utility(snapshot, job, rate)
+            value = self.utility(snapshot, job, rate)
+            known[(job_id, id(alloc))] = (alloc, value)
+            return value
 
         keys = sorted(groups)
         for i, key_a in enumerate(keys):
@@ -430,6 +442,10 @@ class PrimalDual:
         n = job.num_gpus
         scale = self.scale(snapshot, job)
         types = [t for t in allowed_types(snapshot, job) if free.count(t) > 0]
+        if sum(free.count(t) for t in types) < n:
+            # Every option needs n free GPUs (copies more); once the cluster is full this
+            # is most jobs of a long queue.
+            return None
         kept = self._kept_counts(snapshot, job, free)
         best: _Option | None = None
         # The type the job would keep its GPUs on, if any (it then runs at full speed).
@@ -609,13 +625,15 @@ class PrimalDual:
             and free.take_slots(current.slots)
         ):
             return current.slots
-        # GPUs another running job holds come last: taking them moves that job.
-        unheld = free.copy()
-        groups = self._held_groups
-        mine = self._held_alone.get(job.id)
-        if mine:
-            groups = {k: v - mine[k] if k in mine else v for k, v in groups.items()}
-        unheld.discard_grouped(groups)
+        # GPUs another running job holds come last: taking them moves that job. Only the
+        # option's types are copied and set aside: each is taken from on its own.
+        unheld = free.copy(option.counts)
+        mine = self._held_alone.get(job.id, {})
+        for t in option.counts:
+            groups = self._held_groups.get(t, {})
+            if mine:
+                groups = {k: v - mine[k] if k in mine else v for k, v in groups.items()}
+            unheld.discard_grouped(groups)
         slots: list[GpuSlot] = []
         for t, k in sorted(option.counts.items(), key=lambda e: (-e[1], e[0])):
             got = unheld.take(k, t)
