@@ -40,6 +40,7 @@ from master.scheduling.policies._speeds import (
     keep_pinned,
     remaining_seconds,
     single_type_bound,
+    type_counts,
 )
 from master.scheduling.views import JobView, Snapshot
 
@@ -103,10 +104,17 @@ class Prices:
         u = min(1.0, (self._claimed[gpu_type] + extra) / cap)
         return self._low[gpu_type] * math.exp(self._log_ratio[gpu_type] * u)
 
+    @property
+    def free(self) -> bool:
+        """Whether every GPU of a type the cluster has costs nothing."""
+        return self._free
+
     def cost(self, gpu_type: str, k: int, already: int = 0) -> float:
         cap = self._capacity.get(gpu_type, 0)
-        if cap <= 0 or self._free:
+        if cap <= 0:
             return sum(self.price(gpu_type, already + i) for i in range(k))
+        if self._free:
+            return 0.0
         # price() for each GPU, its lookups done once.
         low, ratio = self._low[gpu_type], self._log_ratio[gpu_type]
         claimed = self._claimed[gpu_type] + already
@@ -185,7 +193,9 @@ class PrimalDual:
         # GPU -> running jobs holding it, for the round being planned.
         self._held: dict[GpuSlot, list[int]] = {}
         self._held_groups: dict[str, dict[tuple[str, str], set[int]]] = {}
-        self._held_alone: dict[int, dict[tuple[str, str], set[int]]] = {}
+        # Per job of the round: its view and the GPU types of the allocation it may keep
+        # (see _keepable); the pass asks for each job's up to three times.
+        self._keepable: dict[int, tuple[JobView, dict[str, int] | None]] = {}
 
     def after_restart(self, snapshot: Snapshot, job: JobView, rate: float) -> float:
         """The speed a job gets from a new placement of speed ``rate`` over the restart
@@ -253,16 +263,12 @@ class PrimalDual:
         """
         self._scales = {}
         self._held = snapshot.running_slots()
-        # The running jobs' GPUs grouped by type and server, and per job those it alone
-        # holds: a job's take sets aside the GPUs other jobs hold.
+        self._keepable = {}
+        # The running jobs' GPUs grouped by type and server: a job's take sets aside the
+        # GPUs other jobs hold.
         self._held_groups = {}
         for key, indices in free.grouped(self._held).items():
             self._held_groups.setdefault(key[0], {})[key] = indices
-        alone: dict[int, list[GpuSlot]] = {}
-        for slot, holders in self._held.items():
-            if all(other == holders[0] for other in holders):
-                alone.setdefault(holders[0], []).append(slot)
-        self._held_alone = {job_id: free.grouped(slots) for job_id, slots in alone.items()}
         capacity = snapshot.cluster.capacity_by_type()
         unpriced = Prices(capacity, 1.0, 1.0, free=True)
         # Per-GPU utility of each job on each type alone (its zero-price options).
@@ -363,28 +369,31 @@ class PrimalDual:
         for job_id, alloc in allocations.items():
             if alloc.num_copies != 1 or alloc.shared_with is not None or alloc.folded:
                 continue
-            counts: dict[str, int] = {}
-            for slot in alloc.slots:
-                t = cluster.gpu_type(slot)
-                counts[t] = counts.get(t, 0) + 1
-            groups.setdefault((alloc.num_gpus, tuple(sorted(counts.items()))), []).append(job_id)
+            # Kept per allocation by the cluster, and most jobs keep theirs round to round.
+            counts = cluster.type_counts(alloc)
+            if counts is None:
+                counts = tuple(type_counts(snapshot, alloc.slots).items())
+            groups.setdefault((alloc.num_gpus, tuple(sorted(counts))), []).append(job_id)
 
-        # Sorting each pair of groups asks for every job's utility on both groups' sets:
-        # each is worked out once. An entry holds its allocation, so the id in its key
-        # is not reused while the entry lives.
-        known: dict[tuple[int, int], tuple[Allocation, float]] = {}
+        # Each job's utility is asked for on several sets (its own, each group's first
+        # job's, the trade's); whether a set is the job's current one is decided by the
+        # GPUs of each copy, so those are worked out once per allocation. An entry holds
+        # its allocation, so the id in its key is not reused while the entry lives.
+        placements: dict[int, tuple[Allocation, tuple[frozenset[GpuSlot], ...]]] = {}
+
+        def placement(alloc: Allocation) -> tuple[frozenset[GpuSlot], ...]:
+            entry = placements.get(id(alloc))
+            if entry is None or entry[0] is not alloc:
+                entry = placements[id(alloc)] = (alloc, tuple(frozenset(c) for c in alloc.copies))
+            return entry[1]
 
         def utility(job_id: int, alloc: Allocation) -> float:
-            entry = known.get((job_id, id(alloc)))
-            if entry is not None:
-                return entry[1]
             job = jobs[job_id]
             rate = allocation_rate(snapshot, job, alloc)
-            if job.current is not None and not alloc.same_placement(job.current):
+            # Allocation.same_placement, with each side's GPUs worked out once.
+            if job.current is not None and placement(alloc) != placement(job.current):
                 rate = self.after_restart(snapshot, job, rate)
-            value = self.utility(snapshot, job, rate)
-            known[(job_id, id(alloc))] = (alloc, value)
-            return value
+            return self.utility(snapshot, job, rate)
 
         keys = sorted(groups)
         for i, key_a in enumerate(keys):
@@ -555,6 +564,10 @@ class PrimalDual:
         """
         n = job.num_gpus
         per_gpu = {t: scale * job_rate(snapshot, job, t, consolidated=False) / n for t in types}
+        if prices.free and free.count(max(types, key=per_gpu.__getitem__)) >= n:
+            # At no price the greedy choice takes every GPU from the fastest type (the
+            # first of equals), which has room for them all: one type, no mix.
+            return None
         counts = dict.fromkeys(types, 0)
         utility = cost = 0.0
         for _ in range(n):
@@ -579,16 +592,42 @@ class PrimalDual:
         rate = self.after_restart(snapshot, job, utility / scale)
         return _Option(used, self.utility(snapshot, job, rate), cost, False)
 
+    def _kept_counts(
+        self, snapshot: Snapshot, job: JobView, free: FreeGpus
+    ) -> dict[str, int] | None:
+        """GPU type -> count of the job's current GPUs when it may keep them and they are
+        all free; None otherwise. The result is shared: not to be changed."""
+        entry = self._keepable.get(job.id)
+        if entry is None or entry[0] is not job:
+            entry = self._keepable[job.id] = (job, self._keepable_counts(snapshot, job))
+        counts = entry[1]
+        if counts is None or job.current is None:
+            return None
+        if not all(free.is_free(slot) for slot in job.current.slots):
+            return None
+        return counts
+
     @staticmethod
-    def _kept_counts(snapshot: Snapshot, job: JobView, free: FreeGpus) -> dict[str, int] | None:
+    def _keepable_counts(snapshot: Snapshot, job: JobView) -> dict[str, int] | None:
+        """GPU type -> count of the job's current GPUs, when it is one ordinary copy it may
+        keep (unshared, unfolded, on usable GPUs of allowed types); None otherwise."""
         current = job.current
         if current is None or current.num_copies != 1 or current.shared_with is not None:
             return None
         if current.folded or not current_usable(snapshot, job):
             return None
-        if not all(free.is_free(slot) for slot in current.slots):
-            return None
         return dict(snapshot.cluster.type_counts(current) or ())
+
+    def _held_alone(self, job: JobView, free: FreeGpus) -> dict[tuple[str, str], set[int]]:
+        """The GPUs ``job`` alone holds now, grouped as :meth:`FreeGpus.grouped` does."""
+        if job.current is None:
+            return {}
+        held = self._held
+        return free.grouped(
+            slot
+            for slot in job.current.slots
+            if slot in held and all(holder == job.id for holder in held[slot])
+        )
 
     @staticmethod
     def take_copies(
@@ -628,7 +667,7 @@ class PrimalDual:
         # GPUs another running job holds come last: taking them moves that job. Only the
         # option's types are copied and set aside: each is taken from on its own.
         unheld = free.copy(option.counts)
-        mine = self._held_alone.get(job.id, {})
+        mine = self._held_alone(job, free)
         for t in option.counts:
             groups = self._held_groups.get(t, {})
             if mine:
