@@ -120,6 +120,18 @@ class Prices:
         claimed = self._claimed[gpu_type] + already
         return sum(low * math.exp(ratio * min(1.0, (claimed + i) / cap)) for i in range(k))
 
+    def ladder(self, gpu_type: str, k: int) -> list[float]:
+        """The prices of the next ``k`` GPUs of ``gpu_type``: :meth:`price` for each of
+        ``extra`` 0 to k - 1, whose sum is :meth:`cost`."""
+        cap = self._capacity.get(gpu_type, 0)
+        if cap <= 0:
+            return [math.inf] * k
+        if self._free:
+            return [0.0] * k
+        low, ratio = self._low[gpu_type], self._log_ratio[gpu_type]
+        claimed = self._claimed[gpu_type]
+        return [low * math.exp(ratio * min(1.0, (claimed + i) / cap)) for i in range(k)]
+
     def lower_ceiling(self, gpu_type: str, high: float) -> None:
         """Lower ``U_t`` to ``high`` (not below ``L_t``): no job to come is worth more."""
         low = self._low[gpu_type]
@@ -275,8 +287,9 @@ class PrimalDual:
         per_type: dict[int, dict[str, float]] = {}
         values: dict[int, float] = {}
         for job in jobs:
-            per_type[job.id] = self._type_values(snapshot, job, free)
-            option = self.best_option(snapshot, job, free, unpriced)
+            fitting = self._fitting_types(snapshot, job, free)
+            per_type[job.id] = self._type_values(snapshot, job, fitting)
+            option = self.best_option(snapshot, job, free, unpriced, fitting)
             values[job.id] = option.utility / job.num_gpus if option is not None else 0.0
         lows: dict[str, float] = {}
         highs: dict[str, float] = {}
@@ -433,21 +446,38 @@ class PrimalDual:
                     decisions[m] = Decision(counts_j, u_m, cost_m, True)
                     on_a[k], on_b[k] = m, j
 
-    def _type_values(self, snapshot: Snapshot, job: JobView, free: FreeGpus) -> dict[str, float]:
-        """Per-GPU utility of ``job`` on each allowed type with room, alone on that type."""
+    @staticmethod
+    def _fitting_types(
+        snapshot: Snapshot, job: JobView, free: FreeGpus
+    ) -> list[tuple[str, bool, float]]:
+        """Each allowed type with ``num_gpus`` free GPUs, in order: whether one server has
+        them all, and the job's speed on them."""
         n = job.num_gpus
-        out: dict[str, float] = {}
+        out: list[tuple[str, bool, float]] = []
         for t in allowed_types(snapshot, job):
             if free.count(t) >= n:
                 consolidated = free.max_free_on_one_node(t) >= n
-                rate = job_rate(snapshot, job, t, consolidated=consolidated)
-                out[t] = self.utility(snapshot, job, rate) / n
+                out.append((t, consolidated, job_rate(snapshot, job, t, consolidated=consolidated)))
         return out
 
+    def _type_values(
+        self, snapshot: Snapshot, job: JobView, fitting: list[tuple[str, bool, float]]
+    ) -> dict[str, float]:
+        """Per-GPU utility of ``job`` on each allowed type with room (``fitting``, see
+        :meth:`_fitting_types`), alone on that type."""
+        n = job.num_gpus
+        return {t: self.utility(snapshot, job, rate) / n for t, _, rate in fitting}
+
     def best_option(
-        self, snapshot: Snapshot, job: JobView, free: FreeGpus, prices: Prices
+        self,
+        snapshot: Snapshot,
+        job: JobView,
+        free: FreeGpus,
+        prices: Prices,
+        fitting: list[tuple[str, bool, float]] | None = None,
     ) -> _Option | None:
-        """The dual subroutine: the GPU multiset maximizing utility minus price."""
+        """The dual subroutine: the GPU multiset maximizing utility minus price.
+        ``fitting``: :meth:`_fitting_types` on ``free``, when the caller has it."""
         n = job.num_gpus
         scale = self.scale(snapshot, job)
         types = [t for t in allowed_types(snapshot, job) if free.count(t) > 0]
@@ -463,22 +493,23 @@ class PrimalDual:
             if kept is not None and len(kept) == 1 and job.current is not None
             else None
         )
-        for t in types:
-            if free.count(t) < n:
-                continue
-            consolidated = free.max_free_on_one_node(t) >= n
+        if fitting is None:
+            fitting = self._fitting_types(snapshot, job, free)
+        # Each type's next n prices: the single-type options' costs are their sums, and
+        # the mixed option climbs them GPU by GPU.
+        ladders = {t: prices.ladder(t, n) for t in types}
+        for t, consolidated, speed in fitting:
             if t == keeps and kept is not None and kept[t] == n and job.current is not None:
                 rate = allocation_rate(snapshot, job, job.current)
             else:
-                rate = job_rate(snapshot, job, t, consolidated=consolidated)
-                rate = self.after_restart(snapshot, job, rate)
+                rate = self.after_restart(snapshot, job, speed)
             utility = self.utility(snapshot, job, rate)
-            cost = prices.cost(t, n)
+            cost = sum(ladders[t])
             # Only an option that beats the best so far is built.
             if best is None or utility - cost > best.utility - best.cost:
                 best = _Option({t: n}, utility, cost, consolidated)
         if self.mixed and n > 1 and len(types) > 1 and sum(free.count(t) for t in types) >= n:
-            mixed = self._mixed_option(snapshot, job, types, free, prices, scale)
+            mixed = self._mixed_option(snapshot, job, types, free, prices, ladders, scale)
             if mixed is not None and (
                 best is None or mixed.utility - mixed.cost > best.utility - best.cost
             ):
@@ -554,13 +585,15 @@ class PrimalDual:
         types: list[str],
         free: FreeGpus,
         prices: Prices,
+        ladders: dict[str, list[float]],
         scale: float,
     ) -> _Option | None:
         """Greedy GPU-by-GPU choice across types, batch split in proportion to speed.
 
         With a proportional split the job's speed is the mean, over its GPUs, of each
         type's whole-job speed at this scale, so every GPU adds a fixed value and the
-        greedy choice at rising prices is exact for the additive payoff.
+        greedy choice at rising prices is exact for the additive payoff. ``ladders``:
+        each type's next ``num_gpus`` prices (see :meth:`Prices.ladder`).
         """
         n = job.num_gpus
         per_gpu = {t: scale * job_rate(snapshot, job, t, consolidated=False) / n for t in types}
@@ -575,14 +608,14 @@ class PrimalDual:
             for t in types:
                 if counts[t] >= free.count(t):
                     continue
-                gain = per_gpu[t] - prices.price(t, counts[t])
+                gain = per_gpu[t] - ladders[t][counts[t]]
                 if pick is None or gain > pick[0]:
                     pick = (gain, t)
             if pick is None:
                 return None
             t = pick[1]
             utility += per_gpu[t]
-            cost += prices.price(t, counts[t])
+            cost += ladders[t][counts[t]]
             counts[t] += 1
         used = {t: k for t, k in counts.items() if k > 0}
         if len(used) < 2:

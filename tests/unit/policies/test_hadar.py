@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -21,6 +22,21 @@ def test_price_grows_exponentially_from_floor_to_ceiling() -> None:
     assert abs(prices.price("v100", 2) - 4.0) < 1e-9
     assert abs(prices.price("v100", 4) - 16.0) < 1e-9
     assert abs(prices.cost("v100", 2) - (1.0 + 2.0)) < 1e-9
+
+
+def test_a_price_ladder_is_each_next_price_and_sums_to_the_cost() -> None:
+    """The ladder of the next k GPUs holds exactly each one's price, after claims and a
+    lowered ceiling too, and its sum is exactly their cost; free prices are all zero and
+    a type the cluster lacks is priced out."""
+    prices = Prices({"v100": 8, "k80": 4}, {"v100": 1.0, "k80": 0.5}, {"v100": 16.0, "k80": 3.0})
+    prices.claim("v100", 3)
+    prices.lower_ceiling("v100", 9.0)
+    for t in ("v100", "k80"):
+        ladder = prices.ladder(t, 6)
+        assert ladder == [prices.price(t, i) for i in range(6)]
+        assert sum(ladder) == prices.cost(t, 6)
+    assert Prices({"v100": 8}, 1.0, 16.0, free=True).ladder("v100", 3) == [0.0, 0.0, 0.0]
+    assert prices.ladder("a100", 2) == [math.inf, math.inf]
 
 
 @pytest.mark.parametrize(
