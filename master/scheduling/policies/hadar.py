@@ -202,8 +202,10 @@ class PrimalDual:
         self._scales: dict[int, float] = {}
         # Rounds over which a running job's move must win back its restart.
         self.restart_horizon_rounds = 1.0
-        # GPU -> running jobs holding it, for the round being planned.
-        self._held: dict[GpuSlot, list[int]] = {}
+        # GPU -> running jobs holding it, and those GPUs by type and server, for the round
+        # being planned; worked out when a job first moves (see _holders), since in most
+        # rounds every running job keeps its GPUs.
+        self._held: dict[GpuSlot, list[int]] | None = None
         self._held_groups: dict[str, dict[tuple[str, str], set[int]]] = {}
         # Per job of the round: its view and the GPU types of the allocation it may keep
         # (see _keepable); the pass asks for each job's up to three times.
@@ -274,13 +276,8 @@ class PrimalDual:
         payoff on its best option: a lone job never waits.
         """
         self._scales = {}
-        self._held = snapshot.running_slots()
+        self._held = None
         self._keepable = {}
-        # The running jobs' GPUs grouped by type and server: a job's take sets aside the
-        # GPUs other jobs hold.
-        self._held_groups = {}
-        for key, indices in free.grouped(self._held).items():
-            self._held_groups.setdefault(key[0], {})[key] = indices
         capacity = snapshot.cluster.capacity_by_type()
         unpriced = Prices(capacity, 1.0, 1.0, free=True)
         # Per-GPU utility of each job on each type alone (its zero-price options).
@@ -651,11 +648,24 @@ class PrimalDual:
             return None
         return dict(snapshot.cluster.type_counts(current) or ())
 
-    def _held_alone(self, job: JobView, free: FreeGpus) -> dict[tuple[str, str], set[int]]:
-        """The GPUs ``job`` alone holds now, grouped as :meth:`FreeGpus.grouped` does."""
+    def _holders(self, snapshot: Snapshot, free: FreeGpus) -> dict[GpuSlot, list[int]]:
+        """GPU -> the running jobs holding it, this round; also groups those GPUs by type
+        and server (``_held_groups``) the first time it is asked."""
+        if self._held is None:
+            self._held = snapshot.running_slots()
+            self._held_groups = {}
+            for key, indices in free.grouped(self._held).items():
+                self._held_groups.setdefault(key[0], {})[key] = indices
+        return self._held
+
+    @staticmethod
+    def _held_alone(
+        job: JobView, held: dict[GpuSlot, list[int]], free: FreeGpus
+    ) -> dict[tuple[str, str], set[int]]:
+        """The GPUs ``job`` alone holds now (``held``: see :meth:`_holders`), grouped as
+        :meth:`FreeGpus.grouped` does."""
         if job.current is None:
             return {}
-        held = self._held
         return free.grouped(
             slot
             for slot in job.current.slots
@@ -700,7 +710,7 @@ class PrimalDual:
         # GPUs another running job holds come last: taking them moves that job. Only the
         # option's types are copied and set aside: each is taken from on its own.
         unheld = free.copy(option.counts)
-        mine = self._held_alone(job, free)
+        mine = self._held_alone(job, self._holders(snapshot, free), free)
         for t in option.counts:
             groups = self._held_groups.get(t, {})
             if mine:
