@@ -283,8 +283,18 @@ class PrimalDual:
         # Per-GPU utility of each job on each type alone (its zero-price options).
         per_type: dict[int, dict[str, float]] = {}
         values: dict[int, float] = {}
+        # Which types fit a job, and its speed on each, depend on its type, size and allowed
+        # types alone while ``free`` stays as it is: a long queue holds many alike.
+        fits: dict[tuple[str, int, tuple[str, ...] | None], list[tuple[str, bool, float]]] = {}
         for job in jobs:
-            fitting = self._fitting_types(snapshot, job, free)
+            alike = (
+                job.job_type,
+                job.num_gpus,
+                tuple(allowed_types(snapshot, job)) if job.restricted else None,
+            )
+            fitting = fits.get(alike)
+            if fitting is None:
+                fitting = fits[alike] = self._fitting_types(snapshot, job, free)
             per_type[job.id] = self._type_values(snapshot, job, fitting)
             option = self.best_option(snapshot, job, free, unpriced, fitting)
             values[job.id] = option.utility / job.num_gpus if option is not None else 0.0
@@ -311,6 +321,9 @@ class PrimalDual:
         order = sorted(jobs, key=lambda j: (-values[j.id], j.arrival_time, j.id))
         considered: set[int] = set()
         heads = dict.fromkeys(ranked, 0)
+        # The head each type's ceiling was last lowered to: lowering it to the same again
+        # changes nothing.
+        lowered: dict[str, int] = {}
         for job in order:
             considered.add(job.id)
             if values[job.id] <= 0:
@@ -326,8 +339,9 @@ class PrimalDual:
                         if column[heads[t]][1] == job.id:
                             break
                         heads[t] += 1
-                    if heads[t] < len(column):
+                    if heads[t] < len(column) and lowered.get(t) != heads[t]:
                         prices.lower_ceiling(t, column[heads[t]][0])
+                        lowered[t] = heads[t]
             option = self.best_option(snapshot, job, free, prices)
             if option is None:
                 reasons[job.id] = "waiting: not enough free GPUs of allowed types"
