@@ -27,6 +27,7 @@ payoff. The schedule is recomputed every round (preemptive) rather than fixed at
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from master.scheduling.placement import FreeGpus
@@ -207,6 +208,8 @@ class PrimalDual:
         # rounds every running job keeps its GPUs.
         self._held: dict[GpuSlot, list[int]] | None = None
         self._held_groups: dict[str, dict[tuple[str, str], set[int]]] = {}
+        # Per GPU type, its free GPUs no running job holds (see _unheld_ledger).
+        self._unheld: dict[str, FreeGpus] = {}
         # Per job of the round: its view and the GPU types of the allocation it may keep
         # (see _keepable); the pass asks for each job's up to three times.
         self._keepable: dict[int, tuple[JobView, dict[str, int] | None]] = {}
@@ -277,6 +280,7 @@ class PrimalDual:
         """
         self._scales = {}
         self._held = None
+        self._unheld = {}
         self._keepable = {}
         capacity = snapshot.cluster.capacity_by_type()
         unpriced = Prices(capacity, 1.0, 1.0, free=True)
@@ -360,6 +364,8 @@ class PrimalDual:
                 prices.claim(t, k)
             if option.copies:
                 groups = self.take_copies(snapshot, job, option, free)
+                for group in groups:
+                    self._taken(free.type_of(group[0]), group)
                 allocations[job.id] = Allocation.copies_on(groups, job.batch_size)
                 continue
             slots = self.take(snapshot, job, option, free)
@@ -370,6 +376,10 @@ class PrimalDual:
         if self.exchange:
             by_id = {job.id: job for job in jobs}
             self._exchange(snapshot, allocations, decisions, by_id)
+        # The round's ledgers and views go with it: a policy is copied, and sent to a
+        # planning process, between rounds.
+        self._unheld = {}
+        self._keepable = {}
         return allocations, reasons, decisions, prices
 
     def _exchange(
@@ -673,18 +683,15 @@ class PrimalDual:
         return self._held
 
     @staticmethod
-    def _held_alone(
-        job: JobView, held: dict[GpuSlot, list[int]], free: FreeGpus
-    ) -> dict[tuple[str, str], set[int]]:
-        """The GPUs ``job`` alone holds now (``held``: see :meth:`_holders`), grouped as
-        :meth:`FreeGpus.grouped` does."""
+    def _held_alone(job: JobView, held: dict[GpuSlot, list[int]]) -> list[GpuSlot]:
+        """The GPUs ``job`` alone holds now (``held``: see :meth:`_holders`)."""
         if job.current is None:
-            return {}
-        return free.grouped(
+            return []
+        return [
             slot
             for slot in job.current.slots
             if slot in held and all(holder == job.id for holder in held[slot])
-        )
+        ]
 
     @staticmethod
     def take_copies(
@@ -721,24 +728,43 @@ class PrimalDual:
             and free.take_slots(current.slots)
         ):
             return current.slots
-        # GPUs another running job holds come last: taking them moves that job. Only the
-        # option's types are copied and set aside: each is taken from on its own.
-        unheld = free.copy(option.counts)
-        mine = self._held_alone(job, self._holders(snapshot, free), free)
-        for t in option.counts:
-            groups = self._held_groups.get(t, {})
-            if mine:
-                groups = {k: v - mine[k] if k in mine else v for k, v in groups.items()}
-            unheld.discard_grouped(groups)
+        # GPUs another running job holds come last: taking them moves that job.
+        mine = self._held_alone(job, self._holders(snapshot, free))
         slots: list[GpuSlot] = []
         for t, k in sorted(option.counts.items(), key=lambda e: (-e[1], e[0])):
+            unheld = self._unheld_ledger(free, t)
+            own = [slot for slot in mine if free.type_of(slot) == t and free.is_free(slot)]
+            if own:
+                # Its own GPUs are not held against the job.
+                unheld = unheld.copy([t])
+                unheld.release(own)
             got = unheld.take(k, t)
             if got is None or not free.take_slots(got):
                 got = free.take(k, t)
             if got is None:  # pragma: no cover - the option was built from free counts
                 raise AssertionError(f"{k} free {t} GPUs promised but not found")
+            self._taken(t, got)
             slots.extend(got)
         return tuple(slots)
+
+    def _unheld_ledger(self, free: FreeGpus, gpu_type: str) -> FreeGpus:
+        """The GPUs of ``gpu_type`` free in ``free`` that no running job holds, made the
+        first time a job moves onto the type this round and kept in step with ``free`` by
+        :meth:`_taken` (held GPUs are taken only by the jobs keeping them), so that not
+        every move copies the type's free GPUs and sets aside all those held."""
+        ledger = self._unheld.get(gpu_type)
+        if ledger is None:
+            ledger = free.copy([gpu_type])
+            ledger.discard_grouped(self._held_groups.get(gpu_type, {}))
+            self._unheld[gpu_type] = ledger
+        return ledger
+
+    def _taken(self, gpu_type: str, slots: Sequence[GpuSlot]) -> None:
+        """GPUs of ``gpu_type`` just taken from the pass's free GPUs are not free unheld
+        ones any more."""
+        ledger = self._unheld.get(gpu_type)
+        if ledger is not None:
+            ledger.discard(slots)
 
 
 class HadarPolicy:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -209,3 +210,43 @@ def test_unknown_hadar_variant_is_refused() -> None:
     """A variant name the policy does not know is an error naming the known ones."""
     with pytest.raises(ValueError, match="hadar variant must be one of default, paper"):
         make_policy("hadar", variant="tuned")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_unheld_gpus_kept_through_a_pass_are_those_free_and_not_held(seed: int) -> None:
+    """However the pass moves and places jobs (mixed, moved, consolidated), the free GPUs
+    no running job holds that it keeps per type, instead of working them out at each
+    move, are at the end exactly the free GPUs no running job holds."""
+    from master.scheduling.placement import FreeGpus
+    from master.scheduling.policies.hadar import PrimalDual
+
+    rng = random.Random(seed)
+    cluster = snapshot({"v100": 8, "p100": 8, "k80": 8}, []).cluster
+    idle = [gpu.slot for node in cluster.nodes for gpu in node.usable_gpus]
+    rng.shuffle(idle)
+    jobs = []
+    for i in range(14):
+        n = rng.choice([1, 1, 2, 4])
+        current = None
+        if i < 7 and len(idle) >= n:
+            current = Allocation.on([idle.pop() for _ in range(n)], 64)
+        jobs.append(job(i, num_gpus=n, total_iterations=rng.uniform(1e4, 1e5), current=current))
+    snap = snapshot({"v100": 8, "p100": 8, "k80": 8}, jobs)
+    pd = PrimalDual(completion_exponent=2.0, ceiling="remaining", exchange=False)
+    kept: dict[str, dict[str, int]] = {}
+    taken = pd._taken
+
+    def watch(gpu_type: str, slots: Sequence[GpuSlot]) -> None:
+        # The last move's ledgers, as the pass leaves them (it forgets them at its end).
+        taken(gpu_type, slots)
+        kept.update({t: ledger.free_on_node(t) for t, ledger in pd._unheld.items()})
+
+    pd._taken = watch  # type: ignore[method-assign]
+    free = FreeGpus(snap.cluster)
+    pd.run(snap, free, list(snap.jobs))
+    held = snap.running_slots()
+    assert kept, "no job moved: the scenario tests nothing"
+    for gpu_type, on_node in kept.items():
+        expected = free.copy([gpu_type])
+        expected.discard(slot for slot in held if free.type_of(slot) == gpu_type)
+        assert on_node == expected.free_on_node(gpu_type)
