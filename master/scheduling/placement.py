@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Collection, Iterable, Mapping, Sequence, Set
 
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.views import ClusterView, Snapshot
@@ -39,13 +39,21 @@ class FreeGpus:
         self._count: dict[str, int] = cluster.capacity_by_type()
         self.discard(used)
 
-    def copy(self) -> FreeGpus:
-        """An independent ledger with the same free GPUs."""
+    def copy(self, types: Collection[str] | None = None) -> FreeGpus:
+        """An independent ledger with the same free GPUs; given ``types``, of those types
+        only (taking from or discarding GPUs of another type is then an error): a caller
+        that takes from a few types need not copy them all."""
         other = object.__new__(FreeGpus)
         other._types = self._types
-        other._nodes = {t: dict(per_node) for t, per_node in self._nodes.items()}
-        other._buckets = {t: [list(b) for b in buckets] for t, buckets in self._buckets.items()}
-        other._count = dict(self._count)
+        other._nodes = {
+            t: dict(per_node) for t, per_node in self._nodes.items() if types is None or t in types
+        }
+        other._buckets = {
+            t: [list(b) for b in buckets]
+            for t, buckets in self._buckets.items()
+            if types is None or t in types
+        }
+        other._count = {t: c for t, c in self._count.items() if types is None or t in types}
         return other
 
     def discard(self, slots: Iterable[GpuSlot]) -> None:

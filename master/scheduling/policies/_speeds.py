@@ -50,15 +50,33 @@ def allowed_types(snapshot: Snapshot, job: JobView) -> list[str]:
     return [t for t in types if job.allows(t)]
 
 
+class _BestRateCache:
+    """Fastest speeds under the last model and cluster, by job type, GPU count and allowed
+    types (None: all): planning asks for every job's each round, and jobs of one type and
+    size are many."""
+
+    model: ThroughputModel | None = None
+    cluster: ClusterView | None = None
+    rates: ClassVar[dict[tuple[str, int, tuple[str, ...] | None], float]] = {}
+
+
 def best_rate(snapshot: Snapshot, job: JobView) -> float:
     """Fastest consolidated speed over allowed types with at least ``num_gpus`` GPUs."""
-    capacity = snapshot.cluster.capacity_by_type()
-    rates = [
-        job_rate(snapshot, job, t)
-        for t in allowed_types(snapshot, job)
-        if capacity.get(t, 0) >= job.num_gpus
-    ]
-    return max(rates, default=0.0)
+    model, cluster = snapshot.throughput, snapshot.cluster
+    if _BestRateCache.model is not model or _BestRateCache.cluster is not cluster:
+        _BestRateCache.model, _BestRateCache.cluster, _BestRateCache.rates = model, cluster, {}
+    allowed = tuple(allowed_types(snapshot, job)) if job.restricted else None
+    key = (job.job_type, job.num_gpus, allowed)
+    rate = _BestRateCache.rates.get(key)
+    if rate is None:
+        capacity = cluster.capacity_by_type()
+        rates = [
+            job_rate(snapshot, job, t)
+            for t in allowed_types(snapshot, job)
+            if capacity.get(t, 0) >= job.num_gpus
+        ]
+        rate = _BestRateCache.rates[key] = max(rates, default=0.0)
+    return rate
 
 
 def single_type_bound(snapshot: Snapshot, job: JobView) -> float:

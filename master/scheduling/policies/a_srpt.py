@@ -8,7 +8,9 @@ job's total iterations from completed jobs with similar features: user, job type
 and batch size), batch size, GPU count and the submitted estimate. It predicts the
 logarithm of actual over submitted iterations, so that with no history, or a history
 in which submissions were exact, the prediction is the submitted estimate itself.
-It refits every ``refit_every`` new completions once ``min_history`` are known. The
+It refits every ``refit_every`` new completions once ``min_history`` are known; while
+every completion it is fitted on ran exactly its submitted iterations, the forest could
+only learn a ratio of one, so none is built and the submission is the prediction. The
 history survives a restart of the master: the policy exports it as JSON
 (``export_memory``), the daemon stores it whenever the policy learns and restores it
 (``import_memory``) at start.
@@ -80,6 +82,22 @@ class Completion:
     submitted: float
     actual: float
 
+    def as_row(self) -> tuple[str, str, int, int, float, float]:
+        """The completion as one row of an exported history (a JSON array)."""
+        return (
+            self.user,
+            self.job_type,
+            self.batch_size,
+            self.num_gpus,
+            self.submitted,
+            self.actual,
+        )
+
+
+def _target(completion: Completion) -> float:
+    """What the forest learns of a completion: log of actual over submitted iterations."""
+    return math.log(completion.actual / completion.submitted)
+
 
 class IterationPredictor:
     """Random-forest predictor of a job's total iterations from completed jobs."""
@@ -101,9 +119,21 @@ class IterationPredictor:
         self._max_depth = max_depth
         self._seed = seed
         self._history: list[Completion] = []
+        #: The history as :meth:`export` writes it, kept as it grows: the round exports it
+        #: whenever the policy learned, and building every row each time made that cost
+        #: more than the planning over a long history.
+        self._rows: list[tuple[str, str, int, int, float, float]] = []
         self._codes: dict[str, dict[str, int]] = {"user": {}, "job_type": {}}
+        #: Fitted (on the first ``_fitted_on`` completions); ``_forest`` is None while
+        #: fitted on exact completions only (see :meth:`_fit`).
+        self._trained = False
         self._forest: RandomForestRegressor | None = None
         self._fitted_on = 0
+        #: Index in the history of the first completion whose actual iterations differ
+        #: from its submission (None: none has yet).
+        self._first_inexact: int | None = None
+        #: How many of the first completions have their user and job type coded.
+        self._coded = 0
         self._cache: dict[tuple[str, str, int, int, float], float] = {}
 
     @property
@@ -112,18 +142,22 @@ class IterationPredictor:
 
     @property
     def trained(self) -> bool:
-        return self._forest is not None
+        return self._trained
 
     def _code(self, kind: str, value: str) -> int:
         table = self._codes[kind]
         return table.setdefault(value, len(table))
 
+    def _code_features(self, user: str, job_type: str) -> tuple[int, int]:
+        return self._code("user", user), self._code("job_type", job_type)
+
     def _row(
         self, user: str, job_type: str, batch: int, gpus: int, submitted: float
     ) -> list[float]:
+        user_code, type_code = self._code_features(user, job_type)
         return [
-            float(self._code("user", user)),
-            float(self._code("job_type", job_type)),
+            float(user_code),
+            float(type_code),
             float(batch),
             float(gpus),
             math.log(max(submitted, 1.0)),
@@ -133,23 +167,24 @@ class IterationPredictor:
         """Add a completed job; refit when enough new ones have accumulated."""
         if completion.actual <= 0 or completion.submitted <= 0:
             return
+        if self._first_inexact is None and _target(completion) != 0.0:
+            self._first_inexact = len(self._history)
         self._history.append(completion)
+        self._rows.append(completion.as_row())
         new = len(self._history) - self._fitted_on
         if len(self._history) >= self._min_history and (
-            self._forest is None or new >= self._refit_every
+            not self._trained or new >= self._refit_every
         ):
             self._fit()
 
     def export(self) -> dict[str, Any]:
         """The history, the feature codes and how much of the history the forest was fitted
-        on, as JSON-ready values (see :meth:`restore`)."""
+        on, as JSON-ready values (see :meth:`restore`); each completion is a tuple, which
+        JSON writes as an array, so the rows can be shared with later exports."""
         return {
             "version": MEMORY_VERSION,
-            "history": [
-                [c.user, c.job_type, c.batch_size, c.num_gpus, c.submitted, c.actual]
-                for c in self._history
-            ],
-            "fitted_on": self._fitted_on if self._forest is not None else 0,
+            "history": list(self._rows),
+            "fitted_on": self._fitted_on if self._trained else 0,
             "codes": {kind: dict(table) for kind, table in self._codes.items()},
         }
 
@@ -174,23 +209,44 @@ class IterationPredictor:
         if not 0 <= fitted_on <= len(history):
             raise ValueError(f"a-srpt memory fitted on {fitted_on} of {len(history)} completions")
         self._history = history
+        self._rows = [c.as_row() for c in history]
         self._codes = codes
+        self._trained = False
         self._forest = None
         self._fitted_on = 0
+        self._first_inexact = next((i for i, c in enumerate(history) if _target(c) != 0.0), None)
+        self._coded = 0
         self._cache.clear()
         if fitted_on:
             self._fit(fitted_on)
 
     def _fit(self, count: int | None = None) -> None:
+        history = self._history if count is None else self._history[:count]
+        if self._first_inexact is None or self._first_inexact >= len(history):
+            # Every target is 0: each tree would be one leaf predicting exactly 0, that is
+            # the submission itself. Fitting one costs as much as any other fit, and a
+            # predictor sees one every ``refit_every`` completions, on a growing history.
+            # The codes are given as a fit gives them, so a later forest sees the same.
+            for c in history[self._coded :]:
+                self._code_features(c.user, c.job_type)
+            self._coded = max(self._coded, len(history))
+            forest = None
+        else:
+            forest = self._fit_forest(history)
+        self._forest = forest
+        self._trained = True
+        self._fitted_on = len(history)
+        self._cache.clear()
+
+    def _fit_forest(self, history: Sequence[Completion]) -> RandomForestRegressor:
         # Imported here: scikit-learn takes a second or more to import, and every process
         # that loads the policy registry would otherwise pay it.
         from sklearn.ensemble import RandomForestRegressor
 
-        history = self._history if count is None else self._history[:count]
         rows = [
             self._row(c.user, c.job_type, c.batch_size, c.num_gpus, c.submitted) for c in history
         ]
-        target = [math.log(c.actual / c.submitted) for c in history]
+        target = [_target(c) for c in history]
         forest = RandomForestRegressor(
             n_estimators=self._trees,
             max_depth=self._max_depth,
@@ -199,17 +255,20 @@ class IterationPredictor:
             n_jobs=1,
         )
         forest.fit(np.asarray(rows), np.asarray(target))
-        self._forest = forest
-        self._fitted_on = len(history)
-        self._cache.clear()
+        return forest
 
     def predict_many(self, jobs: Sequence[JobView]) -> dict[int, float]:
-        """Predicted total iterations per job id (the submitted estimate when untrained)."""
+        """Predicted total iterations per job id (the submitted estimate when untrained or
+        trained on exact completions only)."""
         out: dict[int, float] = {}
         todo: list[tuple[int, tuple[str, str, int, int, float]]] = []
         for job in jobs:
             submitted = job.predicted_iterations or job.total_iterations
             if self._forest is None:
+                if self._trained:
+                    # A forest would code the job's features to predict it; a later one
+                    # must see the codes it would have given.
+                    self._code_features(job.user, job.job_type)
                 out[job.id] = submitted
                 continue
             key = (job.user, job.job_type, job.batch_size, job.num_gpus, submitted)

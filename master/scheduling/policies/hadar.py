@@ -27,6 +27,7 @@ payoff. The schedule is recomputed every round (preemptive) rather than fixed at
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from master.scheduling.placement import FreeGpus
@@ -40,6 +41,7 @@ from master.scheduling.policies._speeds import (
     keep_pinned,
     remaining_seconds,
     single_type_bound,
+    type_counts,
 )
 from master.scheduling.views import JobView, Snapshot
 
@@ -103,14 +105,33 @@ class Prices:
         u = min(1.0, (self._claimed[gpu_type] + extra) / cap)
         return self._low[gpu_type] * math.exp(self._log_ratio[gpu_type] * u)
 
+    @property
+    def free(self) -> bool:
+        """Whether every GPU of a type the cluster has costs nothing."""
+        return self._free
+
     def cost(self, gpu_type: str, k: int, already: int = 0) -> float:
         cap = self._capacity.get(gpu_type, 0)
-        if cap <= 0 or self._free:
+        if cap <= 0:
             return sum(self.price(gpu_type, already + i) for i in range(k))
+        if self._free:
+            return 0.0
         # price() for each GPU, its lookups done once.
         low, ratio = self._low[gpu_type], self._log_ratio[gpu_type]
         claimed = self._claimed[gpu_type] + already
         return sum(low * math.exp(ratio * min(1.0, (claimed + i) / cap)) for i in range(k))
+
+    def ladder(self, gpu_type: str, k: int) -> list[float]:
+        """The prices of the next ``k`` GPUs of ``gpu_type``: :meth:`price` for each of
+        ``extra`` 0 to k - 1, whose sum is :meth:`cost`."""
+        cap = self._capacity.get(gpu_type, 0)
+        if cap <= 0:
+            return [math.inf] * k
+        if self._free:
+            return [0.0] * k
+        low, ratio = self._low[gpu_type], self._log_ratio[gpu_type]
+        claimed = self._claimed[gpu_type]
+        return [low * math.exp(ratio * min(1.0, (claimed + i) / cap)) for i in range(k)]
 
     def lower_ceiling(self, gpu_type: str, high: float) -> None:
         """Lower ``U_t`` to ``high`` (not below ``L_t``): no job to come is worth more."""
@@ -182,10 +203,16 @@ class PrimalDual:
         self._scales: dict[int, float] = {}
         # Rounds over which a running job's move must win back its restart.
         self.restart_horizon_rounds = 1.0
-        # GPU -> running jobs holding it, for the round being planned.
-        self._held: dict[GpuSlot, list[int]] = {}
-        self._held_groups: dict[tuple[str, str], set[int]] = {}
-        self._held_alone: dict[int, dict[tuple[str, str], set[int]]] = {}
+        # GPU -> running jobs holding it, and those GPUs by type and server, for the round
+        # being planned; worked out when a job first moves (see _holders), since in most
+        # rounds every running job keeps its GPUs.
+        self._held: dict[GpuSlot, list[int]] | None = None
+        self._held_groups: dict[str, dict[tuple[str, str], set[int]]] = {}
+        # Per GPU type, its free GPUs no running job holds (see _unheld_ledger).
+        self._unheld: dict[str, FreeGpus] = {}
+        # Per job of the round: its view and the GPU types of the allocation it may keep
+        # (see _keepable); the pass asks for each job's up to three times.
+        self._keepable: dict[int, tuple[JobView, dict[str, int] | None]] = {}
 
     def after_restart(self, snapshot: Snapshot, job: JobView, rate: float) -> float:
         """The speed a job gets from a new placement of speed ``rate`` over the restart
@@ -252,23 +279,28 @@ class PrimalDual:
         payoff on its best option: a lone job never waits.
         """
         self._scales = {}
-        self._held = snapshot.running_slots()
-        # The running jobs' GPUs grouped by server, and per job those it alone holds: a
-        # job's take sets aside the GPUs other jobs hold.
-        self._held_groups = free.grouped(self._held)
-        alone: dict[int, list[GpuSlot]] = {}
-        for slot, holders in self._held.items():
-            if all(other == holders[0] for other in holders):
-                alone.setdefault(holders[0], []).append(slot)
-        self._held_alone = {job_id: free.grouped(slots) for job_id, slots in alone.items()}
+        self._held = None
+        self._unheld = {}
+        self._keepable = {}
         capacity = snapshot.cluster.capacity_by_type()
         unpriced = Prices(capacity, 1.0, 1.0, free=True)
         # Per-GPU utility of each job on each type alone (its zero-price options).
         per_type: dict[int, dict[str, float]] = {}
         values: dict[int, float] = {}
+        # Which types fit a job, and its speed on each, depend on its type, size and allowed
+        # types alone while ``free`` stays as it is: a long queue holds many alike.
+        fits: dict[tuple[str, int, tuple[str, ...] | None], list[tuple[str, bool, float]]] = {}
         for job in jobs:
-            per_type[job.id] = self._type_values(snapshot, job, free)
-            option = self.best_option(snapshot, job, free, unpriced)
+            alike = (
+                job.job_type,
+                job.num_gpus,
+                tuple(allowed_types(snapshot, job)) if job.restricted else None,
+            )
+            fitting = fits.get(alike)
+            if fitting is None:
+                fitting = fits[alike] = self._fitting_types(snapshot, job, free)
+            per_type[job.id] = self._type_values(snapshot, job, fitting)
+            option = self.best_option(snapshot, job, free, unpriced, fitting)
             values[job.id] = option.utility / job.num_gpus if option is not None else 0.0
         lows: dict[str, float] = {}
         highs: dict[str, float] = {}
@@ -293,6 +325,9 @@ class PrimalDual:
         order = sorted(jobs, key=lambda j: (-values[j.id], j.arrival_time, j.id))
         considered: set[int] = set()
         heads = dict.fromkeys(ranked, 0)
+        # The head each type's ceiling was last lowered to: lowering it to the same again
+        # changes nothing.
+        lowered: dict[str, int] = {}
         for job in order:
             considered.add(job.id)
             if values[job.id] <= 0:
@@ -308,8 +343,9 @@ class PrimalDual:
                         if column[heads[t]][1] == job.id:
                             break
                         heads[t] += 1
-                    if heads[t] < len(column):
+                    if heads[t] < len(column) and lowered.get(t) != heads[t]:
                         prices.lower_ceiling(t, column[heads[t]][0])
+                        lowered[t] = heads[t]
             option = self.best_option(snapshot, job, free, prices)
             if option is None:
                 reasons[job.id] = "waiting: not enough free GPUs of allowed types"
@@ -328,6 +364,8 @@ class PrimalDual:
                 prices.claim(t, k)
             if option.copies:
                 groups = self.take_copies(snapshot, job, option, free)
+                for group in groups:
+                    self._taken(free.type_of(group[0]), group)
                 allocations[job.id] = Allocation.copies_on(groups, job.batch_size)
                 continue
             slots = self.take(snapshot, job, option, free)
@@ -338,6 +376,10 @@ class PrimalDual:
         if self.exchange:
             by_id = {job.id: job for job in jobs}
             self._exchange(snapshot, allocations, decisions, by_id)
+        # The round's ledgers and views go with it: a policy is copied, and sent to a
+        # planning process, between rounds.
+        self._unheld = {}
+        self._keepable = {}
         return allocations, reasons, decisions, prices
 
     def _exchange(
@@ -361,16 +403,29 @@ class PrimalDual:
         for job_id, alloc in allocations.items():
             if alloc.num_copies != 1 or alloc.shared_with is not None or alloc.folded:
                 continue
-            counts: dict[str, int] = {}
-            for slot in alloc.slots:
-                t = cluster.gpu_type(slot)
-                counts[t] = counts.get(t, 0) + 1
-            groups.setdefault((alloc.num_gpus, tuple(sorted(counts.items()))), []).append(job_id)
+            # Kept per allocation by the cluster, and most jobs keep theirs round to round.
+            counts = cluster.type_counts(alloc)
+            if counts is None:
+                counts = tuple(type_counts(snapshot, alloc.slots).items())
+            groups.setdefault((alloc.num_gpus, tuple(sorted(counts))), []).append(job_id)
+
+        # Each job's utility is asked for on several sets (its own, each group's first
+        # job's, the trade's); whether a set is the job's current one is decided by the
+        # GPUs of each copy, so those are worked out once per allocation. An entry holds
+        # its allocation, so the id in its key is not reused while the entry lives.
+        placements: dict[int, tuple[Allocation, tuple[frozenset[GpuSlot], ...]]] = {}
+
+        def placement(alloc: Allocation) -> tuple[frozenset[GpuSlot], ...]:
+            entry = placements.get(id(alloc))
+            if entry is None or entry[0] is not alloc:
+                entry = placements[id(alloc)] = (alloc, tuple(frozenset(c) for c in alloc.copies))
+            return entry[1]
 
         def utility(job_id: int, alloc: Allocation) -> float:
             job = jobs[job_id]
             rate = allocation_rate(snapshot, job, alloc)
-            if job.current is not None and not alloc.same_placement(job.current):
+            # Allocation.same_placement, with each side's GPUs worked out once.
+            if job.current is not None and placement(alloc) != placement(job.current):
                 rate = self.after_restart(snapshot, job, rate)
             return self.utility(snapshot, job, rate)
 
@@ -412,24 +467,45 @@ class PrimalDual:
                     decisions[m] = Decision(counts_j, u_m, cost_m, True)
                     on_a[k], on_b[k] = m, j
 
-    def _type_values(self, snapshot: Snapshot, job: JobView, free: FreeGpus) -> dict[str, float]:
-        """Per-GPU utility of ``job`` on each allowed type with room, alone on that type."""
+    @staticmethod
+    def _fitting_types(
+        snapshot: Snapshot, job: JobView, free: FreeGpus
+    ) -> list[tuple[str, bool, float]]:
+        """Each allowed type with ``num_gpus`` free GPUs, in order: whether one server has
+        them all, and the job's speed on them."""
         n = job.num_gpus
-        out: dict[str, float] = {}
+        out: list[tuple[str, bool, float]] = []
         for t in allowed_types(snapshot, job):
             if free.count(t) >= n:
                 consolidated = free.max_free_on_one_node(t) >= n
-                rate = job_rate(snapshot, job, t, consolidated=consolidated)
-                out[t] = self.utility(snapshot, job, rate) / n
+                out.append((t, consolidated, job_rate(snapshot, job, t, consolidated=consolidated)))
         return out
 
+    def _type_values(
+        self, snapshot: Snapshot, job: JobView, fitting: list[tuple[str, bool, float]]
+    ) -> dict[str, float]:
+        """Per-GPU utility of ``job`` on each allowed type with room (``fitting``, see
+        :meth:`_fitting_types`), alone on that type."""
+        n = job.num_gpus
+        return {t: self.utility(snapshot, job, rate) / n for t, _, rate in fitting}
+
     def best_option(
-        self, snapshot: Snapshot, job: JobView, free: FreeGpus, prices: Prices
+        self,
+        snapshot: Snapshot,
+        job: JobView,
+        free: FreeGpus,
+        prices: Prices,
+        fitting: list[tuple[str, bool, float]] | None = None,
     ) -> _Option | None:
-        """The dual subroutine: the GPU multiset maximizing utility minus price."""
+        """The dual subroutine: the GPU multiset maximizing utility minus price.
+        ``fitting``: :meth:`_fitting_types` on ``free``, when the caller has it."""
         n = job.num_gpus
         scale = self.scale(snapshot, job)
         types = [t for t in allowed_types(snapshot, job) if free.count(t) > 0]
+        if sum(free.count(t) for t in types) < n:
+            # Every option needs n free GPUs (copies more); once the cluster is full this
+            # is most jobs of a long queue.
+            return None
         kept = self._kept_counts(snapshot, job, free)
         best: _Option | None = None
         # The type the job would keep its GPUs on, if any (it then runs at full speed).
@@ -438,22 +514,23 @@ class PrimalDual:
             if kept is not None and len(kept) == 1 and job.current is not None
             else None
         )
-        for t in types:
-            if free.count(t) < n:
-                continue
-            consolidated = free.max_free_on_one_node(t) >= n
+        if fitting is None:
+            fitting = self._fitting_types(snapshot, job, free)
+        # Each type's next n prices: the single-type options' costs are their sums, and
+        # the mixed option climbs them GPU by GPU.
+        ladders = {t: prices.ladder(t, n) for t in types}
+        for t, consolidated, speed in fitting:
             if t == keeps and kept is not None and kept[t] == n and job.current is not None:
                 rate = allocation_rate(snapshot, job, job.current)
             else:
-                rate = job_rate(snapshot, job, t, consolidated=consolidated)
-                rate = self.after_restart(snapshot, job, rate)
+                rate = self.after_restart(snapshot, job, speed)
             utility = self.utility(snapshot, job, rate)
-            cost = prices.cost(t, n)
+            cost = sum(ladders[t])
             # Only an option that beats the best so far is built.
             if best is None or utility - cost > best.utility - best.cost:
                 best = _Option({t: n}, utility, cost, consolidated)
         if self.mixed and n > 1 and len(types) > 1 and sum(free.count(t) for t in types) >= n:
-            mixed = self._mixed_option(snapshot, job, types, free, prices, scale)
+            mixed = self._mixed_option(snapshot, job, types, free, prices, ladders, scale)
             if mixed is not None and (
                 best is None or mixed.utility - mixed.cost > best.utility - best.cost
             ):
@@ -529,16 +606,22 @@ class PrimalDual:
         types: list[str],
         free: FreeGpus,
         prices: Prices,
+        ladders: dict[str, list[float]],
         scale: float,
     ) -> _Option | None:
         """Greedy GPU-by-GPU choice across types, batch split in proportion to speed.
 
         With a proportional split the job's speed is the mean, over its GPUs, of each
         type's whole-job speed at this scale, so every GPU adds a fixed value and the
-        greedy choice at rising prices is exact for the additive payoff.
+        greedy choice at rising prices is exact for the additive payoff. ``ladders``:
+        each type's next ``num_gpus`` prices (see :meth:`Prices.ladder`).
         """
         n = job.num_gpus
         per_gpu = {t: scale * job_rate(snapshot, job, t, consolidated=False) / n for t in types}
+        if prices.free and free.count(max(types, key=per_gpu.__getitem__)) >= n:
+            # At no price the greedy choice takes every GPU from the fastest type (the
+            # first of equals), which has room for them all: one type, no mix.
+            return None
         counts = dict.fromkeys(types, 0)
         utility = cost = 0.0
         for _ in range(n):
@@ -546,14 +629,14 @@ class PrimalDual:
             for t in types:
                 if counts[t] >= free.count(t):
                     continue
-                gain = per_gpu[t] - prices.price(t, counts[t])
+                gain = per_gpu[t] - ladders[t][counts[t]]
                 if pick is None or gain > pick[0]:
                     pick = (gain, t)
             if pick is None:
                 return None
             t = pick[1]
             utility += per_gpu[t]
-            cost += prices.price(t, counts[t])
+            cost += ladders[t][counts[t]]
             counts[t] += 1
         used = {t: k for t, k in counts.items() if k > 0}
         if len(used) < 2:
@@ -563,16 +646,52 @@ class PrimalDual:
         rate = self.after_restart(snapshot, job, utility / scale)
         return _Option(used, self.utility(snapshot, job, rate), cost, False)
 
+    def _kept_counts(
+        self, snapshot: Snapshot, job: JobView, free: FreeGpus
+    ) -> dict[str, int] | None:
+        """GPU type -> count of the job's current GPUs when it may keep them and they are
+        all free; None otherwise. The result is shared: not to be changed."""
+        entry = self._keepable.get(job.id)
+        if entry is None or entry[0] is not job:
+            entry = self._keepable[job.id] = (job, self._keepable_counts(snapshot, job))
+        counts = entry[1]
+        if counts is None or job.current is None:
+            return None
+        if not all(free.is_free(slot) for slot in job.current.slots):
+            return None
+        return counts
+
     @staticmethod
-    def _kept_counts(snapshot: Snapshot, job: JobView, free: FreeGpus) -> dict[str, int] | None:
+    def _keepable_counts(snapshot: Snapshot, job: JobView) -> dict[str, int] | None:
+        """GPU type -> count of the job's current GPUs, when it is one ordinary copy it may
+        keep (unshared, unfolded, on usable GPUs of allowed types); None otherwise."""
         current = job.current
         if current is None or current.num_copies != 1 or current.shared_with is not None:
             return None
         if current.folded or not current_usable(snapshot, job):
             return None
-        if not all(free.is_free(slot) for slot in current.slots):
-            return None
         return dict(snapshot.cluster.type_counts(current) or ())
+
+    def _holders(self, snapshot: Snapshot, free: FreeGpus) -> dict[GpuSlot, list[int]]:
+        """GPU -> the running jobs holding it, this round; also groups those GPUs by type
+        and server (``_held_groups``) the first time it is asked."""
+        if self._held is None:
+            self._held = snapshot.running_slots()
+            self._held_groups = {}
+            for key, indices in free.grouped(self._held).items():
+                self._held_groups.setdefault(key[0], {})[key] = indices
+        return self._held
+
+    @staticmethod
+    def _held_alone(job: JobView, held: dict[GpuSlot, list[int]]) -> list[GpuSlot]:
+        """The GPUs ``job`` alone holds now (``held``: see :meth:`_holders`)."""
+        if job.current is None:
+            return []
+        return [
+            slot
+            for slot in job.current.slots
+            if slot in held and all(holder == job.id for holder in held[slot])
+        ]
 
     @staticmethod
     def take_copies(
@@ -610,21 +729,42 @@ class PrimalDual:
         ):
             return current.slots
         # GPUs another running job holds come last: taking them moves that job.
-        unheld = free.copy()
-        groups = self._held_groups
-        mine = self._held_alone.get(job.id)
-        if mine:
-            groups = {k: v - mine[k] if k in mine else v for k, v in groups.items()}
-        unheld.discard_grouped(groups)
+        mine = self._held_alone(job, self._holders(snapshot, free))
         slots: list[GpuSlot] = []
         for t, k in sorted(option.counts.items(), key=lambda e: (-e[1], e[0])):
+            unheld = self._unheld_ledger(free, t)
+            own = [slot for slot in mine if free.type_of(slot) == t and free.is_free(slot)]
+            if own:
+                # Its own GPUs are not held against the job.
+                unheld = unheld.copy([t])
+                unheld.release(own)
             got = unheld.take(k, t)
             if got is None or not free.take_slots(got):
                 got = free.take(k, t)
             if got is None:  # pragma: no cover - the option was built from free counts
                 raise AssertionError(f"{k} free {t} GPUs promised but not found")
+            self._taken(t, got)
             slots.extend(got)
         return tuple(slots)
+
+    def _unheld_ledger(self, free: FreeGpus, gpu_type: str) -> FreeGpus:
+        """The GPUs of ``gpu_type`` free in ``free`` that no running job holds, made the
+        first time a job moves onto the type this round and kept in step with ``free`` by
+        :meth:`_taken` (held GPUs are taken only by the jobs keeping them), so that not
+        every move copies the type's free GPUs and sets aside all those held."""
+        ledger = self._unheld.get(gpu_type)
+        if ledger is None:
+            ledger = free.copy([gpu_type])
+            ledger.discard_grouped(self._held_groups.get(gpu_type, {}))
+            self._unheld[gpu_type] = ledger
+        return ledger
+
+    def _taken(self, gpu_type: str, slots: Sequence[GpuSlot]) -> None:
+        """GPUs of ``gpu_type`` just taken from the pass's free GPUs are not free unheld
+        ones any more."""
+        ledger = self._unheld.get(gpu_type)
+        if ledger is not None:
+            ledger.discard(slots)
 
 
 class HadarPolicy:

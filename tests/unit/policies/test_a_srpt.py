@@ -200,3 +200,68 @@ def test_unknown_variant_is_refused() -> None:
     """A variant name the policy does not know is an error naming the known ones."""
     with pytest.raises(ValueError, match="variant must be one of default, paper"):
         make_policy("a-srpt", variant="papers")
+
+
+def test_exact_history_predicts_the_submission_until_one_completion_is_not() -> None:
+    """Fitted on exact completions only, the prediction is exactly the submission; the
+    first refit after a completion that ran less than submitted learns from it."""
+    predictor = IterationPredictor(min_history=4, refit_every=4)
+    for i in range(8):
+        predictor.observe(Completion("ann", "vision", 64, 1, 1e4 * (i + 1), 1e4 * (i + 1)))
+    view = job(1, total_iterations=5e4, user="ann")
+    assert predictor.trained
+    assert predictor.predict(view) == 5e4
+    for i in range(3):
+        predictor.observe(Completion("ann", "vision", 64, 1, 1e4 * (i + 1), 2.5e3 * (i + 1)))
+    assert predictor.predict(view) == 5e4  # three new completions: no refit yet
+    for i in range(5):
+        predictor.observe(Completion("ann", "vision", 64, 1, 1e4 * (i + 4), 2.5e3 * (i + 4)))
+    assert predictor.predict(view) < 4e4
+
+
+def test_exact_history_codes_features_as_a_forest_would() -> None:
+    """Users and job types get their codes in the order a forest would have given them,
+    predictions included, so the forest fitted once a completion is not exact is the same
+    as if every refit had built one."""
+    predictor = IterationPredictor(min_history=2, refit_every=2)
+    predictor.observe(Completion("bob", "speech", 64, 1, 1e4, 1e4))
+    predictor.predict(job(1, user="zed", job_type="text", total_iterations=1e4))
+    predictor.observe(Completion("ann", "vision", 64, 1, 1e4, 1e4))
+    predictor.predict(job(2, user="cy", job_type="text", total_iterations=1e4))
+    assert predictor.export()["codes"] == {
+        "user": {"bob": 0, "ann": 1, "cy": 2},
+        "job_type": {"speech": 0, "vision": 1, "text": 2},
+    }
+
+
+def test_restored_exact_history_is_trained_and_learns_on() -> None:
+    """A memory of exact completions restores a trained predictor that predicts the
+    submission and still learns from the next inexact ones."""
+    predictor = IterationPredictor(min_history=4, refit_every=4)
+    for i in range(4):
+        predictor.observe(Completion("ann", "vision", 64, 1, 1e4 * (i + 1), 1e4 * (i + 1)))
+    restored = IterationPredictor(min_history=4, refit_every=4)
+    restored.restore(predictor.export())
+    view = job(1, total_iterations=5e4, user="ann")
+    assert restored.trained and restored.predict(view) == 5e4
+    for i in range(8):
+        restored.observe(Completion("ann", "vision", 64, 1, 1e4 * (i + 1), 2.5e3 * (i + 1)))
+    assert restored.predict(view) < 4e4
+
+
+def test_export_lists_every_completion_in_order_across_a_restore() -> None:
+    """The exported history is every completion observed, in order, also after a restore
+    and the completions observed since; an export is not changed by later learning."""
+    first = Completion("ann", "vision", 64, 1, 1e4, 5e3)
+    second = Completion("bob", "speech", 32, 2, 2e4, 2e4)
+    predictor = IterationPredictor(min_history=1, refit_every=1)
+    predictor.observe(first)
+    exported = predictor.export()
+    restored = IterationPredictor(min_history=1, refit_every=1)
+    restored.restore(exported)
+    restored.observe(second)
+    assert [list(row) for row in exported["history"]] == [["ann", "vision", 64, 1, 1e4, 5e3]]
+    assert [list(row) for row in restored.export()["history"]] == [
+        ["ann", "vision", 64, 1, 1e4, 5e3],
+        ["bob", "speech", 32, 2, 2e4, 2e4],
+    ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -21,6 +23,21 @@ def test_price_grows_exponentially_from_floor_to_ceiling() -> None:
     assert abs(prices.price("v100", 2) - 4.0) < 1e-9
     assert abs(prices.price("v100", 4) - 16.0) < 1e-9
     assert abs(prices.cost("v100", 2) - (1.0 + 2.0)) < 1e-9
+
+
+def test_a_price_ladder_is_each_next_price_and_sums_to_the_cost() -> None:
+    """The ladder of the next k GPUs holds exactly each one's price, after claims and a
+    lowered ceiling too, and its sum is exactly their cost; free prices are all zero and
+    a type the cluster lacks is priced out."""
+    prices = Prices({"v100": 8, "k80": 4}, {"v100": 1.0, "k80": 0.5}, {"v100": 16.0, "k80": 3.0})
+    prices.claim("v100", 3)
+    prices.lower_ceiling("v100", 9.0)
+    for t in ("v100", "k80"):
+        ladder = prices.ladder(t, 6)
+        assert ladder == [prices.price(t, i) for i in range(6)]
+        assert sum(ladder) == prices.cost(t, 6)
+    assert Prices({"v100": 8}, 1.0, 16.0, free=True).ladder("v100", 3) == [0.0, 0.0, 0.0]
+    assert prices.ladder("a100", 2) == [math.inf, math.inf]
 
 
 @pytest.mark.parametrize(
@@ -193,3 +210,43 @@ def test_unknown_hadar_variant_is_refused() -> None:
     """A variant name the policy does not know is an error naming the known ones."""
     with pytest.raises(ValueError, match="hadar variant must be one of default, paper"):
         make_policy("hadar", variant="tuned")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_unheld_gpus_kept_through_a_pass_are_those_free_and_not_held(seed: int) -> None:
+    """However the pass moves and places jobs (mixed, moved, consolidated), the free GPUs
+    no running job holds that it keeps per type, instead of working them out at each
+    move, are at the end exactly the free GPUs no running job holds."""
+    from master.scheduling.placement import FreeGpus
+    from master.scheduling.policies.hadar import PrimalDual
+
+    rng = random.Random(seed)
+    cluster = snapshot({"v100": 8, "p100": 8, "k80": 8}, []).cluster
+    idle = [gpu.slot for node in cluster.nodes for gpu in node.usable_gpus]
+    rng.shuffle(idle)
+    jobs = []
+    for i in range(14):
+        n = rng.choice([1, 1, 2, 4])
+        current = None
+        if i < 7 and len(idle) >= n:
+            current = Allocation.on([idle.pop() for _ in range(n)], 64)
+        jobs.append(job(i, num_gpus=n, total_iterations=rng.uniform(1e4, 1e5), current=current))
+    snap = snapshot({"v100": 8, "p100": 8, "k80": 8}, jobs)
+    pd = PrimalDual(completion_exponent=2.0, ceiling="remaining", exchange=False)
+    kept: dict[str, dict[str, int]] = {}
+    taken = pd._taken
+
+    def watch(gpu_type: str, slots: Sequence[GpuSlot]) -> None:
+        # The last move's ledgers, as the pass leaves them (it forgets them at its end).
+        taken(gpu_type, slots)
+        kept.update({t: ledger.free_on_node(t) for t, ledger in pd._unheld.items()})
+
+    pd._taken = watch  # type: ignore[method-assign]
+    free = FreeGpus(snap.cluster)
+    pd.run(snap, free, list(snap.jobs))
+    held = snap.running_slots()
+    assert kept, "no job moved: the scenario tests nothing"
+    for gpu_type, on_node in kept.items():
+        expected = free.copy([gpu_type])
+        expected.discard(slot for slot in held if free.type_of(slot) == gpu_type)
+        assert on_node == expected.free_on_node(gpu_type)

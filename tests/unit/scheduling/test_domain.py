@@ -127,6 +127,18 @@ def test_free_gpus_copy_is_independent_and_discards_only_free_gpus() -> None:
     assert again.take(3, "v100") == built.take(3, "v100")
 
 
+def test_free_gpus_copy_of_some_types_takes_as_the_whole_ledger_would() -> None:
+    """A copy of some types holds only their free GPUs, takes from them exactly as a copy
+    of the whole ledger would, and leaves the original as it was."""
+    cluster = ClusterView.from_counts({"v100": 8, "k80": 8}, gpus_per_server=4)
+    free = FreeGpus(cluster, used=[GpuSlot("v100-000", 0), GpuSlot("v100-001", 1)])
+    part, whole = free.copy(["v100"]), free.copy()
+    assert part.counts() == {"v100": 6}
+    assert part.take(3, "v100") == whole.take(3, "v100")
+    assert part.take(1, "k80") is None
+    assert free.counts() == {"k80": 8, "v100": 6}
+
+
 def test_free_gpus_mixed_and_preferences() -> None:
     """take_any respects allowed types and preference order; take_mixed spans types."""
     cluster = ClusterView.from_counts({"v100": 2, "k80": 4})
