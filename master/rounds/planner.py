@@ -45,7 +45,7 @@ from master.scheduling.policy import Policy, import_memory, make_policy
 from master.scheduling.round import RoundDecision, RoundRules, RoundState, decide_round
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
-from store import Database
+from store import Database, UnitOfWork
 from store.states import JobState
 
 log = structlog.get_logger(__name__)
@@ -70,6 +70,27 @@ def decide(inp: RoundInput, policy: Policy, settings: Settings, now: float) -> R
         usage=inp.usage,
     )
     return decide_round(state, policy, RoundRules(settings.min_migration_gain))
+
+
+def read_input(
+    uow: UnitOfWork,
+    settings: Settings,
+    base_model: ThroughputModel,
+    now: datetime,
+    memo: ReadMemo | None,
+) -> RoundInput:
+    """The round's input as the daemon reads it under `settings` (through `memo` when
+    given)."""
+    return read_round_input(
+        uow,
+        base_model,
+        settings.round_seconds,
+        lost_hold_s=settings.lost_lease_hold_s,
+        now=now,
+        restart_s=settings.restart_cost_s,
+        fair_share=settings.fair_share_config(),
+        memo=memo,
+    )
 
 
 @dataclass(frozen=True)
@@ -101,18 +122,7 @@ def plan(
 ) -> Planned:
     """Read the store and decide, here."""
     started = time.monotonic()
-    inp = tx.read(
-        lambda uow: read_round_input(
-            uow,
-            base_model,
-            settings.round_seconds,
-            lost_hold_s=settings.lost_lease_hold_s,
-            now=now,
-            restart_s=settings.restart_cost_s,
-            fair_share=settings.fair_share_config(),
-            memo=memo,
-        )
-    )
+    inp = tx.read(lambda uow: read_input(uow, settings, base_model, now, memo))
     read_s = time.monotonic() - started
     decision = decide(inp, policy, settings, now.timestamp())
     plan_s = time.monotonic() - started - read_s

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from master.daemon import Master, base_throughput_model
-from master.rounds.snapshot import ReadMemo, RoundInput, read_round_input
+from master.rounds.planner import read_input
+from master.rounds.snapshot import ReadMemo, RoundInput
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import wait_for
@@ -39,16 +40,7 @@ def submit(api: Api, job: common_pb2.JobSpec) -> int:
 def read(master: Master, memo: ReadMemo | None, now: datetime) -> RoundInput:
     settings = master.settings
     return master.tx.read(
-        lambda uow: read_round_input(
-            uow,
-            base_throughput_model(settings),
-            settings.round_seconds,
-            lost_hold_s=settings.lost_lease_hold_s,
-            now=now,
-            restart_s=settings.restart_cost_s,
-            fair_share=settings.fair_share_config(),
-            memo=memo,
-        )
+        lambda uow: read_input(uow, settings, base_throughput_model(settings), now, memo)
     )
 
 
