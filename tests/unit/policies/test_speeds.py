@@ -16,7 +16,10 @@ def test_best_rate_follows_the_job_its_allowed_types_the_cluster_and_the_model()
     both = snapshot({"v100": 4, "k80": 4}, [vision])
     assert best_rate(both, vision) == 10.0 * 2 * 0.9
     assert best_rate(both, replace(vision, id=2, num_gpus=1)) == 10.0
-    assert best_rate(both, replace(vision, id=3, allowed_gpu_types=("k80",))) == 1.0 * 2 * 0.9
+    assert (
+        best_rate(both, replace(vision, id=3, allowed_gpu_types=frozenset({"k80"})))
+        == 1.0 * 2 * 0.9
+    )
     # A cluster whose V100s cannot hold the job: its best is the K80s'.
     small = snapshot({"v100": 1, "k80": 4}, [vision])
     assert best_rate(small, vision) == 1.0 * 2 * 0.9
