@@ -132,9 +132,8 @@ def plan(
 
 def trimmed(planned: Planned) -> Planned:
     """`planned` with only what storing the round needs: the jobs its actions name and
-    those whose waiting reason changed (with those reasons), the nodes and the completions;
-    and every error the policy raised carrying its traceback as a note, since a traceback
-    does not cross to another process."""
+    those whose waiting reason changed (with those reasons), the nodes and the
+    completions."""
     inp, decision = planned.inp, planned.decision
     reasons = {
         job_id: reason
@@ -154,25 +153,17 @@ def trimmed(planned: Planned) -> Planned:
         usage={},
     )
     return dataclasses.replace(
-        planned,
-        inp=light,
-        decision=dataclasses.replace(decision, waiting=reasons),
-        elsewhere=True,
+        planned, inp=light, decision=dataclasses.replace(decision, waiting=reasons)
     )
 
 
-def _with_traceback(error: BaseException) -> BaseException:
-    if error.__traceback__ is not None:
-        error.add_note("".join(traceback.format_tb(error.__traceback__)).rstrip())
-    return error
-
-
 def portable(planned: Planned) -> Planned:
-    """`planned` with each error the policy raised carrying its traceback as a note."""
+    """`planned` with each error the policy raised carrying its traceback as a note, since
+    a traceback does not cross to another process."""
     decision = planned.decision
     for error in (decision.plan_error, *decision.learn_errors, *decision.isolated.values()):
-        if error is not None:
-            _with_traceback(error)
+        if error is not None and error.__traceback__ is not None:
+            error.add_note("".join(traceback.format_tb(error.__traceback__)).rstrip())
     return planned
 
 
@@ -212,7 +203,8 @@ def _plan_in_child(
     if _child.policy is None:
         raise PolicyNotHereError("the planning process holds no policy")
     planned = plan(_child.tx, _child.memo, _child.policy, settings, base_model, now)
-    return portable(dataclasses.replace(planned if whole else trimmed(planned), policy=None))
+    kept = dataclasses.replace(planned if whole else trimmed(planned), policy=None, elsewhere=True)
+    return portable(kept)
 
 
 def _policy_in_child() -> Policy:

@@ -9,13 +9,16 @@ iteration then runs at the average of the types' paces instead of the slowest on
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Generic, TypeVar
 
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.rates import allocation_throughput, speed_weights
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, JobView, Snapshot
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def job_rate(
@@ -27,19 +30,19 @@ def job_rate(
     )
 
 
-class _TypesCache:
-    """The last cluster's usable GPU types (planning asks for them once per job)."""
-
-    cluster: ClusterView | None = None
-    types: tuple[str, ...] = ()
+# The last cluster and its usable GPU types (planning asks for them once per job), as one
+# entry so that a thread asking about another cluster meanwhile cannot mix the two.
+_last_types: tuple[ClusterView | None, tuple[str, ...]] = (None, ())
 
 
 def cluster_types(cluster: ClusterView) -> tuple[str, ...]:
     """``cluster.gpu_types``, computed once per cluster object rather than per call."""
-    if _TypesCache.cluster is not cluster:
-        _TypesCache.types = cluster.gpu_types
-        _TypesCache.cluster = cluster
-    return _TypesCache.types
+    global _last_types
+    known, types = _last_types
+    if known is not cluster:
+        types = cluster.gpu_types
+        _last_types = (cluster, types)
+    return types
 
 
 def allowed_types(snapshot: Snapshot, job: JobView) -> list[str]:
@@ -50,32 +53,52 @@ def allowed_types(snapshot: Snapshot, job: JobView) -> list[str]:
     return [t for t in types if job.allows(t)]
 
 
-class _BestRateCache:
-    """Fastest speeds under the last model and cluster, by job type, GPU count and allowed
-    types (None: all): planning asks for every job's each round, and jobs of one type and
-    size are many."""
+class _ForModel(Generic[K, V]):
+    """Values that hold for one throughput model and cluster, forgotten when asked about
+    others (each round reads a new pair). The pair and its values are one entry, read once
+    per lookup: a round and a forecast on another thread may ask about different pairs at
+    once, and each then fills its own entry."""
 
-    model: ThroughputModel | None = None
-    cluster: ClusterView | None = None
-    rates: ClassVar[dict[tuple[str, int, tuple[str, ...] | None], float]] = {}
+    def __init__(self, max_entries: int | None = None) -> None:
+        self._max_entries = max_entries
+        self._entry: tuple[ThroughputModel | None, ClusterView | None, dict[K, V]] = (
+            None,
+            None,
+            {},
+        )
+
+    def values(self, model: ThroughputModel, cluster: ClusterView) -> dict[K, V]:
+        entry = self._entry
+        if (
+            entry[0] is not model
+            or entry[1] is not cluster
+            or (self._max_entries is not None and len(entry[2]) > self._max_entries)
+        ):
+            entry = self._entry = (model, cluster, {})
+        return entry[2]
+
+
+# Fastest speeds by job type, GPU count and allowed types (None: all): planning asks for
+# every job's each round, and jobs of one type and size are many.
+_best_rates: _ForModel[tuple[str, int, tuple[str, ...] | None], float] = _ForModel()
 
 
 def best_rate(snapshot: Snapshot, job: JobView) -> float:
     """Fastest consolidated speed over allowed types with at least ``num_gpus`` GPUs."""
-    model, cluster = snapshot.throughput, snapshot.cluster
-    if _BestRateCache.model is not model or _BestRateCache.cluster is not cluster:
-        _BestRateCache.model, _BestRateCache.cluster, _BestRateCache.rates = model, cluster, {}
+    rates = _best_rates.values(snapshot.throughput, snapshot.cluster)
     allowed = tuple(allowed_types(snapshot, job)) if job.restricted else None
     key = (job.job_type, job.num_gpus, allowed)
-    rate = _BestRateCache.rates.get(key)
+    rate = rates.get(key)
     if rate is None:
-        capacity = cluster.capacity_by_type()
-        rates = [
-            job_rate(snapshot, job, t)
-            for t in allowed_types(snapshot, job)
-            if capacity.get(t, 0) >= job.num_gpus
-        ]
-        rate = _BestRateCache.rates[key] = max(rates, default=0.0)
+        capacity = snapshot.cluster.capacity_by_type()
+        rate = rates[key] = max(
+            (
+                job_rate(snapshot, job, t)
+                for t in allowed_types(snapshot, job)
+                if capacity.get(t, 0) >= job.num_gpus
+            ),
+            default=0.0,
+        )
     return rate
 
 
@@ -129,36 +152,21 @@ def allocation_on(
     )
 
 
-class _RateCache:
-    """Speeds of allocations under the last model and cluster: a running job's allocation
-    is the same object round after round, and planning asks for its speed several times."""
-
-    model: ThroughputModel | None = None
-    cluster: ClusterView | None = None
-    #: (job type, id of the allocation) -> (the allocation, its speed); holding the
-    #: allocation keeps its id from being reused while cached.
-    rates: ClassVar[dict[tuple[str, int], tuple[Allocation, float]]] = {}
-
-
-#: Entries the speed cache holds before it starts over.
-_RATE_CACHE_MAX = 200_000
+# Speeds of allocations, by job type and the allocation's id: a running job's allocation is
+# the same object round after round, and planning asks for its speed several times. Each
+# entry holds its allocation, so that its id is not reused while cached.
+_allocation_rates: _ForModel[tuple[str, int], tuple[Allocation, float]] = _ForModel(200_000)
 
 
 def allocation_rate(snapshot: Snapshot, job: JobView, alloc: Allocation) -> float:
     """Iterations/s of ``job`` on ``alloc`` as the simulator and the plan diff see it."""
-    model, cluster = snapshot.throughput, snapshot.cluster
-    if (
-        _RateCache.model is not model
-        or _RateCache.cluster is not cluster
-        or len(_RateCache.rates) > _RATE_CACHE_MAX
-    ):
-        _RateCache.model, _RateCache.cluster, _RateCache.rates = model, cluster, {}
+    rates = _allocation_rates.values(snapshot.throughput, snapshot.cluster)
     key = (job.job_type, id(alloc))
-    cached = _RateCache.rates.get(key)
+    cached = rates.get(key)
     if cached is not None and cached[0] is alloc:
         return cached[1]
-    rate = allocation_throughput(model, cluster, job.job_type, alloc)
-    _RateCache.rates[key] = (alloc, rate)
+    rate = allocation_throughput(snapshot.throughput, snapshot.cluster, job.job_type, alloc)
+    rates[key] = (alloc, rate)
     return rate
 
 
