@@ -29,11 +29,11 @@ from tests.integration.master.fakes import FakeWorker, wait_for
 REPO = Path(__file__).resolve().parents[3]
 
 
-def resnet(num_gpus: int = 1) -> common_pb2.JobSpec:
+def resnet(num_gpus: int = 1, iterations: int = 100) -> common_pb2.JobSpec:
     return common_pb2.JobSpec(
         name="r",
         num_gpus=num_gpus,
-        iterations=100,
+        iterations=iterations,
         workload=common_pb2.WorkloadProgram(name="resnet"),
     )
 
@@ -132,15 +132,15 @@ def test_migration_stops_first_then_starts_elsewhere(cluster: Cluster, tmp_path:
     node, with a new lease, goes out only after the old task has exited (its checkpoint is
     complete)."""
     policy = ScriptedPolicy()
-    # Restarts free: the move is made however few iterations are left (the job's 80 would
-    # not win back a measured restart cost).
+    # The move must pay for the job's restart, which is measured (placement to first
+    # progress: seconds on a loaded machine): a long job wins it back on faster GPUs.
     master = Master(make_settings(cluster.database, tmp_path, restart_cost_s=0.0), policy=policy)
     master.start()
     cluster.masters.append(master)
     old = cluster.worker(master, "n1", num_gpus=2, auto_exit_on_stop=False)
     new = cluster.worker(master, "n2", num_gpus=2, gpu_type="a100-40gb")
     api = cluster.api(master)
-    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=resnet())).job
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=resnet(iterations=100_000))).job
 
     policy.plans = [{job.id: [GpuSlot("n1", 0)]}, {job.id: [GpuSlot("n2", 1)]}]
     master.run_round()
