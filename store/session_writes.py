@@ -23,6 +23,12 @@ def has_written(session: Session) -> bool:
     return bool(session.info.get(_WROTE)) or bool(session.new or session.dirty or session.deleted)
 
 
+def mark_written(session: Session) -> None:
+    """Record a write made through the session's connection (a Core statement), which
+    neither the flush nor the ORM's execution events see."""
+    session.info[_WROTE] = True
+
+
 def watch_writes(factory: sessionmaker[Session]) -> None:
     """Track writes of every session `factory` makes (see :func:`has_written`)."""
     event.listen(factory, "after_flush", _flushed)

@@ -40,6 +40,7 @@ from protos.arrays import parse_array
 from protos.hadar.v1 import common_pb2
 from store import UnitOfWork
 from store.domain import Job, JobEvent, NewJob, Task
+from store.repositories.jobs import ProgressTarget, ProgressWrite
 from store.repositories.throughput import Measured
 from store.states import ExitKind, JobState, TaskState, is_terminal
 
@@ -99,6 +100,51 @@ class _ProgressApplied:
     stale: list[bool]
     orders: list[StopOrder]
     finished: bool
+
+
+@dataclass(slots=True)
+class _Counters:
+    """A job's progress counters as a group's reports move them, with the rule of
+    `JobRepository.record_progress`: counts only move forward, service adds up."""
+
+    target: ProgressTarget
+    iterations_done: int
+    checkpoint_iterations: int
+    attained_service: float
+    reports_progress: bool
+    changed: bool = False
+
+    @classmethod
+    def of(cls, target: ProgressTarget) -> _Counters:
+        return cls(
+            target,
+            target.iterations_done,
+            target.checkpoint_iterations,
+            target.attained_service,
+            target.reports_progress,
+        )
+
+    def add(self, iterations_done: int, checkpoint_iterations: int, service: float) -> None:
+        if not self.reports_progress:
+            self.reports_progress = self.changed = True
+        if iterations_done > self.iterations_done:
+            self.iterations_done = iterations_done
+            self.changed = True
+        if checkpoint_iterations > self.checkpoint_iterations:
+            self.checkpoint_iterations = checkpoint_iterations
+            self.changed = True
+        if service > 0:
+            self.attained_service += service
+            self.changed = True
+
+    def write(self) -> ProgressWrite:
+        return ProgressWrite(
+            job_id=self.target.id,
+            version=self.target.version,
+            iterations_done=self.iterations_done,
+            checkpoint_iterations=self.checkpoint_iterations,
+            attained_service=self.attained_service,
+        )
 
 
 def completion_reason(job: Job, exit_code: int | None) -> str:
@@ -386,6 +432,9 @@ class JobManager:
         # below then find the jobs' rows in the unit of work instead of querying each.
         keys = [(u.job_id, u.task_index, u.lease) for r in group for u in r.updates]
         tasks = uow.tasks.find_many(keys)
+        counted = self._apply_counters_only(uow, group, tasks)
+        if counted is not None:
+            return counted
         uow.jobs.get_many({t.job_id for t in tasks.values()})
         measured: list[Measured] = []
         applied = [self._apply_progress(uow, report, tasks, measured) for report in group]
@@ -432,7 +481,9 @@ class JobManager:
                 reported=True,
                 flush=False,
             )
-            measurement = self._measurement(job, task, update)
+            measurement = self._measurement(
+                job.id, job.spec.job_type, job.spec.num_gpus, task, update
+            )
             if measurement is not None:
                 measured.append(measurement)
             if job.iterations_done >= job.spec.iterations and job.state is JobState.RUNNING:
@@ -449,6 +500,63 @@ class JobManager:
                 )
                 finished = True
         return _ProgressApplied(stale_flags, orders, finished)
+
+    def _apply_counters_only(
+        self,
+        uow: UnitOfWork,
+        group: Sequence[_ProgressReport],
+        tasks: dict[tuple[int, int, int], Task],
+    ) -> list[_ProgressApplied] | None:
+        """The group's reports when all they change is running jobs' counters (the common
+        case), stored as plain statements: what `_apply_progress` would store, without
+        loading the jobs' rows. None, with nothing changed, when some report needs more:
+        a task's first report (it starts running) or a report that finishes its job."""
+        targets = uow.jobs.progress_targets({t.job_id for t in tasks.values()})
+        reached: dict[int, int] = {}
+        for report in group:
+            for update in report.updates:
+                task = tasks.get((update.job_id, update.task_index, update.lease))
+                if task is None or not task.active or task.node != report.node:
+                    continue
+                target = targets.get(task.job_id)
+                if target is None or task.state in (TaskState.ASSIGNED, TaskState.STARTING):
+                    return None
+                if is_terminal(target.state):
+                    continue
+                done = max(reached.get(target.id, target.iterations_done), update.iterations_done)
+                if done >= target.iterations:
+                    return None
+                reached[target.id] = done
+        counters: dict[int, _Counters] = {}
+        measured: list[Measured] = []
+        applied: list[_ProgressApplied] = []
+        for report in group:
+            stale_flags: list[bool] = []
+            for update in report.updates:
+                task = tasks.get((update.job_id, update.task_index, update.lease))
+                if task is None or not task.active or task.node != report.node:
+                    stale_flags.append(True)
+                    continue
+                target = targets[task.job_id]
+                if is_terminal(target.state):
+                    # Finished or cancelled: whatever still runs must stop.
+                    stale_flags.append(True)
+                    continue
+                stale_flags.append(False)
+                service = self._service(task, update, report.wall)
+                counter = counters.get(target.id)
+                if counter is None:
+                    counter = counters[target.id] = _Counters.of(target)
+                counter.add(update.iterations_done, update.checkpoint_iterations, service)
+                measurement = self._measurement(
+                    target.id, target.job_type, target.num_gpus, task, update
+                )
+                if measurement is not None:
+                    measured.append(measurement)
+            applied.append(_ProgressApplied(stale_flags, [], False))
+        uow.jobs.write_progress([c.write() for c in counters.values() if c.changed])
+        uow.throughput.record_many(measured)
+        return applied
 
     def _service(self, task: Task, update: ProgressUpdate, wall: float) -> float:
         """Normalized GPU-seconds since this task's previous report: seconds x GPUs x the
@@ -478,7 +586,9 @@ class JobManager:
         return self._base_model.speed(gpu_type) / slowest
 
     @staticmethod
-    def _measurement(job: Job, task: Task, update: ProgressUpdate) -> Measured | None:
+    def _measurement(
+        job_id: int, job_type: str, num_gpus: int, task: Task, update: ProgressUpdate
+    ) -> Measured | None:
         """What the report says of the job type's rate, when it says something clean."""
         # The reported rate is the whole job's (all its processes step together); it is a
         # clean figure for (job type, GPU type, GPUs) only when one task runs the job.
@@ -486,16 +596,13 @@ class JobManager:
             return None
         if not plausible_rate(update.iterations_per_s):
             log.warning(
-                "ignored a throughput out of range", job_id=job.id, value=update.iterations_per_s
+                "ignored a throughput out of range", job_id=job_id, value=update.iterations_per_s
             )
             return None
-        if len(task.gpu_indices) != job.spec.num_gpus:
+        if len(task.gpu_indices) != num_gpus:
             return None
         return Measured(
-            job.spec.job_type,
-            update.gpu_type or task.gpu_type,
-            job.spec.num_gpus,
-            update.iterations_per_s,
+            job_type, update.gpu_type or task.gpu_type, num_gpus, update.iterations_per_s
         )
 
     def _late_completion(

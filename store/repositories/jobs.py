@@ -26,7 +26,7 @@ from store.job_memo import JobMemo
 from store.models import CompletionNoticeRow, IdempotencyKeyRow, JobEventRow, JobRow, utcnow
 from store.repositories import convert, listing
 from store.repositories.notifications import NotificationRepository
-from store.session_writes import has_written
+from store.session_writes import has_written, mark_written
 from store.states import REQUEUABLE_JOB_STATES, TERMINAL_JOB_STATES, JobState, can_transition
 
 _LIVE = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]
@@ -38,6 +38,62 @@ _KEYS = IdempotencyKeyRow.metadata.tables[IdempotencyKeyRow.__tablename__]
 _EVENTS = JobEventRow.metadata.tables[JobEventRow.__tablename__]
 _JOBS = JobRow.metadata.tables[JobRow.__tablename__]
 _WAITING_REASON = "waiting for the next scheduling round"
+# What storing a progress report reads of its job, and the write of its counters: plain
+# columns and a version-checked UPDATE, without the ORM's loading and flush (most of a
+# report's cost when every worker reports every few seconds).
+_PROGRESS_TARGETS = select(
+    _JOBS.c.id,
+    _JOBS.c.state,
+    _JOBS.c.version,
+    _JOBS.c.iterations,
+    _JOBS.c.job_type,
+    _JOBS.c.num_gpus,
+    _JOBS.c.iterations_done,
+    _JOBS.c.checkpoint_iterations,
+    _JOBS.c.attained_service,
+    _JOBS.c.reports_progress,
+).where(_JOBS.c.id.in_(bindparam("ids", expanding=True)))
+_WRITE_PROGRESS = (
+    update(_JOBS)
+    .where(_JOBS.c.id == bindparam("b_id"), _JOBS.c.version == bindparam("b_version"))
+    .values(
+        iterations_done=bindparam("b_done"),
+        checkpoint_iterations=bindparam("b_checkpoint"),
+        attained_service=bindparam("b_service"),
+        reports_progress=True,
+        version=_JOBS.c.version + 1,
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressTarget:
+    """What storing a progress report needs of its job (:meth:`JobRepository.progress_targets`)."""
+
+    id: int
+    state: JobState
+    version: int
+    iterations: int
+    job_type: str
+    num_gpus: int
+    iterations_done: int
+    checkpoint_iterations: int
+    attained_service: float
+    reports_progress: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressWrite:
+    """A job's progress counters as they are to be stored, with the version they were
+    computed from (:meth:`JobRepository.write_progress`)."""
+
+    job_id: int
+    version: int
+    iterations_done: int
+    checkpoint_iterations: int
+    attained_service: float
+
+
 # Built once: constructing a statement costs more than running it (a RETURNING of every
 # column; IN lists, expanded when run). The keys' two IN lists are matched as pairs by the
 # caller of _KEYED.
@@ -512,6 +568,7 @@ class JobRepository:
         ]
         # Through the session's connection: nothing of the ORM is involved (nor pending).
         rows = self._session.connection().execute(_INSERT_PLAIN, values).all()
+        mark_written(self._session)
         # A returned row has every column under its attribute's name, as a JobRow does.
         jobs = [convert.job(cast(JobRow, row)) for row in rows]
         pairs = [(new, job.id) for (new, _), job in zip(items, jobs, strict=True)]
@@ -795,6 +852,51 @@ class JobRepository:
         if changed and flush:
             self._flush(job_id)
         return convert.job(row)
+
+    def progress_targets(self, job_ids: Collection[int]) -> dict[int, ProgressTarget]:
+        """The progress counters, state and size of these jobs, by id (missing ids are left
+        out), read as plain columns: no row is loaded into the unit of work."""
+        if not job_ids:
+            return {}
+        rows = self._session.connection().execute(_PROGRESS_TARGETS, {"ids": sorted(job_ids)})
+        return {
+            row.id: ProgressTarget(
+                id=row.id,
+                state=JobState(row.state),
+                version=row.version,
+                iterations=row.iterations,
+                job_type=row.job_type,
+                num_gpus=row.num_gpus,
+                iterations_done=row.iterations_done,
+                checkpoint_iterations=row.checkpoint_iterations,
+                attained_service=row.attained_service,
+                reports_progress=bool(row.reports_progress),
+            )
+            for row in rows
+        }
+
+    def write_progress(self, writes: Sequence[ProgressWrite]) -> None:
+        """Store progress counters computed from :meth:`progress_targets` (and mark the jobs
+        as reporting progress), in one statement. ConflictError when a job's version moved
+        since it was read, as a flush would raise. The jobs' rows must not be loaded in
+        this unit of work: they would hold the old version."""
+        if not writes:
+            return
+        params = [
+            {
+                "b_id": w.job_id,
+                "b_version": w.version,
+                "b_done": w.iterations_done,
+                "b_checkpoint": w.checkpoint_iterations,
+                "b_service": w.attained_service,
+            }
+            for w in writes
+        ]
+        result = self._session.connection().execute(_WRITE_PROGRESS, params)
+        mark_written(self._session)
+        if result.rowcount != len(writes):
+            ids = sorted(w.job_id for w in writes)
+            raise ConflictError(f"jobs {ids} were changed concurrently; reload and retry")
 
     def record_restart(self, job_id: int, seconds: float, *, flush: bool = True) -> Job:
         """Record how long a placement of the job took to report progress: the mean of this

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from store.domain import NewTask, Task
@@ -19,6 +20,12 @@ from store.task_changes import PLACEMENT_UNCHANGED
 _EXTEND_BATCH = 500
 
 _FINISHED = [s.value for s in FINISHED_TASK_STATES]
+_TASKS = TaskRow.metadata.tables[TaskRow.__tablename__]
+# Built once: constructing a statement costs more than running it.
+_BY_JOBS_AND_LEASES = select(_TASKS).where(
+    _TASKS.c.job_id.in_(bindparam("jobs", expanding=True)),
+    _TASKS.c.lease.in_(bindparam("leases", expanding=True)),
+)
 
 
 class TaskRepository:
@@ -90,19 +97,25 @@ class TaskRepository:
         return convert.task(self._keep(row)) if row is not None else None
 
     def find_many(self, keys: Collection[tuple[int, int, int]]) -> dict[tuple[int, int, int], Task]:
-        """Tasks by (job id, task index, lease), in one query (missing keys are left out)."""
+        """Tasks by (job id, task index, lease), in one query read as plain columns (missing
+        keys are left out): a progress report finds its tasks this way every few seconds
+        per worker, and it seldom changes them."""
         if not keys:
             return {}
         wanted = set(keys)
-        query = select(TaskRow).where(
-            TaskRow.job_id.in_(sorted({k[0] for k in wanted})),
-            TaskRow.lease.in_(sorted({k[2] for k in wanted})),
+        if self._session.new or self._session.dirty:
+            # What the unit of work holds unflushed is read as the ORM's query would.
+            self._session.flush()
+        rows = self._session.connection().execute(
+            _BY_JOBS_AND_LEASES,
+            {"jobs": sorted({k[0] for k in wanted}), "leases": sorted({k[2] for k in wanted})},
         )
         found: dict[tuple[int, int, int], Task] = {}
-        for row in self._session.scalars(query):
+        for row in rows:
             key = (row.job_id, row.task_index, row.lease)
             if key in wanted:
-                found[key] = convert.task(self._keep(row))
+                # A returned row has every column under its attribute's name, as a TaskRow.
+                found[key] = convert.task(cast(TaskRow, row))
         return found
 
     def active(self) -> list[Task]:

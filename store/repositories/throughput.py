@@ -6,12 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import bindparam, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from store.domain import ThroughputMeasurement
 from store.models import ThroughputRow, utcnow
 from store.repositories import convert
+from store.session_writes import mark_written
 
 MEASURED = "measured"
 PROFILE = "profile"
@@ -28,6 +29,42 @@ class Measured:
     gpu_type: str
     num_gpus: int
     iterations_per_s: float
+
+
+_TABLE = ThroughputRow.metadata.tables[ThroughputRow.__tablename__]
+_KEY = tuple_(_TABLE.c.job_type, _TABLE.c.gpu_type, _TABLE.c.num_gpus)
+# Built once: constructing a statement costs more than running it.
+_STORED = select(
+    _TABLE.c.job_type,
+    _TABLE.c.gpu_type,
+    _TABLE.c.num_gpus,
+    _TABLE.c.iterations_per_s,
+    _TABLE.c.count,
+    _TABLE.c.source,
+).where(_KEY.in_(bindparam("keys", expanding=True)))
+_UPDATE = (
+    update(_TABLE)
+    .where(
+        _TABLE.c.job_type == bindparam("b_job_type"),
+        _TABLE.c.gpu_type == bindparam("b_gpu_type"),
+        _TABLE.c.num_gpus == bindparam("b_num_gpus"),
+    )
+    .values(
+        iterations_per_s=bindparam("b_rate"),
+        count=bindparam("b_count"),
+        source=bindparam("b_source"),
+        updated_at=bindparam("b_at"),
+    )
+)
+
+
+@dataclass(slots=True)
+class _Folded:
+    """A stored average as measurements are folded into it (record_many)."""
+
+    iterations_per_s: float
+    count: int
+    source: str
 
 
 def _check_rate(iterations_per_s: float) -> None:
@@ -64,27 +101,75 @@ class ThroughputRepository:
     def record_many(
         self, measurements: Sequence[Measured], *, alpha: float = DEFAULT_ALPHA
     ) -> None:
-        """`record` for several measurements, in order, written at the unit of work's next
-        flush; their rows are loaded with one query. Recording them one by one would query
-        once per key, and every query first flushes what the unit of work has pending."""
+        """`record` for several measurements, in order: their rows are read with one query
+        and written with one statement per kind (updates, inserts), as plain columns.
+        Workers report every few seconds, and loading and flushing the rows through the
+        ORM cost more than the rest of storing a report. Rows of these keys loaded in
+        this unit of work before are not refreshed."""
         for m in measurements:
             _check_rate(m.iterations_per_s)
-        keys = list({(m.job_type, m.gpu_type, m.num_gpus) for m in measurements})
+        keys = list(dict.fromkeys((m.job_type, m.gpu_type, m.num_gpus) for m in measurements))
         if not keys:
             return
-        columns = tuple_(ThroughputRow.job_type, ThroughputRow.gpu_type, ThroughputRow.num_gpus)
-        rows = {
-            (row.job_type, row.gpu_type, row.num_gpus): row
-            for row in self._session.scalars(select(ThroughputRow).where(columns.in_(keys)))
+        if self._session.new or self._session.dirty:
+            # What the unit of work holds unflushed is read as the ORM's query would.
+            self._session.flush()
+        connection = self._session.connection()
+        stored: dict[tuple[str, str, int], _Folded] = {
+            (job_type, gpu_type, num_gpus): _Folded(rate, count, source)
+            for job_type, gpu_type, num_gpus, rate, count, source in connection.execute(
+                _STORED, {"keys": keys}
+            )
         }
         now = utcnow()
+        new: dict[tuple[str, str, int], _Folded] = {}
         for m in measurements:
             key = (m.job_type, m.gpu_type, m.num_gpus)
-            row = rows.get(key)
-            if row is None:
-                rows[key] = self._new_row(*key, m.iterations_per_s, MEASURED)
-                continue
-            self._fold(row, m.iterations_per_s, alpha, now)
+            folded = stored.get(key) or new.get(key)
+            if folded is None:
+                new[key] = _Folded(m.iterations_per_s, 1, MEASURED)
+            elif folded.source == MEASURED:
+                folded.iterations_per_s = (
+                    alpha * m.iterations_per_s + (1 - alpha) * folded.iterations_per_s
+                )
+                folded.count += 1
+            else:
+                folded.iterations_per_s, folded.count, folded.source = (
+                    m.iterations_per_s,
+                    1,
+                    MEASURED,
+                )
+        changed = [
+            {
+                "b_job_type": key[0],
+                "b_gpu_type": key[1],
+                "b_num_gpus": key[2],
+                "b_rate": f.iterations_per_s,
+                "b_count": f.count,
+                "b_source": f.source,
+                "b_at": now,
+            }
+            for key, f in stored.items()
+        ]
+        if changed:
+            connection.execute(_UPDATE, changed)
+        if new:
+            connection.execute(
+                insert(_TABLE),
+                [
+                    {
+                        "job_type": key[0],
+                        "gpu_type": key[1],
+                        "num_gpus": key[2],
+                        "iterations_per_s": f.iterations_per_s,
+                        "count": f.count,
+                        "source": f.source,
+                        "updated_at": now,
+                    }
+                    for key, f in new.items()
+                ],
+            )
+        mark_written(self._session)
 
     @staticmethod
     def _fold(row: ThroughputRow, iterations_per_s: float, alpha: float, now: datetime) -> None:

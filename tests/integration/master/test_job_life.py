@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from master.daemon import Master
-from protos.hadar.v1 import common_pb2, hadar_pb2, worker_pb2
+from protos.hadar.v1 import common_pb2, coordinator_pb2, hadar_pb2, worker_pb2
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import FakeWorker, wait_for
 
@@ -71,6 +71,72 @@ def test_submit_schedule_push_progress_complete(cluster: Cluster) -> None:
     # The next round extends nothing and starts nothing; the job stays done.
     assert master.run_round().started == ()
     assert job_state(api, job.id) == common_pb2.JOB_STATE_COMPLETED
+
+
+def test_a_running_jobs_later_reports_store_counters_service_and_rates_as_the_first(
+    cluster: Cluster,
+) -> None:
+    """After a task's first report (which starts it running), reports that only move
+    counters are stored the same way: iterations and checkpoints only move forward,
+    service adds up per report, each rate folds into the measured average, the job's
+    version moves once per report that changes it; in one call, a report for a job
+    cancelled since is stale while the other job's is stored."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1", num_gpus=4)
+    api = cluster.api(master)
+    kept = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec("kept", 1, 1000))).job
+    gone = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec("gone", 1, 1000))).job
+    assert set(master.run_round().started) == {kept.id, gone.id}
+    wait_for(lambda: {kept.id, gone.id} <= set(worker.running_jobs()), what="both START")
+
+    def stored(job_id: int) -> common_pb2.Job:
+        job: common_pb2.Job = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id)).job
+        return job
+
+    def counts() -> int:
+        rows = master.tx.read(lambda uow: uow.throughput.all())
+        return sum(r.count for r in rows if r.source == "measured")
+
+    worker.progress(kept.id, 40, rate=10.0)
+    first = stored(kept.id)
+    assert first.iterations_done == 40 and first.tasks[0].state == common_pb2.TASK_STATE_RUNNING
+    measured = counts()
+    worker.progress(kept.id, 70, rate=20.0)
+    later = stored(kept.id)
+    assert later.iterations_done == 70 and later.attained_service > first.attained_service
+    assert counts() == measured + 1
+    version = master.tx.read(lambda uow: uow.jobs.get(kept.id).version)
+    worker.progress(kept.id, 50, rate=20.0)
+    late = stored(kept.id)
+    # Time passed: the late report still adds service, so it changes the job once.
+    assert late.iterations_done == 70 and late.attained_service > later.attained_service
+    assert master.tx.read(lambda uow: uow.jobs.get(kept.id).version) == version + 1
+
+    worker.progress(gone.id, 10)
+    api.CancelJob(hadar_pb2.CancelJobRequest(job_id=gone.id))
+    refs = {t.job_id: t for t in worker.tasks.values()}
+    ack = worker.coordinator.ReportProgress(
+        coordinator_pb2.ReportProgressRequest(
+            node="n1",
+            reports=[
+                coordinator_pb2.ProgressReport(
+                    job_id=job_id,
+                    task_index=0,
+                    lease=refs[job_id].lease,
+                    iterations_done=90,
+                    iterations_per_s=10.0,
+                    checkpoint_iterations=80,
+                    gpu_type=refs[job_id].gpu_type,
+                )
+                for job_id in (gone.id, kept.id)
+            ],
+        ),
+        metadata=worker.metadata,
+        timeout=10,
+    )
+    assert [a.stale for a in ack.acks] == [True, False]
+    assert (stored(kept.id).iterations_done, stored(kept.id).checkpoint_iterations) == (90, 80)
+    assert stored(gone.id).iterations_done == 10
 
 
 def test_job_waits_for_gpus_with_its_memory_and_says_so(cluster: Cluster) -> None:

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from store import ConflictError, Database
+from store.repositories.jobs import ProgressWrite
 from store.states import JobState
 from tests.unit.store.conftest import submit
 
@@ -87,3 +88,23 @@ def test_two_threads_updating_one_job_one_wins(db: Database) -> None:
         events = uow.jobs.events(job_id)
     assert job.version == 2
     assert len(events) == 2 and events[1].kind == job.reason
+
+
+def test_progress_written_over_a_newer_version_is_a_conflict_and_writes_nothing(
+    db: Database,
+) -> None:
+    """write_progress checks each job's version as a flush does: when another unit of work
+    changed the job after its counters were read, the write raises ConflictError and the
+    winner's change stands."""
+    job_id = submit(db)
+    other = submit(db, name="other")
+    with pytest.raises(ConflictError), db.transaction() as loser:
+        targets = loser.jobs.progress_targets([job_id, other])
+        with db.transaction() as winner:
+            winner.jobs.record_progress(job_id, iterations_done=50)
+        loser.jobs.write_progress(
+            [ProgressWrite(t.id, t.version, 30, 30, t.attained_service) for t in targets.values()]
+        )
+    with db.transaction() as uow:
+        assert uow.jobs.get(job_id).iterations_done == 50
+        assert uow.jobs.get(other).iterations_done == 0

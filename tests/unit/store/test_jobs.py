@@ -9,6 +9,7 @@ import pytest
 from store import AlreadyExistsError, Database, InvalidTransitionError, NotFoundError
 from store.domain import JobSpec, NewJob
 from store.job_memo import JobMemo
+from store.repositories.jobs import ProgressWrite
 from store.states import ALLOWED_JOB_TRANSITIONS, TERMINAL_JOB_STATES, JobState, ProgramKind
 from tests.unit.store.conftest import make_spec, submit
 
@@ -352,3 +353,26 @@ def test_hold_candidates_are_the_unfinished_jobs_a_hold_can_apply_to(db: Databas
     with db.transaction() as uow:
         assert [j.id for j in uow.jobs.hold_candidates(memo=memo)] == expected
     assert memo.known() == remembered
+
+
+def test_progress_written_from_plain_columns_is_what_the_orm_would_store(db: Database) -> None:
+    """progress_targets reads a job's counters without loading its row; write_progress
+    stores new counters, marks the job as reporting progress and moves its version once,
+    so a reader holding the old version sees the job changed."""
+    job_id = submit(db)
+    with db.transaction() as uow:
+        uow.jobs.record_progress(job_id, iterations_done=10, service_delta=1.5)
+    with db.transaction() as uow:
+        target = uow.jobs.progress_targets([job_id, 999_999])
+        assert list(target) == [job_id]
+        before = target[job_id]
+        assert (before.iterations_done, before.attained_service) == (10, 1.5)
+        assert not before.reports_progress and before.state is JobState.PENDING
+        uow.jobs.write_progress(
+            [ProgressWrite(job_id, before.version, 25, 20, before.attained_service + 2.0)]
+        )
+    with db.transaction() as uow:
+        job = uow.jobs.get(job_id)
+    assert (job.iterations_done, job.checkpoint_iterations) == (25, 20)
+    assert job.attained_service == pytest.approx(3.5)
+    assert job.reports_progress and job.version == before.version + 1
