@@ -98,6 +98,8 @@ class ProgressWrite:
 # column; IN lists, expanded when run). The keys' two IN lists are matched as pairs by the
 # caller of _KEYED.
 _INSERT_PLAIN = insert(_JOBS).returning(*_JOBS.c, sort_by_parameter_order=True)
+_INSERT_KEYS = insert(_KEYS)
+_INSERT_EVENTS = insert(_EVENTS)
 _KEYED = select(
     IdempotencyKeyRow.user,
     IdempotencyKeyRow.key,
@@ -600,11 +602,11 @@ class JobRepository:
         # Through the session's connection, as plain tables: no ORM execution path.
         connection = self._session.connection()
         if keys:
-            connection.execute(insert(_KEYS), keys)
+            connection.execute(_INSERT_KEYS, keys)
         if not events:
             return
         connection.execute(
-            insert(_EVENTS),
+            _INSERT_EVENTS,
             [
                 {
                     "job_id": job_id,
