@@ -9,7 +9,8 @@ workers faked at the RPC client: every assignment is applied at once. A first ro
 what fits (a few hundred tasks, then acknowledged and reporting progress); then it times
 
 - steady rounds: nothing changed since the last round;
-- rounds after changes: a few submissions, a cancellation and progress reports.
+- rounds after changes: submissions (``--submissions``, 5 by default), a cancellation and
+  progress reports.
 
 Per phase it prints the median and the maximum of the wall time: ``holds`` (the dependency
 check the daemon runs before each round), then the round's ``read``, ``plan``, ``persist``
@@ -21,6 +22,7 @@ dependency check included) loaded from the store.
 
     .venv/bin/python bench/bench_round.py [--jobs 5000] [--nodes 200] [--rounds 8]
         [--policy fifo] [--database URL] [--profile read] [--planning-process-from-jobs N]
+        [--submissions 5]
 """
 
 from __future__ import annotations
@@ -291,12 +293,14 @@ class Bench:
             self.jobs.report_progress(node, updates)
         return sum(len(u) for u in by_node.values())
 
-    def change(self, rng: random.Random, round_index: int) -> None:
-        """What happens between two rounds of a busy cluster: five submissions, one
-        cancelled waiting job, progress from ten running tasks."""
+    def change(self, rng: random.Random, round_index: int, submissions: int = 5) -> None:
+        """What happens between two rounds of a busy cluster: `submissions` submissions,
+        one cancelled waiting job, progress from ten running tasks."""
         admin = Caller("bench", admin=True)
-        for i in range(5):
-            spec = job_spec(rng, 100_000 + 10 * round_index + i)
+        for i in range(submissions):
+            spec = job_spec(rng, 100_000 + 100_000 * round_index + i)
+            # Stored directly, the queue may hold what a submission is refused for.
+            spec = dataclasses.replace(spec, forkable=spec.forkable and spec.preemptible)
             self.jobs.submit(Caller(rng.choice(USERS)), spec_to_pb(spec))
         waiting = self.tx.read(lambda uow: uow.jobs.query(states=[JobState.PENDING], limit=50))
         if waiting:
@@ -376,6 +380,12 @@ def main() -> int:
     parser.add_argument("--policy", default="fifo")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--submissions",
+        type=int,
+        default=5,
+        help="submissions between two changed rounds (the target load: about 1000)",
+    )
+    parser.add_argument(
         "--planning-process-from-jobs",
         type=int,
         default=None,
@@ -428,11 +438,13 @@ def run(args: argparse.Namespace, database: str) -> int:
         rng = random.Random(args.seed + 1)
         changed = []
         for i in range(args.rounds):
-            bench.change(rng, i)
+            bench.change(rng, i, args.submissions)
             changed.append(bench.round())
         summary(f"steady rounds, {args.policy}", steady)
         summary(
-            f"rounds after 5 submissions, a cancel, 10 progress reports, {args.policy}", changed
+            f"rounds after {args.submissions} submissions, a cancel, 10 progress reports, "
+            f"{args.policy}",
+            changed,
         )
         if args.profile:
             profile(bench, args.profile)

@@ -54,8 +54,8 @@ class ReadMemo:
     """What one round's read keeps for the next, so that the next loads and converts only
     what changed: the jobs (:class:`store.job_memo.JobMemo`, checked against the store's
     row versions on every read) and the views of the jobs that hold nothing and never
-    ran, each with the job object and the restart cost it was built from (a job changed
-    in the store comes back from the memo as a new object). Rounds read one at a time;
+    ran, each with the job and the restart cost it was built from (a job changed in the
+    store comes back from the memo with a new version). Rounds read one at a time;
     the job memo may be shared with other readers."""
 
     jobs: JobMemo = field(default_factory=JobMemo)
@@ -64,7 +64,10 @@ class ReadMemo:
     def view(self, job: Job, restart_s: float) -> JobView:
         """The view of `job`, holding nothing and with no service received."""
         known = self.views.get(job.id)
-        if known is not None and known[0] is job and known[1] == restart_s:
+        # Same version, same job but for its waiting reason (written without a new
+        # version, and no part of a view): each round sets the reasons of the jobs that
+        # arrived since the one before.
+        if known is not None and known[0].version == job.version and known[1] == restart_s:
             return known[2]
         view = job_view(job, None, restart_s)
         self.views[job.id] = (job, restart_s, view)

@@ -30,8 +30,9 @@ from store.session_writes import has_written, mark_written
 from store.states import REQUEUABLE_JOB_STATES, TERMINAL_JOB_STATES, JobState, can_transition
 
 _LIVE = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]
-# Ids per statement when rows are read by id with a memo; beyond this many changed rows a
-# read of the unfinished jobs reads every one of them in one statement instead.
+# Ids per statement when rows are read by id with a memo; when more than this many rows
+# changed and they are most of the unfinished jobs, a read of the unfinished jobs reads
+# every one of them in one statement instead.
 _LOAD_BY_ID_MAX = 500
 # The tables themselves, for inserts that skip the ORM's unit of work.
 _KEYS = IdempotencyKeyRow.metadata.tables[IdempotencyKeyRow.__tablename__]
@@ -287,8 +288,11 @@ class JobRepository:
                 jobs[job_id] = job if job.reason == reason else replace(job, reason=reason)
         # A row may have changed since its stamp was read (each statement reads the latest
         # commit): the row loaded is newer and wins; one that ended meanwhile is left out.
-        if live_only and len(stale) > _LOAD_BY_ID_MAX:
-            # Every row, or nearly (an empty memo): one statement, not a long list of ids.
+        if live_only and len(stale) > _LOAD_BY_ID_MAX and 2 * len(stale) > len(stamps):
+            # Most rows (an empty memo): one statement, not a long list of ids. Fewer are
+            # read by id, a few hundred at a time, even when many: a long queue that
+            # gained a thousand submissions since the last read loads those, not the
+            # whole queue.
             wanted = set(stale)
             query = select(JobRow).where(JobRow.state.in_(_LIVE))
             rows = [row for row in self._session.scalars(query) if row.id in wanted]

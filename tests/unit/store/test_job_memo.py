@@ -7,10 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from sqlalchemy import event
 
 from store import Database
 from store.domain import Job, NewJob
 from store.job_memo import JobMemo
+from store.models import JobRow
 from store.session_writes import has_written
 from store.states import JobState
 from tests.unit.store.conftest import make_spec, submit
@@ -168,3 +170,32 @@ def test_the_memo_is_dropped_and_every_row_read_again_after_its_interval(db: Dat
     now[0] = 60.0
     assert loads(db, memo) == 3
     assert loads(db, memo) == 0
+
+
+def test_a_long_queue_that_gained_many_jobs_loads_only_those_rows(db: Database) -> None:
+    """More jobs changed than one statement reads by id, yet few among the unfinished
+    jobs (a long queue and a thousand submissions since the last round): the read loads
+    those rows by id, not every unfinished row again, and returns what the store holds."""
+
+    def add(count: int) -> None:
+        with db.transaction() as uow:
+            uow.jobs.add_many(
+                [(NewJob(user="alice", spec=make_spec("q")), ()) for _ in range(count)]
+            )
+
+    add(1500)
+    memo = JobMemo()
+    remembered(db, memo)
+    add(600)
+    loaded: list[int] = []
+
+    def count(row: JobRow, _context: object) -> None:
+        loaded.append(row.id)
+
+    event.listen(JobRow, "load", count)
+    try:
+        jobs = remembered(db, memo)
+    finally:
+        event.remove(JobRow, "load", count)
+    assert len(loaded) == 600
+    assert jobs == plain(db)
