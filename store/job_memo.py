@@ -41,7 +41,8 @@ class JobMemo:
         self._full_read_every_s = full_read_every_s
         self._clock = clock
         self._filled_at: float | None = None
-        # Rows loaded in full by the reads so far (for tests and benchmarks).
+        # Rows read in full from the store by the reads through this memo so far (for
+        # tests and benchmarks).
         self.rows_loaded = 0
 
     def known(self) -> Mapping[int, Job]:
@@ -54,14 +55,18 @@ class JobMemo:
                 self._filled_at = None
             return dict(self._jobs)
 
-    def keep(self, jobs: Iterable[Job], loaded: int) -> None:
-        """Remember `jobs`, the unfinished jobs as just read (`loaded` of them from full
-        rows), in place of what was remembered: finished jobs are forgotten."""
+    def keep(self, jobs: Iterable[Job]) -> None:
+        """Remember `jobs`, the unfinished jobs as just read, in place of what was
+        remembered: finished jobs are forgotten."""
         with self._lock:
             self._jobs = {job.id: job for job in jobs}
-            self.rows_loaded += loaded
             if self._filled_at is None:
                 self._filled_at = self._clock()
+
+    def count_loaded(self, rows: int) -> None:
+        """Count `rows` read in full from the store by a read through this memo."""
+        with self._lock:
+            self.rows_loaded += rows
 
     def clear(self) -> None:
         """Forget everything: the next read loads every row."""

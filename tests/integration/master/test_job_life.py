@@ -113,8 +113,9 @@ def test_a_running_jobs_later_reports_store_counters_service_and_rates_as_the_fi
     assert master.tx.read(lambda uow: uow.jobs.get(kept.id).version) == version + 1
 
     worker.progress(gone.id, 10)
-    api.CancelJob(hadar_pb2.CancelJobRequest(job_id=gone.id))
+    # Taken before the cancellation: its STOP takes the task off the worker.
     refs = {t.job_id: t for t in worker.tasks.values()}
+    api.CancelJob(hadar_pb2.CancelJobRequest(job_id=gone.id))
     ack = worker.coordinator.ReportProgress(
         coordinator_pb2.ReportProgressRequest(
             node="n1",
