@@ -16,7 +16,7 @@ every job, both ways every round, cost the master more than the round's read did
 policy learned is stored with every round as on the thread, so a child that fails or dies
 takes no more with it than a restart of the master would: the policy comes back from the
 store's memory. What comes back with a round is what storing it needs: the jobs its actions
-name and those whose waiting reason changed, not the whole queue (the whole input only when
+name and the waiting reasons that changed, not the whole queue (the whole input only when
 a forecast of start times is due, which takes it). A child that fails, dies or stops
 answering leaves the round to the thread, which reads and decides again from scratch; the
 process is started again for a later round.
@@ -131,9 +131,10 @@ def plan(
 
 
 def trimmed(planned: Planned) -> Planned:
-    """`planned` with only what storing the round needs: the jobs its actions name and
-    those whose waiting reason changed (with those reasons), the nodes and the
-    completions."""
+    """`planned` with only what storing the round needs: the jobs its actions name, the
+    waiting reasons that changed (without their jobs: at a thousand submissions between
+    rounds, unpickling those jobs took the master's interpreter as long as reading them
+    took the child), the nodes and the completions."""
     inp, decision = planned.inp, planned.decision
     reasons = {
         job_id: reason
@@ -142,7 +143,7 @@ def trimmed(planned: Planned) -> Planned:
         and job.state is not JobState.RUNNING
         and job.reason != reason
     }
-    named = {a.job_id for a in decision.actions} | reasons.keys()
+    named = {a.job_id for a in decision.actions}
     light = dataclasses.replace(
         inp,
         snapshot=dataclasses.replace(inp.snapshot, jobs=()),

@@ -399,7 +399,11 @@ class RoundRunner:
         reasons: dict[int, str] = {}
         for job_id, waiting in decision.waiting.items():
             job = inp.jobs.get(job_id)
-            if job is not None and job.state is not JobState.RUNNING and job.reason != waiting:
+            if job is None:
+                # Planned in the child: only the reasons that changed came back, without
+                # their jobs (planner.trimmed).
+                reasons[job_id] = waiting
+            elif job.state is not JobState.RUNNING and job.reason != waiting:
                 reasons[job_id] = waiting
         if not isolate:
             uow.jobs.set_waiting_reasons(reasons)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from master.daemon import Master, base_throughput_model
-from master.rounds.planner import plan
+from master.rounds.planner import plan, trimmed
 from master.rounds.snapshot import ReadMemo
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from store import Database
@@ -65,6 +65,11 @@ def test_a_long_queue_is_planned_in_the_child_as_on_the_rounds_thread(cluster: C
         base_throughput_model(master.settings),
         datetime.now(UTC),
     )
+    # What comes back from the child: the jobs the actions name, and the reasons that
+    # changed without their jobs.
+    light = trimmed(expected)
+    assert set(light.inp.jobs) == {a.job_id for a in expected.decision.actions}
+    assert light.decision.waiting and set(light.decision.waiting) <= set(later)
     result = master.run_round()
     assert result.planned_elsewhere
     assert sorted(result.started) == sorted(expected.decision.started())
