@@ -95,8 +95,11 @@ class _ProgressReport:
     wall: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _ProgressApplied:
+    """What storing one report did: per update whether its lease is stale, the stops its
+    job's completion orders, and whether a job finished."""
+
     stale: list[bool]
     orders: list[StopOrder]
     finished: bool
@@ -428,90 +431,44 @@ class JobManager:
     def _apply_group(
         self, uow: UnitOfWork, group: Sequence[_ProgressReport]
     ) -> list[_ProgressApplied]:
-        # The group's tasks and jobs are loaded with one query each; the per-report steps
-        # below then find the jobs' rows in the unit of work instead of querying each.
+        """One transaction's worth of reports. Most only move running jobs' counters: their
+        jobs are read as plain columns and written with one statement (`_Counters`). A job
+        with a task's first report (it starts running) or a report that finishes it is
+        loaded as a row and changed through the unit of work instead."""
         keys = [(u.job_id, u.task_index, u.lease) for r in group for u in r.updates]
         tasks = uow.tasks.find_many(keys)
-        counted = self._apply_counters_only(uow, group, tasks)
-        if counted is not None:
-            return counted
-        uow.jobs.get_many({t.job_id for t in tasks.values()})
+        targets = uow.jobs.progress_targets({t.job_id for t in tasks.values()})
+        rowed = self._needing_rows(group, tasks, targets)
+        if rowed:
+            # Loaded with one query; the steps below find them in the unit of work.
+            uow.jobs.get_many(rowed)
+        counters: dict[int, _Counters] = {}
         measured: list[Measured] = []
-        applied = [self._apply_progress(uow, report, tasks, measured) for report in group]
+        applied: list[_ProgressApplied] = []
+        for report in group:
+            outcome = _ProgressApplied([], [], False)
+            for update in report.updates:
+                task = tasks.get((update.job_id, update.task_index, update.lease))
+                if task is None or not task.active or task.node != report.node:
+                    outcome.stale.append(True)
+                elif task.job_id in rowed:
+                    self._apply_with_row(uow, report, update, task, tasks, measured, outcome)
+                else:
+                    self._count(report, update, task, targets, counters, measured, outcome)
+            applied.append(outcome)
+        uow.jobs.write_progress([c.write() for c in counters.values() if c.changed])
         uow.throughput.record_many(measured)
         return applied
 
-    def _apply_progress(
-        self,
-        uow: UnitOfWork,
-        report: _ProgressReport,
-        tasks: dict[tuple[int, int, int], Task],
-        measured: list[Measured],
-    ) -> _ProgressApplied:
-        node, now, wall = report.node, report.now, report.wall
-        stale_flags: list[bool] = []
-        orders: list[StopOrder] = []
-        finished = False
-        for update in report.updates:
-            task = tasks.get((update.job_id, update.task_index, update.lease))
-            if task is None or not task.active or task.node != node:
-                stale_flags.append(True)
-                continue
-            job = uow.jobs.get(task.job_id)
-            if is_terminal(job.state):
-                # Finished or cancelled: whatever still runs must stop.
-                stale_flags.append(True)
-                continue
-            stale_flags.append(False)
-            if task.state in (TaskState.ASSIGNED, TaskState.STARTING):
-                task = uow.tasks.set_state(task.id, TaskState.RUNNING, now=now)
-                tasks[(update.job_id, update.task_index, update.lease)] = task
-                if task.task_index == 0:
-                    # Placement to first progress: what starting there cost the job
-                    # (for a move, the old placement's checkpoint too: it starts after).
-                    started = (now - task.created_at).total_seconds()
-                    uow.jobs.record_restart(task.job_id, max(0.0, started), flush=False)
-            service = self._service(task, update, wall)
-            # Written at the group's commit, in one flush for all its reports.
-            job = uow.jobs.record_progress(
-                job.id,
-                iterations_done=update.iterations_done,
-                checkpoint_iterations=update.checkpoint_iterations,
-                service_delta=service,
-                reported=True,
-                flush=False,
-            )
-            measurement = self._measurement(
-                job.id, job.spec.job_type, job.spec.num_gpus, task, update
-            )
-            if measurement is not None:
-                measured.append(measurement)
-            if job.iterations_done >= job.spec.iterations and job.state is JobState.RUNNING:
-                uow.jobs.transition(
-                    job.id,
-                    JobState.COMPLETED,
-                    kind="completed",
-                    reason=f"ran all {job.spec.iterations} iterations",
-                    at=now,
-                )
-                log.info("job completed", job_id=job.id)
-                orders.extend(
-                    release_finished_job(uow, job.id, "job completed", finishing=task.id, now=now)
-                )
-                finished = True
-        return _ProgressApplied(stale_flags, orders, finished)
-
-    def _apply_counters_only(
-        self,
-        uow: UnitOfWork,
+    @staticmethod
+    def _needing_rows(
         group: Sequence[_ProgressReport],
         tasks: dict[tuple[int, int, int], Task],
-    ) -> list[_ProgressApplied] | None:
-        """The group's reports when all they change is running jobs' counters (the common
-        case), stored as plain statements: what `_apply_progress` would store, without
-        loading the jobs' rows. None, with nothing changed, when some report needs more:
-        a task's first report (it starts running) or a report that finishes its job."""
-        targets = uow.jobs.progress_targets({t.job_id for t in tasks.values()})
+        targets: dict[int, ProgressTarget],
+    ) -> set[int]:
+        """The jobs of the group whose reports change more than counters: a task's first
+        report, or progress that reaches the job's iterations."""
+        rowed: set[int] = set()
         reached: dict[int, int] = {}
         for report in group:
             for update in report.updates:
@@ -520,43 +477,93 @@ class JobManager:
                     continue
                 target = targets.get(task.job_id)
                 if target is None or task.state in (TaskState.ASSIGNED, TaskState.STARTING):
-                    return None
-                if is_terminal(target.state):
+                    rowed.add(task.job_id)
                     continue
                 done = max(reached.get(target.id, target.iterations_done), update.iterations_done)
-                if done >= target.iterations:
-                    return None
                 reached[target.id] = done
-        counters: dict[int, _Counters] = {}
-        measured: list[Measured] = []
-        applied: list[_ProgressApplied] = []
-        for report in group:
-            stale_flags: list[bool] = []
-            for update in report.updates:
-                task = tasks.get((update.job_id, update.task_index, update.lease))
-                if task is None or not task.active or task.node != report.node:
-                    stale_flags.append(True)
-                    continue
-                target = targets[task.job_id]
-                if is_terminal(target.state):
-                    # Finished or cancelled: whatever still runs must stop.
-                    stale_flags.append(True)
-                    continue
-                stale_flags.append(False)
-                service = self._service(task, update, report.wall)
-                counter = counters.get(target.id)
-                if counter is None:
-                    counter = counters[target.id] = _Counters.of(target)
-                counter.add(update.iterations_done, update.checkpoint_iterations, service)
-                measurement = self._measurement(
-                    target.id, target.job_type, target.num_gpus, task, update
-                )
-                if measurement is not None:
-                    measured.append(measurement)
-            applied.append(_ProgressApplied(stale_flags, [], False))
-        uow.jobs.write_progress([c.write() for c in counters.values() if c.changed])
-        uow.throughput.record_many(measured)
-        return applied
+                if done >= target.iterations and not is_terminal(target.state):
+                    rowed.add(task.job_id)
+        return rowed
+
+    def _count(
+        self,
+        report: _ProgressReport,
+        update: ProgressUpdate,
+        task: Task,
+        targets: dict[int, ProgressTarget],
+        counters: dict[int, _Counters],
+        measured: list[Measured],
+        outcome: _ProgressApplied,
+    ) -> None:
+        """A report that only moves its running job's counters."""
+        target = targets[task.job_id]
+        if is_terminal(target.state):
+            # Finished or cancelled: whatever still runs must stop.
+            outcome.stale.append(True)
+            return
+        outcome.stale.append(False)
+        service = self._service(task, update, report.wall)
+        counter = counters.get(target.id)
+        if counter is None:
+            counter = counters[target.id] = _Counters.of(target)
+        counter.add(update.iterations_done, update.checkpoint_iterations, service)
+        measurement = self._measurement(target.id, target.job_type, target.num_gpus, task, update)
+        if measurement is not None:
+            measured.append(measurement)
+
+    def _apply_with_row(
+        self,
+        uow: UnitOfWork,
+        report: _ProgressReport,
+        update: ProgressUpdate,
+        task: Task,
+        tasks: dict[tuple[int, int, int], Task],
+        measured: list[Measured],
+        outcome: _ProgressApplied,
+    ) -> None:
+        """A report that starts its task running or finishes its job, through the job's
+        row."""
+        now = report.now
+        job = uow.jobs.get(task.job_id)
+        if is_terminal(job.state):
+            # Finished or cancelled: whatever still runs must stop.
+            outcome.stale.append(True)
+            return
+        outcome.stale.append(False)
+        if task.state in (TaskState.ASSIGNED, TaskState.STARTING):
+            task = uow.tasks.set_state(task.id, TaskState.RUNNING, now=now)
+            tasks[(update.job_id, update.task_index, update.lease)] = task
+            if task.task_index == 0:
+                # Placement to first progress: what starting there cost the job
+                # (for a move, the old placement's checkpoint too: it starts after).
+                started = (now - task.created_at).total_seconds()
+                uow.jobs.record_restart(task.job_id, max(0.0, started), flush=False)
+        service = self._service(task, update, report.wall)
+        # Written at the group's commit, in one flush for all its reports.
+        job = uow.jobs.record_progress(
+            job.id,
+            iterations_done=update.iterations_done,
+            checkpoint_iterations=update.checkpoint_iterations,
+            service_delta=service,
+            reported=True,
+            flush=False,
+        )
+        measurement = self._measurement(job.id, job.spec.job_type, job.spec.num_gpus, task, update)
+        if measurement is not None:
+            measured.append(measurement)
+        if job.iterations_done >= job.spec.iterations and job.state is JobState.RUNNING:
+            uow.jobs.transition(
+                job.id,
+                JobState.COMPLETED,
+                kind="completed",
+                reason=f"ran all {job.spec.iterations} iterations",
+                at=now,
+            )
+            log.info("job completed", job_id=job.id)
+            outcome.orders.extend(
+                release_finished_job(uow, job.id, "job completed", finishing=task.id, now=now)
+            )
+            outcome.finished = True
 
     def _service(self, task: Task, update: ProgressUpdate, wall: float) -> float:
         """Normalized GPU-seconds since this task's previous report: seconds x GPUs x the

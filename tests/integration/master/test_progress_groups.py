@@ -57,3 +57,56 @@ def test_reports_arriving_during_a_commit_are_stored_in_one_transaction(cluster:
     }
     reported = {next(iter(w.running_jobs())): 100 + i for i, w in enumerate(workers)}
     assert done == reported
+
+
+def test_a_group_mixing_counters_first_reports_and_completions_stores_each(
+    cluster: Cluster,
+) -> None:
+    """In one transaction: reports that only move running jobs' counters, first reports
+    (their tasks start running) and reports that reach their jobs' iterations (those
+    complete): each job ends as its own report says, every call answered as current."""
+    master = cluster.master()
+    workers = [cluster.worker(master, f"n{i}", num_gpus=1) for i in range(8)]
+    api = cluster.api(master)
+    spec = common_pb2.JobSpec(
+        name="mixed",
+        num_gpus=1,
+        iterations=1000,
+        workload=common_pb2.WorkloadProgram(name="resnet"),
+    )
+    for _ in workers:
+        api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec))
+    master.run_round()
+    wait_for(lambda: all(len(w.running_jobs()) == 1 for w in workers), what="one job per worker")
+    job_of = {w.name: next(iter(w.running_jobs())) for w in workers}
+    for worker in workers[:6]:
+        worker.progress(job_of[worker.name], 100)
+    before = master.jobs.progress_groups
+    # n0-n3 move counters, n4-n5 finish their jobs, n6-n7 report for the first time.
+    counts = [500, 500, 500, 500, 1000, 1000, 300, 300]
+    answers: dict[str, list[bool]] = {}
+
+    def report(index: int) -> None:
+        worker = workers[index]
+        response = worker.progress(job_of[worker.name], counts[index])
+        answers[worker.name] = [ack.stale for ack in response.acks]
+
+    threads = [threading.Thread(target=report, args=(i,)) for i in range(8)]
+    with master.tx.job_lock:
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: master.jobs.progress_queued == 7, what="seven reports queued")
+    for thread in threads:
+        thread.join(timeout=20)
+
+    after = master.jobs.progress_groups
+    assert (after.groups - before.groups, after.items - before.items) == (2, 8)
+    assert all(stale == [False] for stale in answers.values()) and len(answers) == 8
+    for index, worker in enumerate(workers):
+        job = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_of[worker.name])).job
+        assert job.iterations_done == counts[index]
+        if counts[index] == 1000:
+            assert job.state == common_pb2.JOB_STATE_COMPLETED
+        else:
+            assert job.state == common_pb2.JOB_STATE_RUNNING
+            assert job.tasks[0].state == common_pb2.TASK_STATE_RUNNING
