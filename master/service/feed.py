@@ -123,7 +123,7 @@ class EventFeed:
 def _read_after(after: int) -> Callable[[UnitOfWork], list[FeedEntry]]:
     def read(uow: UnitOfWork) -> list[FeedEntry]:
         events = uow.jobs.events_after(after, limit=READ_BATCH)
-        jobs = uow.jobs.get_many({e.job_id for e in events})
+        jobs = uow.jobs.read_many({e.job_id for e in events})
         running = uow.tasks.active_for_jobs(
             [job_id for job_id, job in jobs.items() if job.state is JobState.RUNNING]
         )

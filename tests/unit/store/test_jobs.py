@@ -376,3 +376,18 @@ def test_progress_written_from_plain_columns_is_what_the_orm_would_store(db: Dat
     assert (job.iterations_done, job.checkpoint_iterations) == (25, 20)
     assert job.attained_service == pytest.approx(3.5)
     assert job.reports_progress and job.version == before.version + 1
+
+
+def test_jobs_read_as_plain_columns_equal_those_read_as_rows(db: Database) -> None:
+    """read_many returns what get_many returns, for jobs in any state, and leaves out ids
+    that name no job; it sees what its own unit of work changed and has not flushed."""
+    ids = [submit(db, name=f"job-{i}") for i in range(3)]
+    with db.transaction() as uow:
+        uow.jobs.transition(ids[1], JobState.CANCELLED, kind="cancelled", reason="x")
+        uow.jobs.record_progress(ids[2], iterations_done=7, service_delta=1.0, flush=False)
+        assert uow.jobs.read_many([ids[2]])[ids[2]].iterations_done == 7
+    with db.transaction() as uow:
+        plain = uow.jobs.read_many([*ids, 999_999])
+    with db.transaction() as uow:
+        assert plain == uow.jobs.get_many([*ids, 999_999])
+    assert sorted(plain) == ids
