@@ -70,6 +70,14 @@ def _current_need(cluster: ClusterView, job: JobView) -> tuple[tuple[str, int], 
     return counts
 
 
+def _fits(need: tuple[tuple[str, int], ...], unclaimed: dict[str, int]) -> bool:
+    """Whether ``unclaimed`` still holds every GPU of ``need``."""
+    if len(need) == 1:  # nearly every job: its GPUs are of one type
+        ((gpu_type, count),) = need
+        return unclaimed.get(gpu_type, 0) >= count
+    return all(unclaimed.get(t, 0) >= k for t, k in need)
+
+
 def greedy_plan(
     snapshot: Snapshot,
     order: Sequence[JobView],
@@ -105,12 +113,8 @@ def greedy_plan(
             reasons[job.id] = f"waiting: queued behind job {blocked_by.id} ({policy_name})"
             continue
         if job.num_gpus <= largest:
-            need = _current_need(cluster, job)
-            if (
-                need is not None
-                and job.current is not None
-                and all(unclaimed.get(t, 0) >= k for t, k in need)
-            ):
+            need = _current_need(cluster, job) if job.current is not None else None
+            if need is not None and job.current is not None and _fits(need, unclaimed):
                 for t, k in need:
                     unclaimed[t] -= k
                 largest = max(unclaimed.values())
@@ -152,10 +156,12 @@ def place_choices(snapshot: Snapshot, choices: Sequence[_Choice], reasons: dict[
         slot for c in choices if c.keep is not None and c.job.current is not None for slot in c.keep
     ]
     usable = snapshot.cluster.usable_by_slot()
-    if len(set(kept)) == len(kept) and all(slot in usable for slot in kept):
+    free: FreeGpus | None
+    if len(set(kept)) == len(kept) and all(map(usable.__contains__, kept)):
         # No two kept jobs share a GPU and all are usable: each takes its GPUs whatever the
-        # order, so they are taken at once, server by server.
-        free = FreeGpus(snapshot.cluster, kept)
+        # order, so they are taken at once, server by server, and only when a job is to be
+        # placed anew (in most rounds of a full cluster none is).
+        free = None
         taken = True
     else:
         free = FreeGpus(snapshot.cluster)
@@ -165,7 +171,7 @@ def place_choices(snapshot: Snapshot, choices: Sequence[_Choice], reasons: dict[
         if (
             choice.keep is not None
             and job.current is not None
-            and (taken or free.take_slots(choice.keep))
+            and (taken or (free is not None and free.take_slots(choice.keep)))
         ):
             allocations[job.id] = job.current
         else:
@@ -178,7 +184,10 @@ def place_choices(snapshot: Snapshot, choices: Sequence[_Choice], reasons: dict[
                 choice.gpu_type = max(counts, key=lambda t: counts[t])
             typed.append(choice)
     typed.sort(key=lambda c: -c.job.num_gpus)
+    if typed and free is None:
+        free = FreeGpus(snapshot.cluster, kept)
     for choice in typed:
+        assert free is not None
         job = choice.job
         assert choice.gpu_type is not None
         slots = free.take(job.num_gpus, choice.gpu_type)
