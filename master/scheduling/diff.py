@@ -107,13 +107,16 @@ def diff(
     extends: list[Action] = []
     reasons = plan.reasons
     holders: dict[GpuSlot, list[int]] | None = None  # built on the first stop
+    # Bound once: the loop runs for every job of every round.
+    extend, extended = ActionKind.EXTEND, extends.append
+    get_old, get_new, get_reason = current.get, planned.get, reasons.get
     for job_id in sorted(current.keys() | planned.keys()):
-        old = current.get(job_id)
-        new = planned.get(job_id)
-        reason = reasons.get(job_id) or ""
+        old = get_old(job_id)
+        new = get_new(job_id)
+        reason = get_reason(job_id) or ""
         if old is not None and new is not None and (old is new or old == new):
             # Most jobs of a round: unchanged, their leases renewed.
-            extends.append(Action(ActionKind.EXTEND, job_id, new, old, reason))
+            extended(Action(extend, job_id, new, old, reason))
         elif old is None and new is not None:
             starts.append(Action(ActionKind.START, job_id, new, None, reason))
         elif old is not None and new is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence, Set
+from itertools import chain
 
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.views import ClusterView, Snapshot
@@ -343,7 +344,8 @@ def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation
         if job is None or job.num_gpus != alloc.num_gpus:
             continue
         if free is None:
-            users.update(slot for a in plan.allocations.values() for slot in set(a.slots))
+            # An allocation lists each GPU once, so its slots count as they are.
+            users.update(chain.from_iterable(a.slots for a in plan.allocations.values()))
             free = FreeGpus(snapshot.cluster, users)
         mine = [slot for slot in set(alloc.slots) if slot in usable and users[slot] == 1]
         free.release(mine)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan
@@ -46,11 +45,9 @@ def fastest_type_chooser(snapshot: Snapshot) -> TypeChooser:
     return choose
 
 
-@dataclass(slots=True)
-class _Choice:
-    job: JobView
-    keep: tuple[GpuSlot, ...] | None
-    gpu_type: str | None
+#: A job chosen to run: the GPUs it keeps (a running job), else the GPU type to place it on.
+#: A plain tuple: a round makes one per running job.
+_Choice = tuple[JobView, tuple[GpuSlot, ...] | None, str | None]
 
 
 def current_slots_usable(snapshot: Snapshot, job: JobView) -> bool:
@@ -101,7 +98,7 @@ def greedy_plan(
         if need is not None and job.current is not None:
             for gpu_type, count in need:
                 unclaimed[gpu_type] -= count
-            choices.append(_Choice(job, job.current.slots, None))
+            choices.append((job, job.current.slots, None))
     blocked_by: JobView | None = None
     types = sorted(unclaimed)
     largest = max(unclaimed.values(), default=0)
@@ -118,14 +115,14 @@ def greedy_plan(
                 for t, k in need:
                     unclaimed[t] -= k
                 largest = max(unclaimed.values())
-                choices.append(_Choice(job, job.current.slots, None))
+                choices.append((job, job.current.slots, None))
                 continue
             candidates = [t for t in types if unclaimed[t] >= job.num_gpus and job.allows(t)]
             if candidates:
                 gpu_type = choose_type(job, candidates)
                 unclaimed[gpu_type] -= job.num_gpus
                 largest = max(unclaimed.values())
-                choices.append(_Choice(job, None, gpu_type))
+                choices.append((job, None, gpu_type))
                 continue
         key = (job.num_gpus, job.allowed_gpu_types, largest, len(choices))
         reason = reason_cache.get(key)
@@ -151,9 +148,12 @@ def waiting_reason(snapshot: Snapshot, job: JobView, unclaimed: dict[str, int]) 
 
 def place_choices(snapshot: Snapshot, choices: Sequence[_Choice], reasons: dict[int, str]) -> Plan:
     allocations: dict[int, Allocation] = {}
-    typed: list[_Choice] = []
+    typed: list[tuple[JobView, str]] = []
     kept = [
-        slot for c in choices if c.keep is not None and c.job.current is not None for slot in c.keep
+        slot
+        for job, keep, _ in choices
+        if keep is not None and job.current is not None
+        for slot in keep
     ]
     usable = snapshot.cluster.usable_by_slot()
     free: FreeGpus | None
@@ -166,31 +166,28 @@ def place_choices(snapshot: Snapshot, choices: Sequence[_Choice], reasons: dict[
     else:
         free = FreeGpus(snapshot.cluster)
         taken = False
-    for choice in choices:
-        job = choice.job
+    for job, keep, chosen in choices:
         if (
-            choice.keep is not None
+            keep is not None
             and job.current is not None
-            and (taken or (free is not None and free.take_slots(choice.keep)))
+            and (taken or (free is not None and free.take_slots(keep)))
         ):
             allocations[job.id] = job.current
+        elif chosen is not None:
+            typed.append((job, chosen))
         else:
-            if choice.gpu_type is None:
-                # Kept GPUs collided (cannot happen with valid current allocations); re-place.
-                counts: dict[str, int] = {}
-                for slot in choice.keep or ():
-                    t = snapshot.cluster.gpu_type(slot)
-                    counts[t] = counts.get(t, 0) + 1
-                choice.gpu_type = max(counts, key=lambda t: counts[t])
-            typed.append(choice)
-    typed.sort(key=lambda c: -c.job.num_gpus)
+            # Kept GPUs collided (cannot happen with valid current allocations); re-place.
+            counts: dict[str, int] = {}
+            for slot in keep or ():
+                t = snapshot.cluster.gpu_type(slot)
+                counts[t] = counts.get(t, 0) + 1
+            typed.append((job, max(counts, key=lambda t: counts[t])))
+    typed.sort(key=lambda c: -c[0].num_gpus)
     if typed and free is None:
         free = FreeGpus(snapshot.cluster, kept)
-    for choice in typed:
+    for job, gpu_type in typed:
         assert free is not None
-        job = choice.job
-        assert choice.gpu_type is not None
-        slots = free.take(job.num_gpus, choice.gpu_type)
+        slots = free.take(job.num_gpus, gpu_type)
         if slots is None:
             slots = free.take_any(job.num_gpus, {t for t in free.types() if job.allows(t)})
         if slots is None:
