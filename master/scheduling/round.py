@@ -275,11 +275,15 @@ def decide_round(
         for a in actions
         if a.allocation is not None and a.kind is not ActionKind.EXTEND
     }
-    waiting = {
-        job.id: snapshot.pending_reason(job.id, plan.reason(job.id) or NOT_CHOSEN)
-        for job in snapshot.jobs
-        if job.id not in placements
-    }
+    waiting: dict[int, str] = {}
+    reasons = plan.reasons
+    for job in snapshot.jobs:
+        if job.id not in placements:
+            reason = reasons.get(job.id) or NOT_CHOSEN
+            # Only a memory request can change the policy's reason (see pending_reason).
+            if job.memory_bytes_per_gpu > 0:
+                reason = snapshot.pending_reason(job.id, reason)
+            waiting[job.id] = reason
     return RoundDecision(
         plan=plan,
         actions=tuple(actions),

@@ -100,6 +100,7 @@ def greedy_plan(
                 unclaimed[gpu_type] -= count
             choices.append((job, job.current.slots, None))
     blocked_by: JobView | None = None
+    queued = ""  # the reason of every job behind blocked_by, the same for all
     types = sorted(unclaimed)
     largest = max(unclaimed.values(), default=0)
     # Reasons depend only on the job's shape and the unclaimed counts: build each once.
@@ -107,7 +108,7 @@ def greedy_plan(
     reason_cache: dict[tuple[int, frozenset[str], int, int], str] = {}
     for job in order:
         if blocked_by is not None:
-            reasons[job.id] = f"waiting: queued behind job {blocked_by.id} ({policy_name})"
+            reasons[job.id] = queued
             continue
         if job.num_gpus <= largest:
             need = _current_need(cluster, job) if job.current is not None else None
@@ -132,6 +133,7 @@ def greedy_plan(
         reasons[job.id] = reason
         if not backfill:
             blocked_by = job
+            queued = f"waiting: queued behind job {job.id} ({policy_name})"
     return place_choices(snapshot, choices, reasons)
 
 
