@@ -270,10 +270,11 @@ def decide_round(
         # to share its new GPUs; the plan as made is valid, so it is carried out instead.
         actions = diff(current, plan)
         placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
+    extend = ActionKind.EXTEND  # bound once: most of a round's actions are extends
     tasks = {
         a.job_id: split_tasks(a.allocation, snapshot)
         for a in actions
-        if a.allocation is not None and a.kind is not ActionKind.EXTEND
+        if a.kind is not extend and a.allocation is not None
     }
     waiting: dict[int, str] = {}
     reasons = plan.reasons
