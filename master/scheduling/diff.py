@@ -107,11 +107,17 @@ def diff(
     extends: list[Action] = []
     reasons = plan.reasons
     holders: dict[GpuSlot, list[int]] | None = None  # built on the first stop
-    for job_id in sorted(set(current) | set(planned)):
-        old = current.get(job_id)
-        new = planned.get(job_id)
-        reason = reasons.get(job_id) or ""
-        if old is None and new is not None:
+    # Bound once: the loop runs for every job of every round.
+    extend, extended = ActionKind.EXTEND, extends.append
+    get_old, get_new, get_reason = current.get, planned.get, reasons.get
+    for job_id in sorted(current.keys() | planned.keys()):
+        old = get_old(job_id)
+        new = get_new(job_id)
+        reason = get_reason(job_id) or ""
+        if old is not None and new is not None and (old is new or old == new):
+            # Most jobs of a round: unchanged, their leases renewed.
+            extended(Action(extend, job_id, new, old, reason))
+        elif old is None and new is not None:
             starts.append(Action(ActionKind.START, job_id, new, None, reason))
         elif old is not None and new is None:
             if holders is None:
@@ -122,9 +128,7 @@ def diff(
             takers = tuple(sorted({o for slot in old.slots for o in holders.get(slot, ())}))
             stops.append(Action(ActionKind.STOP, job_id, None, old, reason, takers))
         elif old is not None and new is not None:
-            if old is new or old == new:
-                extends.append(Action(ActionKind.EXTEND, job_id, new, old, reason))
-            elif (
+            if (
                 old.num_gpus == new.num_gpus
                 and old.num_copies == new.num_copies
                 and not old.same_placement(new)
@@ -142,14 +146,15 @@ def _apply_hysteresis(
     hysteresis: Hysteresis,
 ) -> None:
     moved: list[int] = []
-    for job_id in sorted(current):
-        old = current[job_id]
+    for job_id, old in current.items():
         new = planned.get(job_id)
         if new is None or old is new or old == new or old.same_placement(new):
             continue
         moved.append(job_id)
     if not moved:
         return
+    # Sorted only now: in most rounds nothing moves.
+    moved.sort()
     usable = snapshot.cluster.usable_by_slot()
     claimed: dict[GpuSlot, int] = {}
     for job_id, alloc in planned.items():

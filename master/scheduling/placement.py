@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence, Set
+from itertools import chain
 
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.views import ClusterView, Snapshot
@@ -22,13 +23,14 @@ class FreeGpus:
     of node names), so a best-fit choice costs O(GPUs per server), not O(nodes).
     """
 
-    __slots__ = ("_buckets", "_count", "_nodes", "_types")
+    __slots__ = ("_buckets", "_count", "_nodes", "_places", "_types")
 
     def __init__(self, cluster: ClusterView, used: Iterable[GpuSlot] = ()) -> None:
         # Node index lists are tuples shared with the cluster's template until changed, and
         # the buckets are copied list by list: a ledger costs O(types x bucket sizes).
         template = cluster.free_template
         self._types = cluster.usable_by_slot()
+        self._places = cluster.place_by_slot
         self._nodes: dict[str, dict[str, tuple[int, ...]]] = {
             t: dict(per_node) for t, per_node in template.items()
         }
@@ -45,6 +47,7 @@ class FreeGpus:
         that takes from a few types need not copy them all."""
         other = object.__new__(FreeGpus)
         other._types = self._types
+        other._places = self._places
         other._nodes = {
             t: dict(per_node) for t, per_node in self._nodes.items() if types is None or t in types
         }
@@ -63,10 +66,16 @@ class FreeGpus:
     def grouped(self, slots: Iterable[GpuSlot]) -> dict[tuple[str, str], set[int]]:
         """The usable ones of ``slots`` by (GPU type, node): their indices."""
         by_node: dict[tuple[str, str], set[int]] = {}
+        # A ledger is built from every running job's GPUs each round: one lookup per GPU.
+        places = self._places
         for slot in slots:
-            gpu = self._types.get(slot)
-            if gpu is not None:
-                by_node.setdefault((gpu.type, slot.node), set()).add(slot.index)
+            place = places.get(slot)
+            if place is not None:
+                indices = by_node.get(place)
+                if indices is None:
+                    by_node[place] = {slot.index}
+                else:
+                    indices.add(slot.index)
         return by_node
 
     def discard_grouped(self, by_node: Mapping[tuple[str, str], Set[int]]) -> None:
@@ -335,7 +344,8 @@ def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation
         if job is None or job.num_gpus != alloc.num_gpus:
             continue
         if free is None:
-            users.update(slot for a in plan.allocations.values() for slot in set(a.slots))
+            # An allocation lists each GPU once, so its slots count as they are.
+            users.update(chain.from_iterable(a.slots for a in plan.allocations.values()))
             free = FreeGpus(snapshot.cluster, users)
         mine = [slot for slot in set(alloc.slots) if slot in usable and users[slot] == 1]
         free.release(mine)

@@ -255,27 +255,16 @@ class Plan:
         usable = snapshot.cluster.usable_by_slot()
         owner: dict[GpuSlot, int] = {}
         collisions: dict[GpuSlot, list[int]] = {}
+        type_counts = snapshot.cluster.type_counts
         for job_id, alloc in self.allocations.items():
             job = jobs.get(job_id)
             if job is None:
                 problems.append(f"job {job_id} is planned but not in the snapshot")
                 continue
-            for copy in alloc.copies:
-                if len(copy) != job.num_gpus and not alloc.folds(job.num_gpus):
-                    problems.append(
-                        f"job {job_id} asked for {job.num_gpus} GPUs, a copy got {len(copy)}"
-                    )
-            if alloc.num_copies > 1 and not job.forkable:
-                problems.append(
-                    f"job {job_id} runs as {alloc.num_copies} copies but is not forkable"
-                )
-            if len(alloc.copies) > 1 and len(set(alloc.nodes)) != alloc.num_copies:
-                copy_nodes = [sorted({s.node for s in c}) for c in alloc.copies]
-                if any(len(n) != 1 for n in copy_nodes) or len({n[0] for n in copy_nodes}) != len(
-                    copy_nodes
-                ):
-                    problems.append(f"job {job_id}: copies must each sit on their own node")
-            counts = snapshot.cluster.type_counts(alloc)
+            # One copy of the job's size, the common case, needs none of the copy checks.
+            if alloc.num_copies != 1 or alloc.num_gpus != job.num_gpus:
+                problems.extend(_copy_problems(job, alloc))
+            counts = type_counts(alloc)
             if counts is None or (job.restricted and not all(job.allows(t) for t, _ in counts)):
                 problems.extend(_slot_problems(job, alloc, usable))
         # Which GPUs more than one job holds, looked for only when some GPU repeats.
@@ -307,6 +296,25 @@ class Plan:
             elif ja is not None and jb is not None and not (ja.shareable and jb.shareable):
                 problems.append(f"GPU {slot} shared by {a} and {b}, not both shareable")
         return problems
+
+
+def _copy_problems(job: JobView, alloc: Allocation) -> list[str]:
+    """What is wrong with ``alloc``'s copies for ``job``: their sizes, whether the job may
+    run as copies, and that each copy sits on its own node."""
+    problems: list[str] = []
+    job_id = job.id
+    for copy in alloc.copies:
+        if len(copy) != job.num_gpus and not alloc.folds(job.num_gpus):
+            problems.append(f"job {job_id} asked for {job.num_gpus} GPUs, a copy got {len(copy)}")
+    if alloc.num_copies > 1 and not job.forkable:
+        problems.append(f"job {job_id} runs as {alloc.num_copies} copies but is not forkable")
+    if len(alloc.copies) > 1 and len(set(alloc.nodes)) != alloc.num_copies:
+        copy_nodes = [sorted({s.node for s in c}) for c in alloc.copies]
+        if any(len(n) != 1 for n in copy_nodes) or len({n[0] for n in copy_nodes}) != len(
+            copy_nodes
+        ):
+            problems.append(f"job {job_id}: copies must each sit on their own node")
+    return problems
 
 
 def _slot_problems(job: JobView, alloc: Allocation, usable: Mapping[GpuSlot, GpuView]) -> list[str]:

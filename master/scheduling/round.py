@@ -270,16 +270,21 @@ def decide_round(
         # to share its new GPUs; the plan as made is valid, so it is carried out instead.
         actions = diff(current, plan)
         placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
+    extend = ActionKind.EXTEND  # bound once: most of a round's actions are extends
     tasks = {
         a.job_id: split_tasks(a.allocation, snapshot)
         for a in actions
-        if a.allocation is not None and a.kind is not ActionKind.EXTEND
+        if a.kind is not extend and a.allocation is not None
     }
-    waiting = {
-        job.id: snapshot.pending_reason(job.id, plan.reason(job.id) or NOT_CHOSEN)
-        for job in snapshot.jobs
-        if job.id not in placements
-    }
+    waiting: dict[int, str] = {}
+    reasons = plan.reasons
+    for job in snapshot.jobs:
+        if job.id not in placements:
+            reason = reasons.get(job.id) or NOT_CHOSEN
+            # Only a memory request can change the policy's reason (see pending_reason).
+            if job.memory_bytes_per_gpu > 0:
+                reason = snapshot.pending_reason(job.id, reason)
+            waiting[job.id] = reason
     return RoundDecision(
         plan=plan,
         actions=tuple(actions),

@@ -133,6 +133,11 @@ class ClusterView:
             out[gpu_type] = tuple(tuple(b) for b in buckets)
         return MappingProxyType(out)
 
+    @cached_property
+    def place_by_slot(self) -> Mapping[GpuSlot, tuple[str, str]]:
+        """Usable GPU -> (its type, its node), the key free-GPU ledgers group GPUs by."""
+        return MappingProxyType({gpu.slot: (gpu.type, gpu.node) for gpu in self._usable})
+
     def usable_by_slot(self) -> Mapping[GpuSlot, GpuView]:
         """Usable GPUs by slot."""
         return self._usable_by_slot
@@ -314,13 +319,14 @@ class JobView:
         simulator makes one per running job per round.
         """
         view = object.__new__(JobView)
-        fields = view.__dict__
-        fields.update(self.__dict__)
+        # A copy of the whole field dict is cheaper than filling the new view's one by one.
+        fields = self.__dict__.copy()
         fields["iterations_done"] = iterations_done
         fields["attained_service"] = attained_service
         fields["gpu_seconds_by_type"] = gpu_seconds_by_type
         fields["run_seconds"] = run_seconds
         fields["current"] = current
+        object.__setattr__(view, "__dict__", fields)
         return view
 
     def __deepcopy__(self, memo: dict[int, object]) -> JobView:

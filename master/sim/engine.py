@@ -377,19 +377,8 @@ class Simulator:
             self._speed_weight[key] = cached
         return cached
 
-    def _view(self, job: _Job) -> JobView:
-        # A job that neither ran nor was stopped since the last round looks the same.
-        if job.view is not None:
-            return job.view
-        if job.seen is not None:
-            job.view = job.seen.progressed(
-                iterations_done=job.done,
-                attained_service=job.attained,
-                gpu_seconds_by_type=MappingProxyType(dict(job.gpu_seconds)),
-                run_seconds=job.run_s,
-                current=job.current,
-            )
-            return job.view
+    def _first_view(self, job: _Job) -> JobView:
+        """The job's view in the first round it is shown (later ones derive from it)."""
         spec = job.spec
         job.view = JobView(
             id=spec.id,
@@ -670,9 +659,28 @@ class Simulator:
                 plan_ms = (time.perf_counter() - started) * 1000.0
                 settled = True
             else:
+                views: list[JobView] = []
+                for job in active:
+                    # A job that neither ran nor was stopped since the last round looks
+                    # the same.
+                    view = job.view
+                    if view is None:
+                        seen = job.seen
+                        if seen is not None:
+                            # A job that ran or stopped since: its last view, progressed.
+                            view = job.view = seen.progressed(
+                                iterations_done=job.done,
+                                attained_service=job.attained,
+                                gpu_seconds_by_type=MappingProxyType(dict(job.gpu_seconds)),
+                                run_seconds=job.run_s,
+                                current=job.current,
+                            )
+                        else:
+                            view = self._first_view(job)
+                    views.append(view)
                 snapshot = Snapshot(
                     self.cluster,
-                    tuple(job.view or self._view(job) for job in active),
+                    tuple(views),
                     round_index,
                     cfg.round_s,
                     self.model,
@@ -736,7 +744,18 @@ class Simulator:
                 job = by_id[job_id]
                 current = job.current
                 restarted = current is None or (current is not alloc and current != alloc)
-                shared_rate, alone_rate, partner = self._rates(job, alloc, plan, by_id)
+                cached = job.alone_rate
+                if (
+                    cached is not None
+                    and cached[0] is alloc
+                    and alloc.shared_with is None
+                    and alloc.num_copies == 1
+                ):
+                    # What _rates gives a job alone on its last round's allocation.
+                    shared_rate = alone_rate = cached[1]
+                    partner = None
+                else:
+                    shared_rate, alone_rate, partner = self._rates(job, alloc, plan, by_id)
                 begin = now + (cfg.overhead_s if restarted else 0.0)
                 placed.append((job, alloc, begin, shared_rate, alone_rate, partner))
                 if partner is not None and shared_rate > 0:
@@ -817,7 +836,13 @@ class Simulator:
                 held = end - now
                 job.run_s += held
                 by_user[job.spec.user] = by_user.get(job.spec.user, 0.0) + held * alloc.num_gpus
-                for gpu_type, count, weight in self._type_counts(job, alloc):
+                type_counts = job.type_counts
+                counts = (
+                    type_counts[1]
+                    if type_counts is not None and type_counts[0] is alloc
+                    else self._type_counts(job, alloc)
+                )
+                for gpu_type, count, weight in counts:
                     job.gpu_seconds[gpu_type] = job.gpu_seconds.get(gpu_type, 0.0) + held * count
                     job.attained += held * count * weight
                     if partner is None:

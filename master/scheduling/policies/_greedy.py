@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan
@@ -46,11 +45,9 @@ def fastest_type_chooser(snapshot: Snapshot) -> TypeChooser:
     return choose
 
 
-@dataclass(slots=True)
-class _Choice:
-    job: JobView
-    keep: tuple[GpuSlot, ...] | None
-    gpu_type: str | None
+#: A job chosen to run: the GPUs it keeps (a running job), else the GPU type to place it on.
+#: A plain tuple: a round makes one per running job.
+_Choice = tuple[JobView, tuple[GpuSlot, ...] | None, str | None]
 
 
 def current_slots_usable(snapshot: Snapshot, job: JobView) -> bool:
@@ -68,6 +65,14 @@ def _current_need(cluster: ClusterView, job: JobView) -> tuple[tuple[str, int], 
     if counts is None or (job.restricted and not all(job.allows(t) for t, _ in counts)):
         return None
     return counts
+
+
+def _fits(need: tuple[tuple[str, int], ...], unclaimed: dict[str, int]) -> bool:
+    """Whether ``unclaimed`` still holds every GPU of ``need``."""
+    if len(need) == 1:  # nearly every job: its GPUs are of one type
+        ((gpu_type, count),) = need
+        return unclaimed.get(gpu_type, 0) >= count
+    return all(unclaimed.get(t, 0) >= k for t, k in need)
 
 
 def greedy_plan(
@@ -93,8 +98,9 @@ def greedy_plan(
         if need is not None and job.current is not None:
             for gpu_type, count in need:
                 unclaimed[gpu_type] -= count
-            choices.append(_Choice(job, job.current.slots, None))
+            choices.append((job, job.current.slots, None))
     blocked_by: JobView | None = None
+    queued = ""  # the reason of every job behind blocked_by, the same for all
     types = sorted(unclaimed)
     largest = max(unclaimed.values(), default=0)
     # Reasons depend only on the job's shape and the unclaimed counts: build each once.
@@ -102,26 +108,22 @@ def greedy_plan(
     reason_cache: dict[tuple[int, frozenset[str], int, int], str] = {}
     for job in order:
         if blocked_by is not None:
-            reasons[job.id] = f"waiting: queued behind job {blocked_by.id} ({policy_name})"
+            reasons[job.id] = queued
             continue
         if job.num_gpus <= largest:
-            need = _current_need(cluster, job)
-            if (
-                need is not None
-                and job.current is not None
-                and all(unclaimed.get(t, 0) >= k for t, k in need)
-            ):
+            need = _current_need(cluster, job) if job.current is not None else None
+            if need is not None and job.current is not None and _fits(need, unclaimed):
                 for t, k in need:
                     unclaimed[t] -= k
                 largest = max(unclaimed.values())
-                choices.append(_Choice(job, job.current.slots, None))
+                choices.append((job, job.current.slots, None))
                 continue
             candidates = [t for t in types if unclaimed[t] >= job.num_gpus and job.allows(t)]
             if candidates:
                 gpu_type = choose_type(job, candidates)
                 unclaimed[gpu_type] -= job.num_gpus
                 largest = max(unclaimed.values())
-                choices.append(_Choice(job, None, gpu_type))
+                choices.append((job, None, gpu_type))
                 continue
         key = (job.num_gpus, job.allowed_gpu_types, largest, len(choices))
         reason = reason_cache.get(key)
@@ -131,6 +133,7 @@ def greedy_plan(
         reasons[job.id] = reason
         if not backfill:
             blocked_by = job
+            queued = f"waiting: queued behind job {job.id} ({policy_name})"
     return place_choices(snapshot, choices, reasons)
 
 
@@ -147,41 +150,46 @@ def waiting_reason(snapshot: Snapshot, job: JobView, unclaimed: dict[str, int]) 
 
 def place_choices(snapshot: Snapshot, choices: Sequence[_Choice], reasons: dict[int, str]) -> Plan:
     allocations: dict[int, Allocation] = {}
-    typed: list[_Choice] = []
+    typed: list[tuple[JobView, str]] = []
     kept = [
-        slot for c in choices if c.keep is not None and c.job.current is not None for slot in c.keep
+        slot
+        for job, keep, _ in choices
+        if keep is not None and job.current is not None
+        for slot in keep
     ]
     usable = snapshot.cluster.usable_by_slot()
-    if len(set(kept)) == len(kept) and all(slot in usable for slot in kept):
+    free: FreeGpus | None
+    if len(set(kept)) == len(kept) and all(map(usable.__contains__, kept)):
         # No two kept jobs share a GPU and all are usable: each takes its GPUs whatever the
-        # order, so they are taken at once, server by server.
-        free = FreeGpus(snapshot.cluster, kept)
+        # order, so they are taken at once, server by server, and only when a job is to be
+        # placed anew (in most rounds of a full cluster none is).
+        free = None
         taken = True
     else:
         free = FreeGpus(snapshot.cluster)
         taken = False
-    for choice in choices:
-        job = choice.job
+    for job, keep, chosen in choices:
         if (
-            choice.keep is not None
+            keep is not None
             and job.current is not None
-            and (taken or free.take_slots(choice.keep))
+            and (taken or (free is not None and free.take_slots(keep)))
         ):
             allocations[job.id] = job.current
+        elif chosen is not None:
+            typed.append((job, chosen))
         else:
-            if choice.gpu_type is None:
-                # Kept GPUs collided (cannot happen with valid current allocations); re-place.
-                counts: dict[str, int] = {}
-                for slot in choice.keep or ():
-                    t = snapshot.cluster.gpu_type(slot)
-                    counts[t] = counts.get(t, 0) + 1
-                choice.gpu_type = max(counts, key=lambda t: counts[t])
-            typed.append(choice)
-    typed.sort(key=lambda c: -c.job.num_gpus)
-    for choice in typed:
-        job = choice.job
-        assert choice.gpu_type is not None
-        slots = free.take(job.num_gpus, choice.gpu_type)
+            # Kept GPUs collided (cannot happen with valid current allocations); re-place.
+            counts: dict[str, int] = {}
+            for slot in keep or ():
+                t = snapshot.cluster.gpu_type(slot)
+                counts[t] = counts.get(t, 0) + 1
+            typed.append((job, max(counts, key=lambda t: counts[t])))
+    typed.sort(key=lambda c: -c[0].num_gpus)
+    if typed and free is None:
+        free = FreeGpus(snapshot.cluster, kept)
+    for job, gpu_type in typed:
+        assert free is not None
+        slots = free.take(job.num_gpus, gpu_type)
         if slots is None:
             slots = free.take_any(job.num_gpus, {t for t in free.types() if job.allows(t)})
         if slots is None:

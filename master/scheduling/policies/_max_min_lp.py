@@ -32,6 +32,8 @@ from master.scheduling.views import JobView
 MIN_WEIGHT_RATIO = 1e-6
 #: Time fractions below this are read as 0.
 _ZERO = 1e-9
+#: Most kinds of job whose columns are kept; past it they are computed afresh.
+_COLUMNS_KEPT = 4096
 
 _INF = highspy.kHighsInf
 _OPTIMAL = highspy.HighsModelStatus.kOptimal
@@ -52,6 +54,10 @@ class MaxMinLp:
         self._types: tuple[str, ...] = ()
         self._model = _new_model()
         self._parts: dict[int, _Columns] = {}
+        # A job's columns by (GPU count, priority, rates per type), for the scale they were
+        # computed at: jobs of one kind share them, and most jobs stay from solve to solve.
+        self._columns_scale: tuple[tuple[tuple[str, int], ...], float] | None = None
+        self._columns: dict[tuple[int, float, tuple[float, ...]], _Columns] = {}
         # Per column after ``t`` (column 0): its job and type index; per row after the
         # capacity rows: its job.
         self._col_job: list[int] = []
@@ -85,8 +91,18 @@ class MaxMinLp:
         heaviest = max(job.priority for job in jobs)
         scale = (tuple((t, capacity[t]) for t in types), heaviest)
         wanted: dict[int, _Columns] = {}
+        if scale != self._columns_scale or len(self._columns) > _COLUMNS_KEPT:
+            self._columns_scale = scale
+            self._columns = {}
+        known = self._columns
         for job in jobs:
-            part = _columns(job, types, capacity, total, heaviest, throughput)
+            rates = tuple(throughput.get((job.id, t), 0.0) for t in types)
+            key = (job.num_gpus, job.priority, rates)
+            part = known.get(key)
+            if part is None:
+                part = known[key] = _columns(
+                    job.num_gpus, job.priority, rates, types, capacity, total, heaviest
+                )
             if part[1]:
                 wanted[job.id] = part
         if not wanted:
@@ -216,22 +232,23 @@ def _new_model() -> HighsCore:
 
 
 def _columns(
-    job: JobView,
+    num_gpus: int,
+    priority: float,
+    rates: tuple[float, ...],
     types: tuple[str, ...],
     capacity: Mapping[str, int],
     total: float,
     heaviest: float,
-    throughput: Mapping[tuple[int, str], float],
 ) -> _Columns:
-    """The job's coefficients per allowed type: its throughput there, times its GPU count,
-    over its weight times its throughput on an equal share of every type."""
-    rates = [throughput.get((job.id, t), 0.0) for t in types]
+    """A job's coefficients per allowed type from its GPU count, priority and throughput per
+    type (``rates``, in ``types``' order): its throughput there, times its GPU count, over
+    its weight times its throughput on an equal share of every type."""
     equal_share = sum(r * capacity[t] / total for r, t in zip(rates, types, strict=True))
     if equal_share <= 0:
-        return job.num_gpus, ()
-    weight = max(job.priority / heaviest, MIN_WEIGHT_RATIO)
-    return job.num_gpus, tuple(
-        (k, r * job.num_gpus / (weight * equal_share))
+        return num_gpus, ()
+    weight = max(priority / heaviest, MIN_WEIGHT_RATIO)
+    return num_gpus, tuple(
+        (k, r * num_gpus / (weight * equal_share))
         for k, (r, t) in enumerate(zip(rates, types, strict=True))
-        if r > 0 and job.num_gpus <= capacity[t]
+        if r > 0 and num_gpus <= capacity[t]
     )

@@ -310,12 +310,23 @@ class GavelPolicy:
             for job in snapshot.jobs
             if job.id not in keep
         ]
+        elapsed = self._elapsed
         for t in types:
-            per_type = [
-                (self._priority(share, got, t), share.get(t, 0.0), job)
-                for job, share, got in candidates
-                if job.allows(t)
-            ]
+            # _priority's arithmetic written out: it runs for every job and type each round.
+            per_type: list[tuple[float, float, JobView]] = []
+            for job, share, got in candidates:
+                if not job.allows(t):
+                    continue
+                x = share.get(t, 0.0)
+                if x <= 0:
+                    priority = 0.0
+                else:
+                    received = got.get(t, 0.0)
+                    if received <= 0 or elapsed <= 0:
+                        priority = x * _UNSEEN_PRIORITY
+                    else:
+                        priority = x / (received / elapsed)
+                per_type.append((priority, x, job))
             per_type.sort(key=lambda e: (-e[0], -e[1], e[2].arrival_time, e[2].id))
             entries += [(t, e[2]) for e in per_type]
         for t, job in entries:

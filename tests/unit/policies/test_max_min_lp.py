@@ -159,3 +159,21 @@ def test_gavel_warm_starts_from_its_threshold_and_plans_validly() -> None:
     assert policy.cold_solves == 1
     with pytest.raises(ValueError, match="warm_from"):
         GavelPolicy(warm_from=-1)
+
+
+def test_kept_columns_follow_a_job_whose_priority_changes() -> None:
+    """Columns are kept per kind of job between solves, yet a job that keeps its id but
+    comes back with another priority is solved by its new weight: two one-GPU jobs on one
+    GPU split it evenly, then, with one at half the weight, a third and two thirds."""
+    jobs = [
+        JobView(id=i, job_type="same", num_gpus=1, total_iterations=1.0, priority=1.0)
+        for i in range(2)
+    ]
+    thr = {(0, "v100"): 2.0, (1, "v100"): 2.0}
+    lp = MaxMinLp(efficiency_weight=0.0)
+    x = lp.solve(jobs, {"v100": 1}, thr)
+    assert x[0]["v100"] == pytest.approx(0.5)
+    assert x[1]["v100"] == pytest.approx(0.5)
+    x = lp.solve([replace(jobs[0], priority=0.5), jobs[1]], {"v100": 1}, thr)
+    assert x[0]["v100"] == pytest.approx(1 / 3)
+    assert x[1]["v100"] == pytest.approx(2 / 3)
