@@ -154,7 +154,6 @@ def _run(args: argparse.Namespace) -> int:
     # -> 0.26 s of pauses) costs only cyclic garbage living longer.
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
-    sys.setswitchinterval(settings.switch_interval_ms / 1000)
     try:
         if not master.serve_forever():
             print(

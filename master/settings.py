@@ -207,11 +207,6 @@ class Settings:
     max_streams: int = 64
     max_streams_per_user: int = 8
     worker_rpc_threads: int = 16
-    # How long one thread of the master's process may hold Python's interpreter before
-    # another waiting for it gets it (sys.setswitchinterval; Python's own default is 5 ms).
-    # A call waits for the interpreter each time it comes back from gRPC's or the
-    # database's C code; behind busy threads each such wait lasts a whole interval.
-    switch_interval_ms: float = 5.0
 
     @property
     def max_time_limit_s(self) -> int:
@@ -313,10 +308,6 @@ class Settings:
             (self.max_streams >= 1, "max_streams must be >= 1"),
             (self.max_streams_per_user >= 1, "max_streams_per_user must be >= 1"),
             (self.worker_rpc_threads >= 2, "worker_rpc_threads must be >= 2"),
-            (
-                0.05 <= self.switch_interval_ms <= 100,
-                "switch_interval_ms must be between 0.05 and 100",
-            ),
             (
                 self.max_pending_jobs_per_user >= 0,
                 "max_pending_jobs_per_user must be >= 0 (0: unlimited)",
