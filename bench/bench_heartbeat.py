@@ -39,6 +39,7 @@ from store.states import ProgramKind, TaskState  # noqa: E402
 from store.testing import fresh_postgres_schema  # noqa: E402
 
 TOKEN = "bench-cluster-token"
+METADATA = (("authorization", f"Bearer {TOKEN}"),)
 GPUS = 4
 
 
@@ -102,6 +103,58 @@ def place_job(master: Master, node: str) -> list[coordinator_pb2.TaskRef]:
     return refs
 
 
+def bench_master(url: str, folder: Path, *, heartbeat_timeout_s: float = 60.0) -> Master:
+    """A started master on `url` that takes the benchmark's cluster token and runs no
+    round of its own."""
+    settings = Settings(
+        listen="127.0.0.1:0",
+        database=url,
+        policy="fifo",
+        round_seconds=3600,
+        early_rounds=False,
+        heartbeat_timeout_s=heartbeat_timeout_s,
+        auth="token",
+        cluster_token=TOKEN,
+        cluster_token_file=str(folder / "cluster-token"),
+        checkpoint_dir=str(folder / "checkpoints"),
+        metrics_port=-1,
+    )
+    master = Master(settings)
+    master.start()
+    return master
+
+
+def register(stub: Any, n: int) -> str:
+    """Register the `n`-th benchmark worker (four fake GPUs); its node name."""
+    node = f"bench-{n:03d}"
+    stub.RegisterWorker(
+        coordinator_pb2.RegisterWorkerRequest(node=node, address=f"127.0.0.1:{1 + n}", gpus=gpus()),
+        metadata=METADATA,
+        timeout=10,
+    )
+    return node
+
+
+class StatementCount:
+    """SQL statements an engine runs inside the `with` block."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def _counted(self, *_: Any) -> None:
+        with self._lock:
+            self.count += 1
+
+    def __enter__(self) -> StatementCount:
+        event.listen(self.engine, "before_cursor_execute", self._counted)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._counted)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--beats", type=int, default=2000, help="heartbeats per worker")
@@ -113,43 +166,15 @@ def main() -> int:
         tempfile.TemporaryDirectory() as folder,
         database_url(args.database, Path(folder)) as url,
     ):
-        settings = Settings(
-            listen="127.0.0.1:0",
-            database=url,
-            policy="fifo",
-            round_seconds=3600,
-            early_rounds=False,
-            heartbeat_timeout_s=60.0,
-            auth="token",
-            cluster_token=TOKEN,
-            cluster_token_file=str(Path(folder) / "cluster-token"),
-            checkpoint_dir=str(Path(folder) / "checkpoints"),
-            metrics_port=-1,
-        )
-        master = Master(settings)
-        master.start()
-        statements = 0
+        master = bench_master(url, Path(folder))
         lock = threading.Lock()
-
-        def count(*_: Any) -> None:
-            nonlocal statements
-            with lock:
-                statements += 1
-
-        metadata = (("authorization", f"Bearer {TOKEN}"),)
+        metadata = METADATA
         channel = grpc.insecure_channel(master.address)
         try:
             stub: Any = coordinator_pb2_grpc.CoordinatorStub(channel)  # type: ignore[no-untyped-call]
             requests = []
             for n in range(args.nodes):
-                node = f"bench-{n:03d}"
-                stub.RegisterWorker(
-                    coordinator_pb2.RegisterWorkerRequest(
-                        node=node, address=f"127.0.0.1:{1 + n}", gpus=gpus()
-                    ),
-                    metadata=metadata,
-                    timeout=10,
-                )
+                node = register(stub, n)
                 tasks = [
                     common_pb2.WorkerTask(
                         job_id=r.job_id,
@@ -177,17 +202,16 @@ def main() -> int:
                 with lock:
                     latencies.extend(mine)
 
-            event.listen(master.database.engine, "before_cursor_execute", count)
-            cpu = time.process_time()
-            wall = time.perf_counter()
-            threads = [threading.Thread(target=beat, args=(r,)) for r in requests]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            wall = time.perf_counter() - wall
-            cpu = time.process_time() - cpu
-            event.remove(master.database.engine, "before_cursor_execute", count)
+            with StatementCount(master.database.engine) as statements:
+                cpu = time.process_time()
+                wall = time.perf_counter()
+                threads = [threading.Thread(target=beat, args=(r,)) for r in requests]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                wall = time.perf_counter() - wall
+                cpu = time.process_time() - cpu
         finally:
             channel.close()
             master.stop(grace=0.5)
@@ -205,7 +229,7 @@ def main() -> int:
     print(
         f"  throughput {total / wall:.0f} heartbeats/s, process CPU {cpu / total * 1e6:.0f} us each"
     )
-    print(f"  SQL statements per heartbeat: {statements / total:.3f}")
+    print(f"  SQL statements per heartbeat: {statements.count / total:.3f}")
     return 0
 
 

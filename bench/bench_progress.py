@@ -16,23 +16,25 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import grpc
-from sqlalchemy import event
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_heartbeat import TOKEN, database_url, gpus, place_job  # noqa: E402
-from master.daemon import Master  # noqa: E402
+from bench.bench_heartbeat import (  # noqa: E402
+    StatementCount,
+    bench_master,
+    database_url,
+    place_job,
+    register,
+)
 from master.jobs.manager import ProgressUpdate  # noqa: E402
-from master.settings import Settings  # noqa: E402
-from protos.hadar.v1 import coordinator_pb2, coordinator_pb2_grpc  # noqa: E402
+from protos.hadar.v1 import coordinator_pb2_grpc  # noqa: E402
 
 
 def main() -> int:
@@ -46,43 +48,13 @@ def main() -> int:
         tempfile.TemporaryDirectory() as folder,
         database_url(args.database, Path(folder)) as url,
     ):
-        settings = Settings(
-            listen="127.0.0.1:0",
-            database=url,
-            policy="fifo",
-            round_seconds=3600,
-            early_rounds=False,
-            heartbeat_timeout_s=600.0,
-            auth="token",
-            cluster_token=TOKEN,
-            cluster_token_file=str(Path(folder) / "cluster-token"),
-            checkpoint_dir=str(Path(folder) / "checkpoints"),
-            metrics_port=-1,
-        )
-        master = Master(settings)
-        master.start()
-        statements = 0
-        lock = threading.Lock()
-
-        def count(*_: Any) -> None:
-            nonlocal statements
-            with lock:
-                statements += 1
-
-        metadata = (("authorization", f"Bearer {TOKEN}"),)
+        master = bench_master(url, Path(folder), heartbeat_timeout_s=600.0)
         channel = grpc.insecure_channel(master.address)
         try:
             stub: Any = coordinator_pb2_grpc.CoordinatorStub(channel)  # type: ignore[no-untyped-call]
-            placed: dict[str, list[coordinator_pb2.TaskRef]] = {}
+            placed = {}
             for n in range(args.nodes):
-                node = f"bench-{n:03d}"
-                stub.RegisterWorker(
-                    coordinator_pb2.RegisterWorkerRequest(
-                        node=node, address=f"127.0.0.1:{1 + n}", gpus=gpus()
-                    ),
-                    metadata=metadata,
-                    timeout=10,
-                )
+                node = register(stub, n)
                 placed[node] = place_job(master, node)
 
             def report(iterations: int) -> None:
@@ -106,14 +78,13 @@ def main() -> int:
                         raise SystemExit(f"a report of {node} was stale")
 
             report(10)  # warm-up: each task's first report starts it running
-            event.listen(master.database.engine, "before_cursor_execute", count)
-            cpu = time.process_time()
-            wall = time.perf_counter()
-            for i in range(args.reports):
-                report(20 + 10 * i)
-            wall = time.perf_counter() - wall
-            cpu = time.process_time() - cpu
-            event.remove(master.database.engine, "before_cursor_execute", count)
+            with StatementCount(master.database.engine) as statements:
+                cpu = time.process_time()
+                wall = time.perf_counter()
+                for i in range(args.reports):
+                    report(20 + 10 * i)
+                wall = time.perf_counter() - wall
+                cpu = time.process_time() - cpu
         finally:
             channel.close()
             master.stop(grace=0.5)
@@ -124,7 +95,7 @@ def main() -> int:
         f"reports, {master.database.dialect}, load average {os.getloadavg()[0]:.1f}"
     )
     print(f"CPU per report: {cpu / total * 1000:.2f} ms (wall {wall / total * 1000:.2f} ms)")
-    print(f"SQL statements per report: {statements / total:.1f}")
+    print(f"SQL statements per report: {statements.count / total:.1f}")
     return 0
 
 

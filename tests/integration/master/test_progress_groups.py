@@ -5,10 +5,30 @@ one, and each call is answered once the transaction holding its report committed
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
+from master.daemon import Master
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from tests.integration.master.conftest import Cluster
-from tests.integration.master.fakes import wait_for
+from tests.integration.master.fakes import FakeWorker, wait_for
+
+
+def report_together(
+    master: Master, workers: list[FakeWorker], report: Callable[[int], None]
+) -> None:
+    """Each worker's `report(index)` at once, while the job lock is held (as a round's
+    write holds it): the first report's transaction waits for the lock and the others
+    queue behind it, to be stored together."""
+    threads = [threading.Thread(target=report, args=(i,)) for i in range(len(workers))]
+    with master.tx.job_lock:
+        for thread in threads:
+            thread.start()
+        wait_for(
+            lambda: master.jobs.progress_queued == len(workers) - 1,
+            what=f"{len(workers) - 1} reports queued",
+        )
+    for thread in threads:
+        thread.join(timeout=20)
 
 
 def test_reports_arriving_during_a_commit_are_stored_in_one_transaction(cluster: Cluster) -> None:
@@ -38,13 +58,7 @@ def test_reports_arriving_during_a_commit_are_stored_in_one_transaction(cluster:
         response = worker.progress(job_id, 100 + index)
         answers[worker.name] = [ack.stale for ack in response.acks]
 
-    threads = [threading.Thread(target=report, args=(i,)) for i in range(8)]
-    with master.tx.job_lock:
-        for thread in threads:
-            thread.start()
-        wait_for(lambda: master.jobs.progress_queued == 7, what="seven reports queued")
-    for thread in threads:
-        thread.join(timeout=20)
+    report_together(master, workers, report)
 
     after = master.jobs.progress_groups
     assert (after.groups - before.groups, after.items - before.items) == (2, 8)
@@ -91,13 +105,7 @@ def test_a_group_mixing_counters_first_reports_and_completions_stores_each(
         response = worker.progress(job_of[worker.name], counts[index])
         answers[worker.name] = [ack.stale for ack in response.acks]
 
-    threads = [threading.Thread(target=report, args=(i,)) for i in range(8)]
-    with master.tx.job_lock:
-        for thread in threads:
-            thread.start()
-        wait_for(lambda: master.jobs.progress_queued == 7, what="seven reports queued")
-    for thread in threads:
-        thread.join(timeout=20)
+    report_together(master, workers, report)
 
     after = master.jobs.progress_groups
     assert (after.groups - before.groups, after.items - before.items) == (2, 8)
