@@ -29,6 +29,13 @@ def mark_written(session: Session) -> None:
     session.info[_WROTE] = True
 
 
+def flush_pending(session: Session) -> None:
+    """Flush what `session` holds unflushed, if anything, before a statement run through
+    its connection, so that the statement reads it as the ORM's own query would."""
+    if session.new or session.dirty:
+        session.flush()
+
+
 def watch_writes(factory: sessionmaker[Session]) -> None:
     """Track writes of every session `factory` makes (see :func:`has_written`)."""
     event.listen(factory, "after_flush", _flushed)

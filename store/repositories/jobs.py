@@ -7,9 +7,9 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Text, bindparam, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Row, Text, bindparam, func, insert, or_, select, update
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -26,7 +26,7 @@ from store.job_memo import JobMemo
 from store.models import CompletionNoticeRow, IdempotencyKeyRow, JobEventRow, JobRow, utcnow
 from store.repositories import convert, listing
 from store.repositories.notifications import NotificationRepository
-from store.session_writes import has_written, mark_written
+from store.session_writes import flush_pending, has_written, mark_written
 from store.states import REQUEUABLE_JOB_STATES, TERMINAL_JOB_STATES, JobState, can_transition
 
 _LIVE = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]
@@ -288,26 +288,20 @@ class JobRepository:
         # Read as plain columns: the callers have written nothing in this unit of work
         # (has_written), and building ORM objects for rows nobody changes here cost half
         # of such a read.
-        connection = self._session.connection()
         if live_only and len(stale) > _LOAD_BY_ID_MAX and 2 * len(stale) > len(stamps):
             # Most rows (an empty memo): one statement, not a long list of ids. Fewer are
             # read by id, a few hundred at a time, even when many: a long queue that
             # gained a thousand submissions since the last read loads those, not the
             # whole queue.
             wanted = set(stale)
-            every = connection.execute(select(_JOBS).where(_JOBS.c.state.in_(_LIVE))).all()
+            query = select(_JOBS).where(_JOBS.c.state.in_(_LIVE))
+            every = self._session.connection().execute(query).all()
             fetched = len(every)
             rows = [row for row in every if row.id in wanted]
         else:
-            rows = []
-            for start in range(0, len(stale), _LOAD_BY_ID_MAX):
-                chunk = select(_JOBS).where(_JOBS.c.id.in_(stale[start : start + _LOAD_BY_ID_MAX]))
-                if live_only:
-                    chunk = chunk.where(_JOBS.c.state.in_(_LIVE))
-                rows.extend(connection.execute(chunk))
+            rows = self._rows_by_id(stale, live_only=live_only)
             fetched = len(rows)
         for row in rows:
-            # A returned row has every column under its attribute's name, as a JobRow does.
             jobs[row.id] = convert.job(cast(JobRow, row))
         memo.count_loaded(fetched)
         return jobs
@@ -355,26 +349,31 @@ class JobRepository:
         stamps: list[tuple[int, int, str]] = []
         for start in range(0, len(ids), _LOAD_BY_ID_MAX):
             stamps.extend(self._stamps(JobRow.id.in_(ids[start : start + _LOAD_BY_ID_MAX])))
-        jobs = self._remembered(stamps, memo, live_only=False)
-        return jobs
+        return self._remembered(stamps, memo, live_only=False)
 
     def read_many(self, job_ids: Collection[int]) -> dict[int, Job]:
         """Jobs by id (missing ids are left out), read as plain columns for a unit of work
         that changes none of them: unlike `get_many`, no row is kept for later changes."""
         if not job_ids:
             return {}
-        if self._session.new or self._session.dirty:
-            # What the unit of work holds unflushed is read as the ORM's query would.
-            self._session.flush()
-        ids = sorted(set(job_ids))
+        flush_pending(self._session)
+        return {
+            row.id: convert.job(cast(JobRow, row))
+            for row in self._rows_by_id(sorted(set(job_ids)), live_only=False)
+        }
+
+    def _rows_by_id(self, ids: Sequence[int], *, live_only: bool) -> list[Row[Any]]:
+        """The jobs table's rows of `ids` (unfinished ones only, with `live_only`), a few
+        hundred ids per statement. A returned row has every column under its attribute's
+        name, as a JobRow does."""
         connection = self._session.connection()
-        jobs: dict[int, Job] = {}
+        rows: list[Row[Any]] = []
         for start in range(0, len(ids), _LOAD_BY_ID_MAX):
             chunk = select(_JOBS).where(_JOBS.c.id.in_(ids[start : start + _LOAD_BY_ID_MAX]))
-            for row in connection.execute(chunk):
-                # A returned row has every column under its attribute's name, as a JobRow.
-                jobs[row.id] = convert.job(cast(JobRow, row))
-        return jobs
+            if live_only:
+                chunk = chunk.where(_JOBS.c.state.in_(_LIVE))
+            rows.extend(connection.execute(chunk))
+        return rows
 
     def count_by_state(self, *, user: str = "") -> dict[JobState, int]:
         """Jobs per state, of one user when `user` is given."""

@@ -13,6 +13,7 @@ from store.domain import NewTask, Task
 from store.errors import InvalidTaskTransitionError, NotFoundError
 from store.models import JobRow, TaskRow, UsageRow, utcnow
 from store.repositories import convert
+from store.session_writes import flush_pending
 from store.states import FINISHED_TASK_STATES, ExitKind, TaskState, can_task_transition
 from store.task_changes import PLACEMENT_UNCHANGED
 
@@ -103,9 +104,7 @@ class TaskRepository:
         if not keys:
             return {}
         wanted = set(keys)
-        if self._session.new or self._session.dirty:
-            # What the unit of work holds unflushed is read as the ORM's query would.
-            self._session.flush()
+        flush_pending(self._session)
         rows = self._session.connection().execute(
             _BY_JOBS_AND_LEASES,
             {"jobs": sorted({k[0] for k in wanted}), "leases": sorted({k[2] for k in wanted})},

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from store.domain import ThroughputMeasurement
 from store.models import ThroughputRow, utcnow
 from store.repositories import convert
-from store.session_writes import mark_written
+from store.session_writes import flush_pending, mark_written
 
 MEASURED = "measured"
 PROFILE = "profile"
@@ -58,6 +58,9 @@ _UPDATE = (
 )
 
 
+_INSERT = insert(_TABLE)
+
+
 @dataclass(slots=True)
 class _Folded:
     """A stored average as measurements are folded into it (record_many)."""
@@ -65,6 +68,7 @@ class _Folded:
     iterations_per_s: float
     count: int
     source: str
+    updated_at: datetime
 
 
 def _check_rate(iterations_per_s: float) -> None:
@@ -111,34 +115,23 @@ class ThroughputRepository:
         keys = list(dict.fromkeys((m.job_type, m.gpu_type, m.num_gpus) for m in measurements))
         if not keys:
             return
-        if self._session.new or self._session.dirty:
-            # What the unit of work holds unflushed is read as the ORM's query would.
-            self._session.flush()
+        flush_pending(self._session)
         connection = self._session.connection()
+        now = utcnow()
         stored: dict[tuple[str, str, int], _Folded] = {
-            (job_type, gpu_type, num_gpus): _Folded(rate, count, source)
+            (job_type, gpu_type, num_gpus): _Folded(rate, count, source, now)
             for job_type, gpu_type, num_gpus, rate, count, source in connection.execute(
                 _STORED, {"keys": keys}
             )
         }
-        now = utcnow()
         new: dict[tuple[str, str, int], _Folded] = {}
         for m in measurements:
             key = (m.job_type, m.gpu_type, m.num_gpus)
             folded = stored.get(key) or new.get(key)
             if folded is None:
-                new[key] = _Folded(m.iterations_per_s, 1, MEASURED)
-            elif folded.source == MEASURED:
-                folded.iterations_per_s = (
-                    alpha * m.iterations_per_s + (1 - alpha) * folded.iterations_per_s
-                )
-                folded.count += 1
+                new[key] = _Folded(m.iterations_per_s, 1, MEASURED, now)
             else:
-                folded.iterations_per_s, folded.count, folded.source = (
-                    m.iterations_per_s,
-                    1,
-                    MEASURED,
-                )
+                self._fold(folded, m.iterations_per_s, alpha, now)
         changed = [
             {
                 "b_job_type": key[0],
@@ -155,7 +148,7 @@ class ThroughputRepository:
             connection.execute(_UPDATE, changed)
         if new:
             connection.execute(
-                insert(_TABLE),
+                _INSERT,
                 [
                     {
                         "job_type": key[0],
@@ -172,7 +165,9 @@ class ThroughputRepository:
         mark_written(self._session)
 
     @staticmethod
-    def _fold(row: ThroughputRow, iterations_per_s: float, alpha: float, now: datetime) -> None:
+    def _fold(
+        row: ThroughputRow | _Folded, iterations_per_s: float, alpha: float, now: datetime
+    ) -> None:
         """A measurement into a stored row: into its average, or over a profiled value."""
         if row.source == MEASURED:
             row.iterations_per_s = alpha * iterations_per_s + (1 - alpha) * row.iterations_per_s
