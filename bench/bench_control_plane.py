@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.fake_nodes import ITERATIONS_PER_S, WORKLOADS, FakeNode  # noqa: E402
+from bench.fake_nodes import ITERATIONS_PER_S, WORKLOADS, FakeNode, NodeLoop  # noqa: E402
 from bench.openloop import (  # noqa: E402
     OK,
     HistogramDeltas,
@@ -211,8 +211,18 @@ def job_specs(job_seconds: float, rng: random.Random, count: int = 64) -> list[c
     ]
 
 
+async def _serve(node: FakeNode) -> grpc.aio.Server:
+    """`node`'s Worker service on a port of its own (run on the nodes' loop)."""
+    server = grpc.aio.server()
+    worker_pb2_grpc.add_WorkerServicer_to_server(node, server)  # type: ignore[no-untyped-call]
+    node.address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    return server
+
+
 class Load:
-    """One run's load generator and fake nodes, on one event loop."""
+    """One run's load generator, on one event loop, and its fake nodes' servers, on a loop
+    of their own (see bench.fake_nodes)."""
 
     def __init__(self, args: argparse.Namespace, master: MasterProcess, rate: float) -> None:
         self.args = args
@@ -231,6 +241,7 @@ class Load:
         self.nodes: list[FakeNode] = []
         self.node_stubs: dict[str, Any] = {}
         self.servers: list[grpc.aio.Server] = []
+        self.node_loop = NodeLoop()
         self.users: list[str] = []
         self.user_md: list[tuple[tuple[str, str], ...]] = []
         self.user_stubs: list[Any] = []
@@ -245,6 +256,18 @@ class Load:
         self.lost_counter = math.nan
         self.scrape_errors: Counter[str] = Counter()
         self.rss_peak = math.nan
+        # How late the generator's own loop woke from 1 ms sleeps: a stall delays every
+        # answer it times (its fake nodes answer the master's pushes on this loop too).
+        self.stalls: list[tuple[float, float]] = []
+
+    async def watch_loop(self, stop_at: float) -> None:
+        tick = 0.001
+        while self.loop.time() < stop_at:
+            due = self.loop.time() + tick
+            await asyncio.sleep(tick)
+            late = self.loop.time() - due
+            if late > 0.005:
+                self.stalls.append((due, late))
 
     def channel(self) -> grpc.aio.Channel:
         channel = grpc.aio.insecure_channel(self.master.address, options=CHANNEL_OPTIONS)
@@ -291,11 +314,7 @@ class Load:
                 self.args.gpus_per_worker,
                 self._report_exit,
             )
-            server = grpc.aio.server()
-            worker_pb2_grpc.add_WorkerServicer_to_server(node, server)  # type: ignore[no-untyped-call]
-            node.address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-            await server.start()
-            self.servers.append(server)
+            self.servers.append(await self.node_loop.run(_serve(node)))
             self.nodes.append(node)
             self.node_stubs[node.name] = coordinator_pb2_grpc.CoordinatorStub(self.channel())  # type: ignore[no-untyped-call]
 
@@ -369,6 +388,10 @@ class Load:
             node.stop_refs(stale, self.loop.time())
 
     def _report_exit(self, request: coordinator_pb2.TaskExitedRequest, due: float) -> None:
+        # Called on the nodes' loop (a task's end) or this one (a stop the master ordered).
+        self.loop.call_soon_threadsafe(self._send_exit, request, due)
+
+    def _send_exit(self, request: coordinator_pb2.TaskExitedRequest, due: float) -> None:
         if self.sending:
             stub = self.node_stubs[request.node]
             self.spawn(self.call("TaskExited", stub.TaskExited, request, self.worker_md, due))
@@ -488,6 +511,7 @@ class Load:
                 self.pace(submissions, lambda k, due: self.spawn(self.submit(k, due)), stop_at)
             ),
             self.loop.create_task(self.scrape(stop_at)),
+            self.loop.create_task(self.watch_loop(stop_at)),
         ]
         await asyncio.sleep(max(0.0, start - self.loop.time()))
         cpu_start, own_start, wall_start = (
@@ -521,7 +545,10 @@ class Load:
         for channel in self.channels:
             await channel.close(None)
         for server in self.servers:
-            await server.stop(0)
+            await self.node_loop.run(server.stop(0))
+        self.node_loop.close()
+        if args.timeline:
+            self.write_timeline(Path(args.timeline))
         return self.report(
             nodes=nodes,
             status=status,
@@ -530,6 +557,22 @@ class Load:
             wall=wall,
             load_average=(load_average_start, os.getloadavg()),
         )
+
+    def write_timeline(self, path: Path) -> None:
+        """Every answered call as a JSON line: method, due time (Unix seconds, to line up
+        with the master's log) and latency in ms."""
+        offset = time.time() - self.loop.time()
+        with path.open("w") as out:
+            for method, stats in sorted(self.ledger.methods.items()):
+                for due, latency in zip(stats.answered_due, stats.latencies, strict=True):
+                    out.write(
+                        json.dumps({"rpc": method, "due": due + offset, "ms": latency * 1e3}) + "\n"
+                    )
+            for due, late in self.stalls:
+                out.write(
+                    json.dumps({"rpc": "generator stall", "due": due + offset, "ms": late * 1e3})
+                    + "\n"
+                )
 
     async def _admin_call(self, method: str, request: Any) -> Any:
         stub: Any = hadar_pb2_grpc.HadarStub(self.channels[0])  # type: ignore[no-untyped-call]
@@ -620,6 +663,9 @@ class Load:
                 "lag_p50_ms": percentile(lags, 0.5) * ms,
                 "lag_p99_ms": percentile(lags, 0.99) * ms,
                 "lag_max_ms": max(lags, default=math.nan) * ms,
+                "stalls_over_5ms": len(self.stalls),
+                "stall_s": sum(late for _, late in self.stalls),
+                "stall_max_ms": max((late for _, late in self.stalls), default=0.0) * ms,
             },
             "scrape_errors": dict(self.scrape_errors),
             "machine": {
@@ -732,7 +778,8 @@ def print_report(r: dict[str, Any]) -> None:
     print(
         f"generator (fake nodes included): CPU {g['cpu_s']:.1f} s ({g['cpu_percent']:.0f}% of one "
         f"core); send lag p50 {_ms(g['lag_p50_ms'])} ms, p99 {_ms(g['lag_p99_ms'])} ms, max "
-        f"{_ms(g['lag_max_ms'])} ms"
+        f"{_ms(g['lag_max_ms'])} ms; its loop stalled past 5 ms {g['stalls_over_5ms']} times, "
+        f"{g['stall_s']:.2f} s in all, at most {_ms(g['stall_max_ms'])} ms"
     )
     mach = r["machine"]
     print(
@@ -877,6 +924,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument(
         "--profile", default="", help="write the master's cProfile stats (every thread) here"
+    )
+    parser.add_argument(
+        "--timeline",
+        default="",
+        help="write every answered call (method, due time, latency) here as JSON lines",
     )
     parser.add_argument(
         "--find-max-rate",

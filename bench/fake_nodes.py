@@ -7,13 +7,20 @@ its heartbeats list them (job, task, lease, GPUs, iterations) with the GPUs' uti
 its progress reports carry their cumulative iterations, and when a task runs out of
 iterations (the job's or the lease's budget) or is stopped, it reports the exit. Tasks
 progress at ITERATIONS_PER_S without running anything.
+
+The nodes' servers run on an event loop of their own (`NodeLoop`, in a thread), apart from
+the loop that sends the nodes' calls and times the master's answers: real nodes answer
+pushes on machines of their own, and a round's burst of pushes answered on the timing loop
+held it for tens of milliseconds, which counted against the master. A node's state is
+shared by the two loops behind the node's lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +36,28 @@ GPU_MEMORY = {"k80": 12, "v100": 16, "rtx3090": 24, "a100-40gb": 40}
 WORKLOADS = ("resnet", "lstm", "transformer", "recommendation")
 GIB = 1 << 30
 
-# (exit message, due time) -> sends TaskExited
+# (exit message, due time) -> sends TaskExited; called on either loop.
 ExitReporter = Callable[[coordinator_pb2.TaskExitedRequest, float], None]
+
+
+class NodeLoop:
+    """An event loop in a thread of its own, for the nodes' servers and their timers."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="fake-nodes", daemon=True
+        )
+        self._thread.start()
+
+    async def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Runs `coro` on the nodes' loop and waits for it from the caller's loop."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
 
 
 @dataclass(eq=False)
@@ -48,6 +75,7 @@ class FakeTask:
     started: float
     reported: int = 0
     timer: asyncio.TimerHandle | None = None
+    timer_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -69,6 +97,8 @@ class FakeNode(worker_pb2_grpc.WorkerServicer):
         self.pushes = 0
         self.assignments = 0
         self._report_exit = report_exit
+        # Its tasks are read by the loop sending its calls and changed by its server's.
+        self._lock = threading.Lock()
         # Highest lease applied per job: older ones are refused, as a worker fences them.
         self._leases: dict[int, int] = {}
         # How each (job, lease) that ran here ended: a resent START or a late EXTEND for it
@@ -102,20 +132,24 @@ class FakeNode(worker_pb2_grpc.WorkerServicer):
     # -- what the node sends
 
     def register_request(self) -> coordinator_pb2.RegisterWorkerRequest:
+        with self._lock:
+            tasks = self._worker_tasks(asyncio.get_running_loop().time())
         return coordinator_pb2.RegisterWorkerRequest(
             node=self.name,
             address=self.address,
             gpus=self._registered_gpus,
             agent_version="bench",
             workloads=WORKLOADS,
-            tasks=self._worker_tasks(asyncio.get_running_loop().time()),
+            tasks=tasks,
         )
 
     def heartbeat_request(self, now: float) -> coordinator_pb2.HeartbeatRequest:
-        busy = {i for t in self.tasks.values() for i in t.gpu_indices}
+        with self._lock:
+            busy = {i for t in self.tasks.values() for i in t.gpu_indices}
+            tasks = self._worker_tasks(now)
         return coordinator_pb2.HeartbeatRequest(
             node=self.name,
-            tasks=self._worker_tasks(now),
+            tasks=tasks,
             gpus=[self._busy[i] if i in busy else g for i, g in enumerate(self._idle)],
         )
 
@@ -125,11 +159,14 @@ class FakeNode(worker_pb2_grpc.WorkerServicer):
         reports = []
         at = Timestamp()
         at.FromNanoseconds(time.time_ns())
-        for task in self.tasks.values():
-            done = task.done(now)
-            if done <= task.reported:
-                continue
-            task.reported = done
+        with self._lock:
+            moved = []
+            for task in self.tasks.values():
+                done = task.done(now)
+                if done > task.reported:
+                    task.reported = done
+                    moved.append((task, done))
+        for task, done in moved:
             reports.append(
                 coordinator_pb2.ProgressReport(
                     job_id=task.job_id,
@@ -165,10 +202,13 @@ class FakeNode(worker_pb2_grpc.WorkerServicer):
 
     def stop_refs(self, refs: list[coordinator_pb2.TaskRef], now: float) -> None:
         """Stops the tasks a heartbeat, a registration or a progress ack fenced off."""
-        for ref in refs:
-            task = self.tasks.get((ref.job_id, ref.lease))
-            if task is not None:
-                self._end(task, common_pb2.EXIT_KIND_STOPPED, now)
+        if not refs:
+            return
+        with self._lock:
+            for ref in refs:
+                task = self.tasks.get((ref.job_id, ref.lease))
+                if task is not None:
+                    self._end(task, common_pb2.EXIT_KIND_STOPPED, now)
 
     # -- the Worker service
 
@@ -181,8 +221,9 @@ class FakeNode(worker_pb2_grpc.WorkerServicer):
         self.pushes += 1
         self.assignments += len(request.assignments)
         results = []
-        for a in request.assignments:
-            outcome, message = self._apply(a, now)
+        with self._lock:
+            outcomes = [self._apply(a, now) for a in request.assignments]
+        for a, (outcome, message) in zip(request.assignments, outcomes, strict=True):
             results.append(
                 worker_pb2.AssignmentResult(
                     job_id=a.job_id,
@@ -199,13 +240,14 @@ class FakeNode(worker_pb2_grpc.WorkerServicer):
     ) -> worker_pb2.StopTaskResponse:
         now = asyncio.get_running_loop().time()
         kind = common_pb2.EXIT_KIND_STOPPED if request.checkpoint else common_pb2.EXIT_KIND_KILLED
-        found = [
-            t
-            for t in self.tasks.values()
-            if t.job_id == request.job_id and request.lease in (0, t.lease)
-        ]
-        for task in found:
-            self._end(task, kind, now)
+        with self._lock:
+            found = [
+                t
+                for t in self.tasks.values()
+                if t.job_id == request.job_id and request.lease in (0, t.lease)
+            ]
+            for task in found:
+                self._end(task, kind, now)
         return worker_pb2.StopTaskResponse(was_running=bool(found))
 
     def _apply(
@@ -261,23 +303,31 @@ class FakeNode(worker_pb2_grpc.WorkerServicer):
         )
         self.tasks[task.key] = task
         finish = now + max(0, target - a.iterations_done) / ITERATIONS_PER_S
-        task.timer = asyncio.get_running_loop().call_at(finish, self._finish, task, finish)
+        loop = asyncio.get_running_loop()
+        task.timer, task.timer_loop = loop.call_at(finish, self._finish, task, finish), loop
 
     def _finish(self, task: FakeTask, due: float) -> None:
-        if self.tasks.get(task.key) is not task:
-            return
-        kind = (
-            common_pb2.EXIT_KIND_COMPLETED
-            if task.target >= task.total
-            else common_pb2.EXIT_KIND_LEASE_DONE
-        )
-        self._end(task, kind, due)
+        with self._lock:
+            if self.tasks.get(task.key) is not task:
+                return
+            kind = (
+                common_pb2.EXIT_KIND_COMPLETED
+                if task.target >= task.total
+                else common_pb2.EXIT_KIND_LEASE_DONE
+            )
+            self._end(task, kind, due)
 
     def _end(self, task: FakeTask, kind: common_pb2.ExitKind, due: float) -> None:
         self.tasks.pop(task.key, None)
         self._exited[task.key] = kind
-        if task.timer is not None:
-            task.timer.cancel()
+        if (
+            task.timer is not None
+            and task.timer_loop is not None
+            and not task.timer_loop.is_closed()
+        ):
+            # Ended from either loop; the timer belongs to the nodes' (and one that fires
+            # meanwhile finds the task gone).
+            task.timer_loop.call_soon_threadsafe(task.timer.cancel)
         done = task.target if kind != common_pb2.EXIT_KIND_KILLED else task.start_done
         if kind == common_pb2.EXIT_KIND_STOPPED:
             done = task.done(due)  # checkpointed as it stopped

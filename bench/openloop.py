@@ -69,6 +69,8 @@ class RpcStats:
     lag for every call sent, and the status codes of the others."""
 
     latencies: list[float] = field(default_factory=list)
+    # The due time of each answered call, in the order of `latencies`.
+    answered_due: list[float] = field(default_factory=list)
     lags: list[float] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
 
@@ -112,6 +114,7 @@ class Ledger:
         stats = self._stats(method)
         if code == OK:
             stats.latencies.append(at - due)
+            stats.answered_due.append(due)
         else:
             stats.errors[code] += 1
 

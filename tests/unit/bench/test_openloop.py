@@ -68,6 +68,11 @@ def test_latency_counts_from_the_due_time_and_lag_is_kept_apart() -> None:
     assert summary["errors"] == {"DEADLINE_EXCEEDED": 1}
     assert summary["unanswered"] == 1
     assert ledger.errors() == 2
+    # The timeline pairs each answered call's due time with its latency.
+    stats = ledger.methods["Heartbeat"]
+    assert list(zip(stats.answered_due, stats.latencies, strict=True)) == [
+        (1.0, pytest.approx(0.35))
+    ]
 
 
 def test_round_phases_are_recovered_from_scrapes() -> None:
