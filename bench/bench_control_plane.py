@@ -53,8 +53,10 @@ from bench.openloop import (  # noqa: E402
     Ledger,
     arrivals,
     histogram_series,
+    latency_by_phase,
     parse_samples,
     percentile,
+    round_phases,
     spread,
 )
 from protos.hadar.v1 import (  # noqa: E402
@@ -80,6 +82,8 @@ SCRAPED = frozenset(
 )
 # Each channel its own connection, as separate agents and users have.
 CHANNEL_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
+# The target's bound on a call: the share of calls slower than this is shown per round phase.
+SLOW_S = 0.05
 
 
 def free_port() -> int:
@@ -558,6 +562,23 @@ class Load:
             load_average=(load_average_start, os.getloadavg()),
         )
 
+    def by_round_phase(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Heartbeat and SubmitJob latencies by the round phase under way when each was due
+        (from the master's log), to tell which part of a round holds calls up."""
+        try:
+            with self.master.log.open() as log:
+                phases = round_phases(log)
+        except OSError:
+            return {}
+        offset = time.time() - self.loop.time()
+        out = {}
+        for method in ("Heartbeat", "SubmitJob"):
+            stats = self.ledger.methods.get(method)
+            if stats is not None:
+                calls = zip((d + offset for d in stats.answered_due), stats.latencies, strict=True)
+                out[method] = latency_by_phase(calls, phases, SLOW_S)
+        return out
+
     def write_timeline(self, path: Path) -> None:
         """Every answered call as a JSON line: method, due time (Unix seconds, to line up
         with the master's log) and latency in ms."""
@@ -635,6 +656,7 @@ class Load:
                 "duration": self.rounds.summary(),
                 "phases": {phase: d.summary() for phase, d in self.phases.items()},
             },
+            "by_round_phase": self.by_round_phase(),
             "nodes": {
                 "registered": sum(states.values()),
                 "by_state": dict(states),
@@ -781,6 +803,16 @@ def print_report(r: dict[str, Any]) -> None:
         f"{_ms(g['lag_max_ms'])} ms; its loop stalled past 5 ms {g['stalls_over_5ms']} times, "
         f"{g['stall_s']:.2f} s in all, at most {_ms(g['stall_max_ms'])} ms"
     )
+    for method, phases in r["by_round_phase"].items():
+        print(
+            f"{method} by round phase when due (calls, p50/p99 ms, share over "
+            f"{SLOW_S * 1e3:g} ms): "
+            + "; ".join(
+                f"{phase} {p['calls']:.0f}, {_ms(p['p50_ms'])}/{_ms(p['p99_ms'])}, "
+                f"{p['slow_share']:.0%}"
+                for phase, p in phases.items()
+            )
+        )
     mach = r["machine"]
     print(
         f"machine: {mach['cores']} cores, load average at start "

@@ -9,12 +9,15 @@ itself sent each call is kept apart, so a reader can tell whether it kept up.
 
 from __future__ import annotations
 
+import bisect
+import json
 import math
 import random
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 OK = "OK"
@@ -182,3 +185,53 @@ def histogram_series(
             if count is not None:
                 out[labels] = (value, count)
     return out
+
+
+# The phases of a round as its "round finished" log line times them, in order; what is left
+# of its duration after them counts as the push.
+ROUND_PHASES = ("read", "plan", "persist", "push")
+OUTSIDE = "no round"
+
+
+def round_phases(log_lines: Iterable[str]) -> list[tuple[float, float, str]]:
+    """(start, end, phase) in Unix seconds, sorted, for every round the master's JSON log
+    reports finished (each line's timestamp is the round's end)."""
+    out: list[tuple[float, float, str]] = []
+    for line in log_lines:
+        if '"round finished"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+            end = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+            at = end - float(entry["duration_s"])
+            spans = [float(entry[f"{phase}_s"]) for phase in ROUND_PHASES[:-1]]
+        except (ValueError, KeyError, TypeError):
+            continue
+        for phase, seconds in zip(ROUND_PHASES, [*spans, math.inf], strict=True):
+            stop = min(end, at + seconds)
+            out.append((at, stop, phase))
+            at = stop
+    out.sort()
+    return out
+
+
+def latency_by_phase(
+    calls: Iterable[tuple[float, float]], phases: list[tuple[float, float, str]], slow: float
+) -> dict[str, dict[str, float]]:
+    """Calls (due time in Unix seconds, latency in seconds) grouped by the round phase under
+    way when each was due: count, p50 and p99 in ms, and the share slower than `slow`."""
+    starts = [start for start, _, _ in phases]
+    grouped: dict[str, list[float]] = {}
+    for due, latency in calls:
+        i = bisect.bisect_right(starts, due) - 1
+        phase = phases[i][2] if i >= 0 and due < phases[i][1] else OUTSIDE
+        grouped.setdefault(phase, []).append(latency)
+    return {
+        phase: {
+            "calls": len(values),
+            "p50_ms": percentile(values, 0.5) * 1e3,
+            "p99_ms": percentile(values, 0.99) * 1e3,
+            "slow_share": sum(v > slow for v in values) / len(values),
+        }
+        for phase, values in sorted(grouped.items())
+    }

@@ -4,19 +4,24 @@ from the due time, the generator's lag, and round phases recovered from metric s
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
+from datetime import UTC, datetime
 
 import pytest
 
 from bench.openloop import (
     OK,
+    OUTSIDE,
     HistogramDeltas,
     Ledger,
     arrivals,
     histogram_series,
+    latency_by_phase,
     parse_samples,
     percentile,
+    round_phases,
     spread,
 )
 
@@ -70,9 +75,8 @@ def test_latency_counts_from_the_due_time_and_lag_is_kept_apart() -> None:
     assert ledger.errors() == 2
     # The timeline pairs each answered call's due time with its latency.
     stats = ledger.methods["Heartbeat"]
-    assert list(zip(stats.answered_due, stats.latencies, strict=True)) == [
-        (1.0, pytest.approx(0.35))
-    ]
+    assert stats.answered_due == [1.0]
+    assert stats.latencies == [pytest.approx(0.35)]
 
 
 def test_round_phases_are_recovered_from_scrapes() -> None:
@@ -102,3 +106,31 @@ def test_round_phases_are_recovered_from_scrapes() -> None:
     assert deltas.values == pytest.approx([0.2, 0.5, 0.5])
     assert deltas.exact == 1
     assert deltas.summary()["max_ms"] == pytest.approx(500.0)
+
+
+def test_calls_are_grouped_by_the_round_phase_under_way_when_due() -> None:
+    """A round that ended at t=10 after 0.4 s (read 0.1, plan 0.1, persist 0.1, the rest
+    pushing) splits [9.6, 10] into its phases; calls due elsewhere count as outside rounds."""
+    end = datetime.fromtimestamp(10.0, UTC).isoformat().replace("+00:00", "Z")
+    line = json.dumps(
+        {
+            "event": "round finished",
+            "timestamp": end,
+            "duration_s": 0.4,
+            "read_s": 0.1,
+            "plan_s": 0.1,
+            "persist_s": 0.1,
+            "push_s": 0.1,
+        }
+    )
+    phases = round_phases(["not json", '{"event": "master started"}', line])
+    assert [p for _, _, p in phases] == ["read", "plan", "persist", "push"]
+    assert phases[0][0] == pytest.approx(9.6)
+    assert phases[-1][1] == pytest.approx(10.0)
+    calls = [(9.65, 0.01), (9.85, 0.2), (9.95, 0.06), (5.0, 0.001), (11.0, 0.002)]
+    grouped = latency_by_phase(calls, phases, slow=0.05)
+    assert set(grouped) == {"read", "persist", "push", OUTSIDE}
+    assert grouped["persist"]["p50_ms"] == pytest.approx(200.0)
+    assert grouped["push"]["slow_share"] == 1.0
+    assert grouped[OUTSIDE]["calls"] == 2
+    assert grouped[OUTSIDE]["slow_share"] == 0.0
