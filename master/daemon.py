@@ -522,6 +522,7 @@ class Master:
         if self.rounds.forecaster is not None:
             self.rounds.forecaster.stop()
         self.rounds.planner.stop()
+        self.dispatcher.close()
         self._background.shutdown(wait=True)
         self._rpc_pool.shutdown(wait=True)
         self.workers.close()

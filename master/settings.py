@@ -235,6 +235,15 @@ class Settings:
         return self.round_seconds * self.lease_rounds
 
     @property
+    def extension_spread_s(self) -> float:
+        """How long a scheduled round may take to hand out its lease extensions (see
+        master.nodes.pacing): half the round, less where the lease leaves less room. A
+        lease extended last in the spread must still outlast the next round, that
+        round's spread and push with every retry, and one more round of margin."""
+        room = self.lease_s - 2 * self.round_seconds - self.push_budget_s
+        return max(0.0, min(self.round_seconds / 2, room))
+
+    @property
     def push_budget_s(self) -> float:
         """The longest one push to a worker can take, retries included."""
         return push_budget_s(self.dispatch_timeout_s, self.dispatch_attempts)

@@ -11,6 +11,7 @@ previous placement) waits until that task has exited, then goes out.
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future
@@ -20,6 +21,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from master.jobs.lifecycle import StopOrder, fail_attempt, lose_job_placement, release_tasks
+from master.nodes.pacing import Pacer
 from master.nodes.workers import WorkerClients, WorkerUnreachableError
 from master.process.coalesce import CoalescedRun
 from master.process.groupcommit import GroupCommitter
@@ -37,6 +39,9 @@ log = structlog.get_logger(__name__)
 
 RENDEZVOUS_PORT_BASE = 20000
 RENDEZVOUS_PORT_SPAN = 20000
+# Fewer nodes than this to extend leases on: their pushes go out together (as many as the
+# push pool runs at once, about what a burst costs nothing to).
+PACE_FROM_NODES = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +227,11 @@ class Dispatcher:
         self._answers: GroupCommitter[Sequence[Answer], list[StopOrder]] = GroupCommitter(
             self._record_group
         )
+        self._pacer = Pacer("hadar-extend")
+
+    def close(self) -> None:
+        """Hands over at once the extensions still waiting for their time (see `send`)."""
+        self._pacer.close()
 
     # -- building assignments ------------------------------------------------------------
 
@@ -389,7 +399,9 @@ class Dispatcher:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def send(self, round_number: int, outgoing: Sequence[Outgoing]) -> Push:
+    def send(
+        self, round_number: int, outgoing: Sequence[Outgoing], *, spread_s: float = 0.0
+    ) -> Push:
         """Hand assignments to their nodes' lanes and return at once; see :class:`Push`.
 
         Each node has one lane: one ApplyAssignments in flight at a time, retried up to
@@ -397,6 +409,10 @@ class Dispatcher:
         lane (a node slow to answer) waits there and goes out with the next call, an
         extension replacing the older one of the same task; other nodes' lanes never wait
         for it.
+
+        With `spread_s`, the nodes that get only lease extensions, when there are at least
+        PACE_FROM_NODES of them, are handed to their lanes evenly over that many seconds
+        (the caller makes sure their leases outlast it); starts and stops go at once.
         """
         by_node: dict[str, list[Outgoing]] = defaultdict(list)
         for item in outgoing:
@@ -405,13 +421,40 @@ class Dispatcher:
             return Push()
         # One read for every node handed to, not one per push.
         nodes = self._tx.read(lambda uow: uow.nodes.addresses())
+        paced = [
+            node
+            for node, items in by_node.items()
+            if all(i.assignment.action == worker_pb2.ASSIGNMENT_ACTION_EXTEND for i in items)
+        ]
+        if spread_s <= 0 or len(paced) < PACE_FROM_NODES:
+            paced = []
+        delays = {node: spread_s * k / len(paced) for k, node in enumerate(paced)}
+        now = time.monotonic()
         futures: dict[str, Future[bool]] = {}
         for node, items in by_node.items():
             address = nodes[node][0] if node in nodes else node
-            futures[node] = self._lane(node).hand(
-                round_number, address, items, self._executor, self._drain
-            )
+            delay = delays.get(node, 0.0)
+            if delay > 0:
+                futures[node] = self._hand_at(now + delay, node, round_number, address, items)
+            else:
+                futures[node] = self._lane(node).hand(
+                    round_number, address, items, self._executor, self._drain
+                )
         return Push(futures)
+
+    def _hand_at(
+        self, due: float, node: str, round_number: int, address: str, items: list[Outgoing]
+    ) -> Future[bool]:
+        """`node`'s items handed to its lane at `due` (time.monotonic); the future is the
+        lane's."""
+        handed: Future[bool] = Future()
+
+        def hand() -> None:
+            lane = self._lane(node).hand(round_number, address, items, self._executor, self._drain)
+            lane.add_done_callback(lambda done: handed.set_result(done.result()))
+
+        self._pacer.at(due, hand)
+        return handed
 
     def _lane(self, node: str) -> _Lane:
         with self._lanes_lock:

@@ -139,9 +139,11 @@ class RoundRunner:
 
         With `settle`, the call then waits (outside the round, which is over) until every
         push of the round was answered or given up, and the result counts the workers
-        that could not be reached; scheduled rounds do not wait."""
+        that could not be reached; scheduled rounds do not wait, and they spread their lease
+        extensions over part of the round (Settings.extension_spread_s)."""
+        spread_s = 0.0 if settle else self._settings.extension_spread_s
         with self._lock:
-            result = self._run(now or datetime.now(UTC))
+            result = self._run(now or datetime.now(UTC), spread_s)
         if not settle or result.settled is None:
             return result
         # Every lane finishes a push within the push budget; one busy with an earlier push
@@ -156,7 +158,7 @@ class RoundRunner:
             failures = self._failures.get(result.number, 0)
         return dataclasses.replace(result, dispatch_failures=failures)
 
-    def _run(self, now: datetime) -> RoundResult:
+    def _run(self, now: datetime, spread_s: float) -> RoundResult:
         started = time.monotonic()
         # A forecast due after this round takes its whole input, wherever it is read.
         forecast = self.forecaster is not None and self.forecaster.due()
@@ -172,7 +174,7 @@ class RoundRunner:
         persist_s = time.monotonic() - started - read_s - plan_s
         self._on_change()
         self._dispatcher.send_stops(stored.orders)
-        pushes = self._dispatcher.send(number, stored.outgoing)
+        pushes = self._dispatcher.send(number, stored.outgoing, spread_s=spread_s)
         pushes |= self._dispatcher.dispatch_ready(number)
         duration = time.monotonic() - started
         self._tx.write(

@@ -63,3 +63,21 @@ def test_a_local_clusters_timers_pass_for_any_round_length(round_seconds: float)
         dispatch_timeout_s=localcluster.DISPATCH_TIMEOUT_S,
         dispatch_attempts=localcluster.DISPATCH_ATTEMPTS,
     )
+
+
+def test_extensions_spread_over_half_a_round_only_where_the_lease_has_room() -> None:
+    """A 60 s round with 5-round leases spreads its extensions over 30 s; a lease with no
+    room for a spread beyond a round, a retried push and a round of margin gets none."""
+    assert Settings().extension_spread_s == 30.0
+    tight = Settings(
+        round_seconds=10, lease_rounds=3, dispatch_timeout_s=2.0, heartbeat_timeout_s=10
+    )
+    # 30 s lease - 2 x 10 s - a 4.1 s push budget leaves 5.9 s.
+    assert tight.extension_spread_s == pytest.approx(30 - 20 - tight.push_budget_s)
+    # 30 s - 2 x 10 s - the default pushes' 15.3 s leaves nothing.
+    none = Settings(round_seconds=10, lease_rounds=3, heartbeat_timeout_s=10)
+    assert none.extension_spread_s == 0.0
+    for settings in (Settings(), tight, none):
+        last_renewal = settings.extension_spread_s + settings.push_budget_s
+        # The last lease extended still outlasts the next round's last renewal.
+        assert settings.lease_s >= settings.round_seconds + last_renewal
