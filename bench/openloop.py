@@ -195,15 +195,20 @@ OUTSIDE = "no round"
 
 def round_phases(log_lines: Iterable[str]) -> list[tuple[float, float, str]]:
     """(start, end, phase) in Unix seconds, sorted, for every round the master's JSON log
-    reports finished (each line's timestamp is the round's end)."""
+    reports finished (from its `started_at`, or, without one, back from the line's time)."""
     out: list[tuple[float, float, str]] = []
     for line in log_lines:
         if '"round finished"' not in line:
             continue
         try:
             entry = json.loads(line)
-            end = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
-            at = end - float(entry["duration_s"])
+            duration = float(entry["duration_s"])
+            if "started_at" in entry:
+                at = float(entry["started_at"])
+            else:  # the line is written as the round ends, or a little after
+                stamp = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00"))
+                at = stamp.timestamp() - duration
+            end = at + duration
             spans = [float(entry[f"{phase}_s"]) for phase in ROUND_PHASES[:-1]]
         except (ValueError, KeyError, TypeError):
             continue

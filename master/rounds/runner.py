@@ -160,6 +160,9 @@ class RoundRunner:
 
     def _run(self, now: datetime, spread_s: float) -> RoundResult:
         started = time.monotonic()
+        # For lining the round's phases up with other records of the time (its log line
+        # is written after the round's own row, which may wait for the store).
+        started_at = time.time()
         # A forecast due after this round takes its whole input, wherever it is read.
         forecast = self.forecaster is not None and self.forecaster.due()
         planned = self.planner.plan(self._policy, now, whole=forecast)
@@ -231,6 +234,7 @@ class RoundRunner:
             planned_in_child=planned.elsewhere,
             pushing_to=len(pushes.nodes),
             isolated=len(decision.isolated),
+            started_at=round(started_at, 4),
             duration_s=round(duration, 4),
             read_s=round(read_s, 4),
             plan_s=round(plan_s, 4),

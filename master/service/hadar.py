@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -354,8 +355,16 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         cursor, first = self.parts.tx.read(initial)
         for job in first:
             yield hadar_pb2.WatchJobsResponse(job=job)
+        woke = float("-inf")
         while context.is_active() and not changes.closed:
+            # The feed reads new events at most once per its spacing, so waking more often
+            # finds nothing new: under a hundred submissions a second each watcher would
+            # otherwise wake for every one of them.
+            pause = woke + self._feed.spacing - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
             generation = changes.wait(generation, WATCH_POLL_S)
+            woke = time.monotonic()
             entries = self._feed.after(cursor)
             if entries is None:
                 # Further behind than the feed keeps: from the store.
