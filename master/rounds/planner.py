@@ -1,5 +1,5 @@
 """A round's first two steps, reading the store and deciding: on the round's thread, or for a
-long queue in a process of its own.
+long queue in a process of its own, at a lower scheduling priority than the master.
 
 Reading a queue of thousands of jobs and deciding over it takes the master's interpreter for
 a second or more a round, and every RPC waits its turn for the interpreter behind it at each
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import threading
 import time
 import traceback
@@ -53,6 +54,11 @@ T = TypeVar("T")
 
 # How often a round waiting for the child checks whether the master stops.
 _POLL_S = 0.2
+# The planning process's scheduling priority below the master's: where both want a core at
+# once (the child reading a long queue while calls arrive), the master's calls go first, and
+# a round waits a little longer instead. A little, not starved: the round still finishes
+# within its deadline on a machine that is busy all the time.
+PLANNING_NICENESS = 5
 # How long the child may take to give the policy back, between rounds.
 _RECLAIM_S = 30.0
 
@@ -187,6 +193,10 @@ class PolicyNotHereError(RuntimeError):
 
 def _start_child(url: str) -> None:
     global _child
+    try:
+        os.nice(PLANNING_NICENESS)
+    except OSError:  # not allowed here: plan at the master's priority
+        log.info("the planning process runs at the master's priority")
     _child = _Child(Transactor(Database(url)), ReadMemo())
 
 

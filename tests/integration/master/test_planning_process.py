@@ -1,6 +1,7 @@
 """Rounds of a long queue read the store and decide in the planning process
 (master/rounds/planner.py): through a real master, its database (SQLite and PostgreSQL)
-and a fake worker, such a round decides and stores what the round's thread would have, the
+and a fake worker, such a round decides and stores what the round's thread would have (in a
+process of lower priority than the master's), the
 policy comes back with what it learned, and a round the child cannot plan is planned on the
 round's thread."""
 
@@ -14,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from master.daemon import Master, base_throughput_model
-from master.rounds.planner import plan, trimmed
+from master.rounds.planner import PLANNING_NICENESS, plan, trimmed
 from master.rounds.snapshot import ReadMemo
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from store import Database
@@ -78,6 +79,12 @@ def test_a_long_queue_is_planned_in_the_child_as_on_the_rounds_thread(cluster: C
     assert reasons(master, waiting) == {
         job_id: expected.decision.waiting[job_id] for job_id in waiting
     }
+    # The child yields a busy core to the master's calls.
+    (child,) = multiprocessing.active_children()
+    assert child.pid is not None
+    assert os.getpriority(os.PRIO_PROCESS, child.pid) == min(
+        os.getpriority(os.PRIO_PROCESS, 0) + PLANNING_NICENESS, 19
+    )
     wait_for(lambda: set(first) | set(result.started) <= set(worker.running_jobs()), what="STARTs")
     # An unchanged store: the next round, planned in the child again, changes nothing.
     again = master.run_round()
