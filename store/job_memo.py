@@ -63,6 +63,15 @@ class JobMemo:
             if self._filled_at is None:
                 self._filled_at = self._clock()
 
+    def add(self, jobs: Iterable[Job]) -> None:
+        """Remember `jobs` too, each as just read from committed rows, beside what is
+        remembered (a read of some jobs by id; finished ones go with the next `keep` or
+        full read)."""
+        with self._lock:
+            self._jobs.update((job.id, job) for job in jobs)
+            if self._filled_at is None:
+                self._filled_at = self._clock()
+
     def count_loaded(self, rows: int) -> None:
         """Count `rows` read in full from the store by a read through this memo."""
         with self._lock:

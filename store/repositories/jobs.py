@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -9,7 +10,18 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Row, Text, bindparam, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Text,
+    Update,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -65,6 +77,22 @@ _WRITE_PROGRESS = (
         version=_JOBS.c.version + 1,
     )
 )
+
+
+@functools.cache
+def _write_reason(states: tuple[str, ...]) -> Update:
+    """A job's reason, unless it left `states` or already reads so, run once per job in one
+    call (an executemany takes no expanding IN list, so the states are part of the
+    statement, built once per set of them): advisory text, so no new version."""
+    return (
+        update(_JOBS)
+        .where(
+            _JOBS.c.id == bindparam("b_id"),
+            _JOBS.c.reason != bindparam("b_reason"),
+            or_(*(_JOBS.c.state == state for state in states)),
+        )
+        .values(reason=bindparam("b_reason"))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,11 +297,17 @@ class JobRepository:
         return [(int(job_id), int(version), str(reason)) for job_id, version, reason in rows]
 
     def _remembered(
-        self, stamps: Sequence[tuple[int, int, str]], memo: JobMemo, *, live_only: bool
+        self,
+        stamps: Sequence[tuple[int, int, str]],
+        memo: JobMemo,
+        *,
+        live_only: bool,
+        add: bool = False,
     ) -> dict[int, Job]:
         """The jobs of `stamps` (id, version, reason): from the memo where it holds the
         version, the others from their rows (unfinished ones only, with `live_only`), by
-        id. The rows read are counted in the memo (`rows_loaded`)."""
+        id, and with `add` remembered in the memo too. The rows read are counted in the
+        memo (`rows_loaded`)."""
         known = memo.known()
         jobs: dict[int, Job] = {}
         stale: list[int] = []
@@ -301,8 +335,11 @@ class JobRepository:
         else:
             rows = self._rows_by_id(stale, live_only=live_only)
             fetched = len(rows)
-        for row in rows:
-            jobs[row.id] = convert.job(cast(JobRow, row))
+        loaded = [convert.job(cast(JobRow, row)) for row in rows]
+        for job in loaded:
+            jobs[job.id] = job
+        if add:
+            memo.add(job for job in loaded if job.state not in TERMINAL_JOB_STATES)
         memo.count_loaded(fetched)
         return jobs
 
@@ -337,9 +374,11 @@ class JobRepository:
 
     def get_many(self, job_ids: Collection[int], *, memo: JobMemo | None = None) -> dict[int, Job]:
         """Jobs by id (missing ids are left out). With a `memo`, those it holds at their
-        current version are taken from it (as list_unfinished does; the memo is not
-        changed). Such a job's row is not loaded in this unit of work: a later change to
-        it is checked against the version current then, not the one read here."""
+        current version are taken from it (as list_unfinished does), and those read are
+        added to it, so that the next read of the same jobs (every round reads the running
+        ones) loads only what changed. Such a job's row is not loaded in this unit of
+        work: a later change to it is checked against the version current then, not the
+        one read here."""
         if not job_ids:
             return {}
         if memo is None or has_written(self._session):
@@ -349,7 +388,7 @@ class JobRepository:
         stamps: list[tuple[int, int, str]] = []
         for start in range(0, len(ids), _LOAD_BY_ID_MAX):
             stamps.extend(self._stamps(JobRow.id.in_(ids[start : start + _LOAD_BY_ID_MAX])))
-        return self._remembered(stamps, memo, live_only=False)
+        return self._remembered(stamps, memo, live_only=False, add=True)
 
     def read_many(self, job_ids: Collection[int]) -> dict[int, Job]:
         """Jobs by id (missing ids are left out), read as plain columns for a unit of work
@@ -817,34 +856,30 @@ class JobRepository:
         *,
         states: Collection[JobState] = (JobState.PENDING, JobState.PREEMPTED),
     ) -> int:
-        """Set many jobs' reasons in a few statements (one per distinct reason), only for
-        jobs still in one of `states` (a job that started meanwhile keeps its own reason).
+        """Set many jobs' reasons in one call, only for jobs still in one of `states` (a job
+        that started meanwhile keeps its own reason).
 
         A reason is advisory text, so these updates neither bump the version nor count as
         changes for optimistic locking. Returns how many rows changed.
         """
-        by_reason: dict[str, list[int]] = {}
+        if not reasons:
+            return 0
+        # Pending changes first, as the ORM's own UPDATE would: a state written in this unit
+        # of work decides which rows still wait.
+        flush_pending(self._session)
+        # One statement run once per job, in one call (a round sets hundreds of different
+        # reasons; through the ORM each distinct reason was a statement of its own).
+        result = self._session.connection().execute(
+            _write_reason(tuple(sorted(state.value for state in states))),
+            [{"b_id": job_id, "b_reason": reason} for job_id, reason in reasons.items()],
+        )
+        mark_written(self._session)
         for job_id, reason in reasons.items():
-            by_reason.setdefault(reason, []).append(job_id)
-        changed = 0
-        for reason, ids in by_reason.items():
-            result = self._session.execute(
-                update(JobRow)
-                .where(
-                    JobRow.id.in_(ids),
-                    JobRow.reason != reason,
-                    JobRow.state.in_([state.value for state in states]),
-                )
-                .values(reason=reason)
-                .execution_options(synchronize_session=False)
-            )
-            changed += int(getattr(result, "rowcount", 0) or 0)
-            for job_id in ids:
-                row = self._seen.get(job_id)
-                if row is not None and JobState(row.state) in states:
-                    # Keep this unit of work's view in step without marking the row dirty.
-                    set_committed_value(row, "reason", reason)
-        return changed
+            row = self._seen.get(job_id)
+            if row is not None and JobState(row.state) in states:
+                # Keep this unit of work's view in step without marking the row dirty.
+                set_committed_value(row, "reason", reason)
+        return int(result.rowcount)
 
     def record_progress(
         self,

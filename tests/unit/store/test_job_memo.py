@@ -88,8 +88,8 @@ def test_a_read_with_a_memo_loads_only_what_changed_and_returns_what_the_store_h
 
 def test_jobs_by_id_and_array_elements_with_a_memo_equal_plain_reads(db: Database) -> None:
     """get_many and array_elements with a memo return what they return without one, for
-    unfinished jobs (from the memo) and ended ones (loaded) alike, and leave the jobs the
-    memo holds as they were (only the rows they read are counted)."""
+    unfinished jobs (from the memo) and ended ones (loaded) alike (only the rows they read
+    are counted)."""
     memo = JobMemo()
     ids = [submit(db, name=f"job-{i}") for i in range(3)]
     with db.transaction() as uow:
@@ -116,6 +116,31 @@ def test_jobs_by_id_and_array_elements_with_a_memo_equal_plain_reads(db: Databas
     assert [j.spec.array_index for j in arrays_by_memo[array]] == [0, 1, 2, 3]
     # Read in full: ids[1] (changed), ids[2] and elements[3] (finished: never remembered).
     assert memo.rows_loaded == loaded + 3
+
+
+def test_jobs_read_by_id_with_a_memo_are_remembered_for_the_next_read(db: Database) -> None:
+    """A round reads its running jobs by id every time: the first read through a memo that
+    never read the queue loads them, the next ones only those changed since; a finished
+    job is loaded every time (never remembered), and every read equals a plain one."""
+    memo = JobMemo()
+    ids = [submit(db, name=f"job-{i}") for i in range(3)]
+    with db.transaction() as uow:
+        uow.jobs.transition(ids[2], JobState.CANCELLED, kind="cancelled", reason="by alice")
+
+    def read() -> int:
+        before = memo.rows_loaded
+        with db.transaction() as uow:
+            by_memo = uow.jobs.get_many(ids, memo=memo)
+        with db.transaction() as uow:
+            assert by_memo == uow.jobs.get_many(ids)
+        return memo.rows_loaded - before
+
+    assert read() == 3
+    assert read() == 1
+    with db.transaction() as uow:
+        uow.jobs.record_progress(ids[0], iterations_done=9)
+    assert read() == 2
+    assert read() == 1
 
 
 def test_what_a_unit_of_work_wrote_is_never_remembered(db: Database) -> None:
