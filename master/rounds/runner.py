@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import threading
 import time
 from collections import defaultdict
@@ -51,6 +52,12 @@ from store.domain import Job, NewTask, Task
 from store.states import JobState, NodeState, TaskState, is_terminal
 
 log = structlog.get_logger(__name__)
+
+# Waiting reasons stored with the round itself, at most; more (a long queue whose head
+# moved: every job behind it now waits behind another) are stored after it, this many per
+# transaction, so that the round's transaction, which every submission and report waits
+# for on SQLite, does not also hold the write for thousands of advisory texts.
+REASONS_PER_WRITE = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +92,12 @@ class Persisted:
     orders: list[StopOrder]
     changed: int
     set_aside: tuple[int, ...] = ()
+    # Waiting reasons left to store after the round's transaction (REASONS_PER_WRITE).
+    reasons: dict[int, str] = dataclasses.field(default_factory=dict)
+
+
+def _set_waiting_reasons(uow: UnitOfWork, reasons: dict[int, str]) -> int:
+    return uow.jobs.set_waiting_reasons(reasons)
 
 
 class RoundRunner:
@@ -173,6 +186,7 @@ class RoundRunner:
         self._report(decision)
         actions = decision.actions
         stored = self._store(inp, decision, now)
+        self._store_reasons(stored.reasons)
         number, changed = stored.number, stored.changed
         persist_s = time.monotonic() - started - read_s - plan_s
         self._on_change()
@@ -319,6 +333,19 @@ class RoundRunner:
             log.warning("storing the round failed; storing it again job by job", error=str(exc))
         return self._tx.write(lambda uow: self._persist(uow, inp, decision, now, isolate=True))
 
+    def _store_reasons(self, reasons: dict[int, str]) -> None:
+        """Waiting reasons the round's transaction left, REASONS_PER_WRITE a transaction.
+        Each is set only on a job still waiting; one that fails to store is left for the
+        next round (a reason is advisory, and every round writes the ones that changed)."""
+        items = sorted(reasons.items())
+        for start in range(0, len(items), REASONS_PER_WRITE):
+            chunk = dict(items[start : start + REASONS_PER_WRITE])
+            try:
+                self._tx.write(functools.partial(_set_waiting_reasons, reasons=chunk), jobs=False)
+            except Exception as exc:
+                log.warning("waiting reasons not stored", jobs=len(chunk), error=str(exc))
+                return
+
     def _persist(
         self,
         uow: UnitOfWork,
@@ -411,7 +438,10 @@ class RoundRunner:
                 reasons[job_id] = waiting
             elif job.state is not JobState.RUNNING and job.reason != waiting:
                 reasons[job_id] = waiting
-        if not isolate:
+        later: dict[int, str] = {}
+        if not isolate and len(reasons) > REASONS_PER_WRITE:
+            later = reasons
+        elif not isolate:
             uow.jobs.set_waiting_reasons(reasons)
         for job_id, waiting in sorted(reasons.items()) if isolate else ():
             try:
@@ -422,7 +452,7 @@ class RoundRunner:
                 log.exception("a job's waiting reason could not be stored", job_id=job_id)
         if any(n.state is NodeState.DRAINING for n in inp.nodes.values()):
             self._finish_drains(uow, inp)
-        return Persisted(number, outgoing, orders, len(changes), tuple(set_aside))
+        return Persisted(number, outgoing, orders, len(changes), tuple(set_aside), later)
 
     def _apply(
         self,

@@ -1,0 +1,45 @@
+"""A round whose queue gets many new waiting reasons (its head moved, and every job behind
+it now waits behind another) stores them after its own transaction, a bounded number per
+transaction: every waiting job ends the round with the reason the policy gave it, and a
+job the round started keeps its own."""
+
+from __future__ import annotations
+
+import pytest
+
+import master.rounds.runner as runner
+from protos.hadar.v1 import common_pb2, hadar_pb2
+from tests.integration.master.conftest import Api, Cluster
+
+
+def submit(api: Api, num_gpus: int) -> int:
+    spec = common_pb2.JobSpec(
+        name="train",
+        num_gpus=num_gpus,
+        iterations=1000,
+        workload=common_pb2.WorkloadProgram(name="resnet"),
+    )
+    job_id: int = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec)).job.id
+    return job_id
+
+
+def test_many_waiting_reasons_are_stored_after_the_round_in_bounded_writes(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "REASONS_PER_WRITE", 2)
+    master = cluster.master(policy="fifo")
+    cluster.worker(master, "n1", num_gpus=2)
+    api = cluster.api(master)
+    first = submit(api, 2)
+    behind = [submit(api, 1) for _ in range(5)]
+    result = master.run_round()
+    assert result.started == (first,)
+    jobs = master.tx.read(lambda uow: uow.jobs.get_many([first, *behind]))
+    assert jobs[first].reason != f"waiting: queued behind job {behind[0]} (fifo)"
+    # The first job behind waits for GPUs; the four behind it wait behind that one: five
+    # reasons, more than one write holds, all stored.
+    assert jobs[behind[0]].reason.startswith("waiting: needs 1 GPUs of one type")
+    assert {jobs[j].reason for j in behind[1:]} == {
+        f"waiting: queued behind job {behind[0]} (fifo)"
+    }
+    assert all(jobs[j].version == 1 for j in behind)
