@@ -94,6 +94,9 @@ class Persisted:
     set_aside: tuple[int, ...] = ()
     # Waiting reasons left to store after the round's transaction (REASONS_PER_WRITE).
     reasons: dict[int, str] = dataclasses.field(default_factory=dict)
+    # Tasks whose leases the round extended, to build their assignments from once the
+    # transaction is over (not while it holds the database's write).
+    extensions: tuple[tuple[Job, Task], ...] = ()
 
 
 def _set_waiting_reasons(uow: UnitOfWork, reasons: dict[int, str]) -> int:
@@ -187,11 +190,15 @@ class RoundRunner:
         actions = decision.actions
         stored = self._store(inp, decision, now)
         self._store_reasons(stored.reasons)
+        outgoing = stored.outgoing + [
+            Outgoing(task.node, task.id, self._dispatcher.extend(job, task, stored.number, now))
+            for job, task in stored.extensions
+        ]
         number, changed = stored.number, stored.changed
         persist_s = time.monotonic() - started - read_s - plan_s
         self._on_change()
         self._dispatcher.send_stops(stored.orders)
-        pushes = self._dispatcher.send(number, stored.outgoing, spread_s=spread_s)
+        pushes = self._dispatcher.send(number, outgoing, spread_s=spread_s)
         pushes |= self._dispatcher.dispatch_ready(number)
         duration = time.monotonic() - started
         self._tx.write(
@@ -395,8 +402,9 @@ class RoundRunner:
         placements = sum(1 for a in changes if a.kind is not ActionKind.STOP)
         next_lease = uow.next_lease(placements) if placements else 0
         new_tasks: list[NewTask] = []
-        # Every running task is extended each round: one statement for them all.
-        extended: list[int] = []
+        # Every running task is extended each round: one statement for them all, and their
+        # assignments built once the transaction is over (see Persisted.extensions).
+        extended: list[tuple[Job, Task]] = []
         for action in actions:
             lease = next_lease
             if action.kind not in (ActionKind.EXTEND, ActionKind.STOP):
@@ -426,7 +434,7 @@ class RoundRunner:
                 continue
             outgoing.extend(sends)
         uow.tasks.add_many(new_tasks)
-        uow.tasks.extend_many(extended, round=number)
+        uow.tasks.extend_many([task.id for _, task in extended], round=number)
         # Why each job that got nothing waits (a running job holding nothing, its last
         # placement being torn down, is not waiting).
         reasons: dict[int, str] = {}
@@ -452,7 +460,9 @@ class RoundRunner:
                 log.exception("a job's waiting reason could not be stored", job_id=job_id)
         if any(n.state is NodeState.DRAINING for n in inp.nodes.values()):
             self._finish_drains(uow, inp)
-        return Persisted(number, outgoing, orders, len(changes), tuple(set_aside), later)
+        return Persisted(
+            number, outgoing, orders, len(changes), tuple(set_aside), later, tuple(extended)
+        )
 
     def _apply(
         self,
@@ -465,12 +475,13 @@ class RoundRunner:
         number: int,
         lease: int,
         now: datetime,
-        extended: list[int] | None = None,
+        extended: list[tuple[Job, Task]] | None = None,
     ) -> tuple[list[Outgoing], list[NewTask]]:
         """One job's part of the round: its state change, stopped tasks and new placement
         (under fencing token `lease`); returns what to send and the tasks to add. Tasks it
-        extends go into `extended`, to be written with the others in one statement, or at
-        once without it."""
+        extends go into `extended` with their job, to be written with the others in one
+        statement and their assignments built after the transaction, or without it are
+        written and sent like the rest."""
         outgoing: list[Outgoing] = []
         # The job may have changed since the snapshot (finished, cancelled, failed):
         # decisions about it are dropped, the next round sees the new state.
@@ -484,10 +495,10 @@ class RoundRunner:
         reason = action.reason
         if action.kind is ActionKind.EXTEND:
             kept = [t for t in tasks if t.state in (TaskState.STARTING, TaskState.RUNNING)]
-            if extended is None:
-                uow.tasks.extend_many([t.id for t in kept], round=number)
-            else:
-                extended.extend(t.id for t in kept)
+            if extended is not None:
+                extended.extend((job, task) for task in kept)
+                return outgoing, []
+            uow.tasks.extend_many([t.id for t in kept], round=number)
             for task in kept:
                 outgoing.append(
                     Outgoing(task.node, task.id, self._dispatcher.extend(job, task, number, now))
