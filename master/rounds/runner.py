@@ -57,7 +57,7 @@ log = structlog.get_logger(__name__)
 # moved: every job behind it now waits behind another) are stored after it, this many per
 # transaction, so that the round's transaction, which every submission and report waits
 # for on SQLite, does not also hold the write for thousands of advisory texts.
-REASONS_PER_WRITE = 500
+REASONS_PER_WRITE = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +376,7 @@ class RoundRunner:
             )
         )
         active: defaultdict[int, list[Task]] = defaultdict(list)
-        for task in uow.tasks.active():
+        for task in uow.tasks.read_active():
             active[task.job_id].append(task)
         record = uow.rounds.add(
             policy=self._policy.name,

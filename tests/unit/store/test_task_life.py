@@ -74,3 +74,49 @@ def test_the_table_knows_every_state_and_exited_is_final() -> None:
 def test_no_state_moves_to_itself(state: TaskState) -> None:
     """A repeated change is a bug in its caller, not a no-op: the table has no self-moves."""
     assert state not in ALLOWED_TASK_TRANSITIONS[state]
+
+
+def test_active_tasks_read_as_plain_columns_equal_those_read_as_rows(db: Database) -> None:
+    """read_active returns what active does (every task holding GPUs, by job and index,
+    every field), including a change made earlier in the same unit of work, and a task it
+    returned can still be changed there."""
+    register(db)
+    jobs = [submit(db, name=f"job-{i}") for i in range(3)]
+    with db.transaction() as uow:
+        for lease, (job_id, state) in enumerate(
+            [
+                (jobs[2], TaskState.RUNNING),
+                (jobs[0], TaskState.ASSIGNED),
+                (jobs[1], TaskState.EXITED),
+                (jobs[0], TaskState.STOPPING),
+            ],
+            start=1,
+        ):
+            uow.tasks.add(
+                NewTask(
+                    job_id=job_id,
+                    task_index=lease % 2,
+                    node="n1",
+                    lease=lease,
+                    gpu_indices=(lease, lease + 4),
+                    gpu_type="v100",
+                    rank_offset=0,
+                    local_batch_sizes=(32, 16),
+                    state=state,
+                )
+            )
+    with db.transaction() as uow:
+        first = uow.tasks.active()
+        assert [(t.job_id, t.task_index) for t in first] == [
+            (jobs[0], 0),
+            (jobs[0], 0),
+            (jobs[2], 1),
+        ]
+        assigned = next(t for t in first if t.state is TaskState.ASSIGNED)
+        uow.tasks.set_state(assigned.id, TaskState.STARTING)
+        plain = uow.tasks.read_active()
+        assert plain == uow.tasks.active()
+        assert next(t for t in plain if t.id == assigned.id).state is TaskState.STARTING
+        uow.tasks.set_state(plain[-1].id, TaskState.STOPPING)
+    with db.transaction() as uow:
+        assert uow.tasks.get(plain[-1].id).state is TaskState.STOPPING
