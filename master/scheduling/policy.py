@@ -63,6 +63,16 @@ def stable_when_settled(policy: Policy) -> bool:
     return bool(getattr(policy, "stable_when_settled", False))
 
 
+def stable_after_departures(policy: Policy) -> bool:
+    """Whether ``policy`` declares (attribute ``stable_after_departures``) that a settled
+    round stays one when jobs left: when every job it is shown runs where it ran and no job
+    arrived since its last plan, though some may have completed, that plan would keep every
+    job where it is and change nothing of its state that a later plan reads. Only a policy
+    that declares :func:`stable_when_settled` is asked. A simulator may then carry such a
+    round over too."""
+    return stable_when_settled(policy) and bool(getattr(policy, "stable_after_departures", False))
+
+
 def learns(policy: Policy) -> bool:
     """Whether ``policy`` learns from completed jobs (see :class:`CompletionObserver`)."""
     return isinstance(policy, CompletionObserver)

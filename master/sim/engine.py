@@ -19,7 +19,10 @@ mid-round are not idle until the round's nominal end.
 Settled rounds: when every active job was placed in the last round and none arrived or
 finished since, a policy that declares its plan stable then
 (:func:`master.scheduling.policy.stable_when_settled`: fifo, srtf, slurm, las without
-starvation promotion) is not asked; the round carries every placement over. Carried rounds
+starvation promotion) is not asked; the round carries every placement over. Those of them
+that declare it (:func:`master.scheduling.policy.stable_after_departures`: the same four)
+are not asked either when jobs completed since but none arrived; the completions are told
+at the next round that is decided. Carried rounds
 in which no job can finish or arrive run as one stretch: each job's progress is summed
 round by round in one loop, with the same arithmetic as a round at a time. Its plans and
 so the results are exactly those of asking it. Runs with an ``on_round`` observer or fair
@@ -42,7 +45,12 @@ from types import MappingProxyType
 from master.scheduling.diff import Hysteresis
 from master.scheduling.fairshare import FairShareConfig, decay_factor
 from master.scheduling.plan import Allocation, GpuSlot, Plan
-from master.scheduling.policy import Policy, learns, stable_when_settled
+from master.scheduling.policy import (
+    Policy,
+    learns,
+    stable_after_departures,
+    stable_when_settled,
+)
 from master.scheduling.rates import allocation_throughput, fastest_alone_on
 from master.scheduling.round import (
     CompletedJob,
@@ -619,6 +627,9 @@ class Simulator:
             and self._on_round is None
             and cfg.fair_share is None
         )
+        # Jobs that completed since the last plan do not unsettle a round for a policy that
+        # declares its plan the same then (see stable_after_departures).
+        departures_carry = may_carry and stable_after_departures(self.policy)
         settled = False
         # Carried rounds in which no job finishes are run as one stretch (_carry_stretch),
         # unless each piece of work is recorded or rounds follow Gavel's whole iterations.
@@ -636,7 +647,8 @@ class Simulator:
             if not active:
                 now = pending[next_arrival].spec.arrival_s
                 continue
-            if may_carry and settled and not arrived and not completed and may_stretch:
+            carry = may_carry and settled and not arrived and (not completed or departures_carry)
+            if carry and may_stretch:
                 upcoming = (
                     pending[next_arrival].spec.arrival_s
                     if next_arrival < len(pending)
@@ -652,7 +664,7 @@ class Simulator:
                     now = carried[-1].end_s
                     idle_rounds = 0
                     continue
-            if may_carry and settled and not arrived and not completed:
+            if carry:
                 # Carried over: every job keeps its placement, as the policy would decide.
                 started = time.perf_counter()
                 plan = Plan({job.spec.id: job.current for job in active if job.current is not None})
@@ -930,8 +942,8 @@ class Simulator:
                     job.current = None
                     assert job.finish is not None and job.seen is not None
                     notices.append(CompletedJob(job.seen, job.done, job.finish))
-                # The next round tells the policy, as the daemon's does.
-                completed = tuple(notices)
+                # The next round decided tells the policy, as the daemon's does.
+                completed += tuple(notices)
                 active = [job for job in active if job.finish is None]
             if any_progress:
                 idle_rounds = 0

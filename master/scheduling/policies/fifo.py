@@ -53,6 +53,12 @@ class FifoPolicy:
         # FIFO re-draws types, so its mode is not.
         return self._compat is None
 
+    @property
+    def stable_after_departures(self) -> bool:
+        # A departure only frees GPUs, and with every job running nobody waits for them.
+        # The admission time it then records is read only with min_recompute_s.
+        return self._compat is None and self._min_recompute_s == 0
+
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
         if self._compat is not None:
             return self._compat.plan(snapshot, now)

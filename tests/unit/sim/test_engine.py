@@ -10,7 +10,12 @@ import pytest
 
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policies.las import LasPolicy
-from master.scheduling.policy import make_policy, stable_when_settled
+from master.scheduling.policy import (
+    Policy,
+    make_policy,
+    stable_after_departures,
+    stable_when_settled,
+)
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, Snapshot
 from master.sim.engine import RoundRecord, SimConfig, SimulationError, Simulator, simulate
@@ -405,6 +410,53 @@ def test_carried_stretches_give_the_results_of_rounds_one_at_a_time(
     assert [replace(r, plan_ms=0.0) for r in fast.rounds] == [
         replace(r, plan_ms=0.0) for r in slow.rounds
     ]
+
+
+class _Declaring:
+    """A policy's plans under declarations set by the test, counting the plans asked for."""
+
+    def __init__(self, inner: Policy, *, after_departures: bool) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.stable_when_settled = True
+        self.stable_after_departures = after_departures
+        self.calls = 0
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        self.calls += 1
+        return self.inner.plan(snapshot, now)
+
+
+@pytest.mark.parametrize("name", ["fifo", "las", "srtf", "slurm"])
+def test_rounds_after_departures_are_carried_with_the_results_of_asking(name: str) -> None:
+    """A policy that declares its plan stable after departures is not asked in rounds in
+    which every job runs and jobs completed but none arrived; every job's results and
+    every round record are those of asking it every round."""
+    model = ThroughputModel.from_gavel_json(THROUGHPUTS)
+    cluster = ClusterView.from_counts({"v100": 8, "p100": 8, "k80": 8}, gpus_per_server=4)
+    trace = generate_trace(80, model, mean_interarrival_s=700.0, seed=13)
+    assert stable_after_departures(make_policy(name))
+    after = _Declaring(make_policy(name), after_departures=True)
+    settled_only = _Declaring(make_policy(name), after_departures=False)
+    fast = Simulator(after, trace, cluster, model).run()
+    slower = Simulator(settled_only, trace, cluster, model).run()
+    slow = Simulator(make_policy(name), trace, cluster, model, on_round=lambda s, d: None).run()
+    assert after.calls < settled_only.calls
+    for other in (slower, slow):
+        assert fast.jobs == other.jobs
+        assert [replace(r, plan_ms=0.0) for r in fast.rounds] == [
+            replace(r, plan_ms=0.0) for r in other.rounds
+        ]
+
+
+def test_departures_carry_needs_the_declaration_and_a_settled_one() -> None:
+    """Admission by time (fifo's min_recompute_s) or starvation promotion (las) record a
+    departure; a policy not stable when settled is not asked about departures."""
+    assert not stable_after_departures(make_policy("fifo", min_recompute_s=1920.0))
+    assert not stable_after_departures(LasPolicy(starvation_s=3600.0))
+    declaring = _Declaring(make_policy("fifo"), after_departures=True)
+    declaring.stable_when_settled = False
+    assert not stable_after_departures(declaring)
 
 
 @pytest.mark.parametrize("name", ["slurm", "srtf", "fifo"])
