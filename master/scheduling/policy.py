@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any, Protocol, runtime_checkable
 
@@ -46,6 +46,21 @@ class CompletionObserver(Protocol):
     """
 
     def observe_completion(self, job: JobView, iterations: float, now: float) -> None: ...
+
+
+@runtime_checkable
+class StartsNone(Protocol):
+    """Optional: a policy that can tell from the waiting jobs and the free GPUs alone that
+    its plan would change nothing (e.g. strict FIFO, whose head of the queue does not fit).
+
+    ``starts_none`` returns True only when, every running job left where it runs and
+    ``free_by_type`` GPUs of each type free (every usable type named), its plan would keep
+    every running job where it is, start none of ``waiting`` (as its latest views show
+    them), and change nothing of its state that a later plan reads. A simulator may then
+    carry the round over without asking for the plan.
+    """
+
+    def starts_none(self, waiting: Sequence[JobView], free_by_type: Mapping[str, int]) -> bool: ...
 
 
 def notify_completion(policy: Policy, job: JobView, iterations: float, now: float) -> None:
