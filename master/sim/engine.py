@@ -65,6 +65,7 @@ from master.scheduling.round import (
 )
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, JobView, Snapshot
+from master.sim.collector import young_collections_rarer
 from master.sim.gavel_compat import (
     MAX_FAILED_LEASES,
     compat_throughput,
@@ -629,6 +630,10 @@ class Simulator:
 
     # ------------------------------------------------------------------------ run
     def run(self) -> SimResult:
+        with young_collections_rarer():
+            return self._run()
+
+    def _run(self) -> SimResult:
         cfg = self.config
         jobs = self._jobs
         by_id = {job.spec.id: job for job in jobs}
