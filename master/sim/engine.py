@@ -640,6 +640,9 @@ class Simulator:
         pending = list(jobs)  # sorted by arrival; consumed from the front
         next_arrival = 0
         active: list[_Job] = []
+        # GPUs the active jobs ask for, kept as jobs come and go (a sum of whole numbers,
+        # the same in any order).
+        asked = 0
         rounds: list[RoundRecord] = []
         segments: list[Segment] = []
         now = jobs[0].spec.arrival_s
@@ -694,6 +697,7 @@ class Simulator:
                 admitted.contention_integral = self._contention
                 admitted.admitted_at = now
                 active.append(admitted)
+                asked += admitted.spec.num_gpus
                 next_arrival += 1
                 arrived = True
             if not active:
@@ -785,7 +789,7 @@ class Simulator:
                     and len(plan.allocations) == len(active)
                 )
             round_end = now + cfg.round_s
-            demand = max(1.0, sum(job.spec.num_gpus for job in active) / self._total_gpus)
+            demand = max(1.0, asked / self._total_gpus)
             busy_until: dict[GpuSlot, float] = {}  # only for GPUs shared by two jobs
             busy_by_type: dict[str, int] = {}
             busy_seconds = 0.0
@@ -992,6 +996,7 @@ class Simulator:
                 # The next round decided tells the policy, as the daemon's does.
                 completed += tuple(notices)
                 active = [job for job in active if job.finish is None]
+                asked -= sum(job.spec.num_gpus for job in done_now)
             if any_progress:
                 idle_rounds = 0
             else:
