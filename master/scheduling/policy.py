@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any, Protocol, runtime_checkable
 
@@ -48,6 +48,21 @@ class CompletionObserver(Protocol):
     def observe_completion(self, job: JobView, iterations: float, now: float) -> None: ...
 
 
+@runtime_checkable
+class StartsNone(Protocol):
+    """Optional: a policy that can tell from the waiting jobs and the free GPUs alone that
+    its plan would change nothing (e.g. strict FIFO, whose head of the queue does not fit).
+
+    ``starts_none`` returns True only when, every running job left where it runs and
+    ``free_by_type`` GPUs of each type free (every usable type named), its plan would keep
+    every running job where it is, start none of ``waiting`` (as its latest views show
+    them), and change nothing of its state that a later plan reads. A simulator may then
+    carry the round over without asking for the plan.
+    """
+
+    def starts_none(self, waiting: Sequence[JobView], free_by_type: Mapping[str, int]) -> bool: ...
+
+
 def notify_completion(policy: Policy, job: JobView, iterations: float, now: float) -> None:
     """Tell ``policy`` that ``job`` completed after ``iterations``, if it wants to know."""
     if isinstance(policy, CompletionObserver):
@@ -61,6 +76,16 @@ def stable_when_settled(policy: Policy) -> bool:
     its state (no random draw, no bookkeeping by time). A simulator may then carry the
     round over without calling it; the policy's plans stay exactly the same."""
     return bool(getattr(policy, "stable_when_settled", False))
+
+
+def stable_after_departures(policy: Policy) -> bool:
+    """Whether ``policy`` declares (attribute ``stable_after_departures``) that a settled
+    round stays one when jobs left: when every job it is shown runs where it ran and no job
+    arrived since its last plan, though some may have completed, that plan would keep every
+    job where it is and change nothing of its state that a later plan reads. Only a policy
+    that declares :func:`stable_when_settled` is asked. A simulator may then carry such a
+    round over too."""
+    return stable_when_settled(policy) and bool(getattr(policy, "stable_after_departures", False))
 
 
 def learns(policy: Policy) -> bool:

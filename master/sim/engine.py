@@ -19,7 +19,13 @@ mid-round are not idle until the round's nominal end.
 Settled rounds: when every active job was placed in the last round and none arrived or
 finished since, a policy that declares its plan stable then
 (:func:`master.scheduling.policy.stable_when_settled`: fifo, srtf, slurm, las without
-starvation promotion) is not asked; the round carries every placement over. Carried rounds
+starvation promotion) is not asked; the round carries every placement over. Those of them
+that declare it (:func:`master.scheduling.policy.stable_after_departures`: the same four)
+are not asked either when jobs completed since but none arrived; the completions are told
+at the next round that is decided. A policy that can tell from the waiting jobs and the
+free GPUs that it would start and move nobody (:class:`master.scheduling.policy.StartsNone`:
+plain fifo, whose head of the queue does not fit) is not asked then, while some job runs
+and the last round made progress. Carried rounds
 in which no job can finish or arrive run as one stretch: each job's progress is summed
 round by round in one loop, with the same arithmetic as a round at a time. Its plans and
 so the results are exactly those of asking it. Runs with an ``on_round`` observer or fair
@@ -42,7 +48,13 @@ from types import MappingProxyType
 from master.scheduling.diff import Hysteresis
 from master.scheduling.fairshare import FairShareConfig, decay_factor
 from master.scheduling.plan import Allocation, GpuSlot, Plan
-from master.scheduling.policy import Policy, learns, stable_when_settled
+from master.scheduling.policy import (
+    Policy,
+    StartsNone,
+    learns,
+    stable_after_departures,
+    stable_when_settled,
+)
 from master.scheduling.rates import allocation_throughput, fastest_alone_on
 from master.scheduling.round import (
     CompletedJob,
@@ -53,6 +65,7 @@ from master.scheduling.round import (
 )
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import ClusterView, JobView, Snapshot
+from master.sim.collector import young_collections_rarer
 from master.sim.gavel_compat import (
     MAX_FAILED_LEASES,
     compat_throughput,
@@ -356,6 +369,7 @@ class Simulator:
             )
         ]
         self._types = {gpu.slot: gpu.type for gpu in cluster.usable_gpus()}
+        self._capacity = cluster.capacity_by_type()
         # (job type, GPU type) -> speed relative to the job type's slowest type, lazily.
         self._speed_weight: dict[str, float] = {}
         self._total_gpus = cluster.num_gpus
@@ -404,6 +418,38 @@ class Simulator:
             predicted_iterations=spec.submitted_iterations,
         )
         return job.view
+
+    def _view(self, job: _Job) -> JobView:
+        """The job's view now, for a job that ran or stopped since it was last shown (or
+        was never shown); kept until it runs or stops again."""
+        seen = job.seen
+        if seen is None:
+            return self._first_view(job)
+        # Its last view, progressed.
+        job.view = seen.progressed(
+            iterations_done=job.done,
+            attained_service=job.attained,
+            gpu_seconds_by_type=MappingProxyType(dict(job.gpu_seconds)),
+            run_seconds=job.run_s,
+            current=job.current,
+        )
+        return job.view
+
+    def _starts_none(self, active: list[_Job], check: StartsNone) -> bool:
+        """Whether the policy says (:class:`StartsNone`) that its plan would leave every job
+        where it is, some job waiting and some running, given what is free now."""
+        free = dict(self._capacity)
+        waiting: list[JobView] = []
+        for job in active:
+            current = job.current
+            if current is None:
+                view = job.view
+                waiting.append(view if view is not None else self._view(job))
+            else:
+                for gpu_type, count, _ in self._type_counts(job, current):
+                    free[gpu_type] -= count
+        # With nothing running the round is decided, so that a stall names its reasons.
+        return bool(waiting) and len(waiting) < len(active) and check.starts_none(waiting, free)
 
     def _type_counts(self, job: _Job, alloc: Allocation) -> tuple[tuple[str, int, float], ...]:
         """(GPU type, GPUs of it, service weight) for the job's allocation, cached."""
@@ -584,12 +630,19 @@ class Simulator:
 
     # ------------------------------------------------------------------------ run
     def run(self) -> SimResult:
+        with young_collections_rarer():
+            return self._run()
+
+    def _run(self) -> SimResult:
         cfg = self.config
         jobs = self._jobs
         by_id = {job.spec.id: job for job in jobs}
         pending = list(jobs)  # sorted by arrival; consumed from the front
         next_arrival = 0
         active: list[_Job] = []
+        # GPUs the active jobs ask for, kept as jobs come and go (a sum of whole numbers,
+        # the same in any order).
+        asked = 0
         rounds: list[RoundRecord] = []
         segments: list[Segment] = []
         now = jobs[0].spec.arrival_s
@@ -619,6 +672,19 @@ class Simulator:
             and self._on_round is None
             and cfg.fair_share is None
         )
+        # Jobs that completed since the last plan do not unsettle a round for a policy that
+        # declares its plan the same then (see stable_after_departures).
+        departures_carry = may_carry and stable_after_departures(self.policy)
+        # A round in which the policy can tell it would start nobody and move nobody (see
+        # StartsNone) is carried over too, under the same conditions.
+        starts_none = (
+            self.policy
+            if isinstance(self.policy, StartsNone)
+            and not learns(self.policy)
+            and self._on_round is None
+            and cfg.fair_share is None
+            else None
+        )
         settled = False
         # Carried rounds in which no job finishes are run as one stretch (_carry_stretch),
         # unless each piece of work is recorded or rounds follow Gavel's whole iterations.
@@ -631,12 +697,14 @@ class Simulator:
                 admitted.contention_integral = self._contention
                 admitted.admitted_at = now
                 active.append(admitted)
+                asked += admitted.spec.num_gpus
                 next_arrival += 1
                 arrived = True
             if not active:
                 now = pending[next_arrival].spec.arrival_s
                 continue
-            if may_carry and settled and not arrived and not completed and may_stretch:
+            carry = may_carry and settled and not arrived and (not completed or departures_carry)
+            if carry and may_stretch:
                 upcoming = (
                     pending[next_arrival].spec.arrival_s
                     if next_arrival < len(pending)
@@ -652,32 +720,27 @@ class Simulator:
                     now = carried[-1].end_s
                     idle_rounds = 0
                     continue
-            if may_carry and settled and not arrived and not completed:
+            if not carry and starts_none is not None and idle_rounds == 0:
+                # After a round without progress every round is decided (a stall quotes
+                # the policy's reasons).
+                started = time.perf_counter()
+                carry = self._starts_none(active, starts_none)
+                check_ms = (time.perf_counter() - started) * 1000.0
+            else:
+                check_ms = 0.0
+            if carry:
                 # Carried over: every job keeps its placement, as the policy would decide.
                 started = time.perf_counter()
                 plan = Plan({job.spec.id: job.current for job in active if job.current is not None})
-                plan_ms = (time.perf_counter() - started) * 1000.0
-                settled = True
+                plan_ms = check_ms + (time.perf_counter() - started) * 1000.0
+                settled = len(plan.allocations) == len(active)
             else:
                 views: list[JobView] = []
                 for job in active:
                     # A job that neither ran nor was stopped since the last round looks
                     # the same.
                     view = job.view
-                    if view is None:
-                        seen = job.seen
-                        if seen is not None:
-                            # A job that ran or stopped since: its last view, progressed.
-                            view = job.view = seen.progressed(
-                                iterations_done=job.done,
-                                attained_service=job.attained,
-                                gpu_seconds_by_type=MappingProxyType(dict(job.gpu_seconds)),
-                                run_seconds=job.run_s,
-                                current=job.current,
-                            )
-                        else:
-                            view = self._first_view(job)
-                    views.append(view)
+                    views.append(view if view is not None else self._view(job))
                 snapshot = Snapshot(
                     self.cluster,
                     tuple(views),
@@ -695,7 +758,7 @@ class Simulator:
                 completed = ()
                 started = time.perf_counter()
                 decision = decide_round(state, self.policy, rules)
-                plan_ms = (time.perf_counter() - started) * 1000.0
+                plan_ms = check_ms + (time.perf_counter() - started) * 1000.0
                 if decision.fallback:
                     fallbacks += 1
                     if cfg.validate_plans:
@@ -726,7 +789,7 @@ class Simulator:
                     and len(plan.allocations) == len(active)
                 )
             round_end = now + cfg.round_s
-            demand = max(1.0, sum(job.spec.num_gpus for job in active) / self._total_gpus)
+            demand = max(1.0, asked / self._total_gpus)
             busy_until: dict[GpuSlot, float] = {}  # only for GPUs shared by two jobs
             busy_by_type: dict[str, int] = {}
             busy_seconds = 0.0
@@ -930,9 +993,10 @@ class Simulator:
                     job.current = None
                     assert job.finish is not None and job.seen is not None
                     notices.append(CompletedJob(job.seen, job.done, job.finish))
-                # The next round tells the policy, as the daemon's does.
-                completed = tuple(notices)
+                # The next round decided tells the policy, as the daemon's does.
+                completed += tuple(notices)
                 active = [job for job in active if job.finish is None]
+                asked -= sum(job.spec.num_gpus for job in done_now)
             if any_progress:
                 idle_rounds = 0
             else:

@@ -18,11 +18,12 @@ compare with Gavel's published figures.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 
 from master.scheduling.plan import Plan
 from master.scheduling.policies._gavel_fifo import GavelFifo
 from master.scheduling.policies._greedy import greedy_plan, random_type_chooser
-from master.scheduling.views import Snapshot
+from master.scheduling.views import JobView, Snapshot
 
 NAME = "fifo"
 
@@ -52,6 +53,27 @@ class FifoPolicy:
         # Running jobs are pinned; with the same job set no admission time moves. Gavel's
         # FIFO re-draws types, so its mode is not.
         return self._compat is None
+
+    @property
+    def stable_after_departures(self) -> bool:
+        # A departure only frees GPUs, and with every job running nobody waits for them.
+        # The admission time it then records is read only with min_recompute_s.
+        return self._compat is None and self._min_recompute_s == 0
+
+    def starts_none(self, waiting: Sequence[JobView], free_by_type: Mapping[str, int]) -> bool:
+        """Whether the head of the queue does not fit (see StartsNone): without backfill
+        nobody behind it starts then, and running jobs are pinned. Only for the plain mode:
+        Gavel's re-draws types and admission by time keeps bookkeeping by time."""
+        if self._compat is not None or self._backfill or self._min_recompute_s != 0:
+            return False
+        if not waiting:
+            return False
+        head = min(waiting, key=lambda j: (j.arrival_time, j.id))
+        if head.memory_bytes_per_gpu > 0:
+            return False  # its allowed types come from the snapshot's memory check
+        # What greedy_plan admits the head by: some allowed type with that many unclaimed.
+        n = head.num_gpus
+        return not any(free >= n and head.allows(t) for t, free in free_by_type.items())
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
         if self._compat is not None:

@@ -341,29 +341,48 @@ class GavelPolicy:
     def _place(
         self, snapshot: Snapshot, chosen: dict[int, str], keep: dict[int, tuple[GpuSlot, ...]]
     ) -> Plan:
-        free = FreeGpus(snapshot.cluster)
+        cluster = snapshot.cluster
         allocations: dict[int, Allocation] = {}
         reasons: dict[int, str] = {}
         jobs = {job.id: job for job in snapshot.jobs}
-        for job_id, kept in keep.items():
-            current = jobs[job_id].current
-            if current is not None and free.take_slots(kept):
-                allocations[job_id] = current
         # Largest jobs first for locality; jobs staying on their type keep their GPUs.
         order = sorted(chosen, key=lambda j: (-jobs[j].num_gpus, j))
-        pending: list[int] = []
+        staying: dict[int, Allocation] = {}
         for job_id in order:
             job = jobs[job_id]
             current = job.current
             if (
                 current is not None
                 and current_slots_usable(snapshot, job)
-                and all(t == chosen[job_id] for t, _ in snapshot.cluster.type_counts(current) or ())
-                and free.take_slots(current.slots)
+                and all(t == chosen[job_id] for t, _ in cluster.type_counts(current) or ())
             ):
+                staying[job_id] = current
+        kept_slots = [slot for slots in keep.values() for slot in slots]
+        kept_slots += [slot for current in staying.values() for slot in current.slots]
+        usable = cluster.usable_by_slot()
+        if len(set(kept_slots)) == len(kept_slots) and all(map(usable.__contains__, kept_slots)):
+            # No two of them share a GPU and all are usable: taking them one at a time would
+            # succeed for each, so they are taken at once, server by server.
+            free = FreeGpus(cluster, kept_slots)
+            for job_id in keep:
+                current = jobs[job_id].current
+                assert current is not None
                 allocations[job_id] = current
-            else:
-                pending.append(job_id)
+            allocations.update(staying)
+            pending = [job_id for job_id in order if job_id not in staying]
+        else:
+            free = FreeGpus(cluster)
+            for job_id, kept in keep.items():
+                current = jobs[job_id].current
+                if current is not None and free.take_slots(kept):
+                    allocations[job_id] = current
+            pending = []
+            for job_id in order:
+                current = staying.get(job_id)
+                if current is not None and free.take_slots(current.slots):
+                    allocations[job_id] = current
+                else:
+                    pending.append(job_id)
         for job_id in pending:
             job = jobs[job_id]
             slots = free.take(job.num_gpus, chosen[job_id])

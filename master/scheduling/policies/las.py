@@ -54,6 +54,12 @@ class LasPolicy:
         # starvation promotion, plan() then records nothing by time.
         return self._starvation_s is None
 
+    @property
+    def stable_after_departures(self) -> bool:
+        # The others keep their order, and each finds at least the GPUs it found with the
+        # departed jobs there: all still fit where they are, and none is placed anew.
+        return self._starvation_s is None
+
     def queue_of(self, job: JobView, now: float) -> int:
         cached = self._service_queue.get(job.id)
         if cached is not None and cached[0] is job:

@@ -115,6 +115,8 @@ class SlurmPolicy:
     #: When every job runs where it ran and none came or went, each keeps its GPUs and
     #: none waits: nothing is reserved and nothing depends on the time.
     stable_when_settled = True
+    #: With every job running nothing waits, whoever left: still nothing to reserve.
+    stable_after_departures = True
 
     def __init__(
         self,

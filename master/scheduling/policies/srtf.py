@@ -42,6 +42,8 @@ class SrtfPolicy:
 
     #: Every running job keeps its GPUs when all fit (greedy, nothing drawn at random).
     stable_when_settled = True
+    #: Jobs that left only free GPUs: the others keep their order and all still fit.
+    stable_after_departures = True
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
         del now

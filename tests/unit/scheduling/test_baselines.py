@@ -163,6 +163,26 @@ def test_gavel_time_shares_a_contended_type() -> None:
     assert ran.count(1) == 3 and ran.count(2) == 3
 
 
+def test_gavel_keeps_running_jobs_on_their_gpus_once_each() -> None:
+    """Jobs that stay on their type keep their GPUs; of two that claim the same GPU the
+    first in placement order keeps it and the other is placed anew."""
+    cluster = ClusterView.from_counts({"v100": 4})
+    slot = GpuSlot("v100-000", 0)
+    apart = [
+        job(1, current=Allocation.on([slot], 1)),
+        job(2, current=Allocation.on([GpuSlot("v100-000", 3)], 1)),
+    ]
+    s = snap(cluster, *apart)
+    plan = check(s, make_policy("gavel").plan(s, 0.0))
+    assert plan.allocations == {j.id: j.current for j in apart}
+    clashing = [job(1, current=Allocation.on([slot], 1)), job(2, current=Allocation.on([slot], 1))]
+    s = snap(cluster, *clashing)
+    plan = check(s, make_policy("gavel").plan(s, 0.0))
+    assert plan.get(1) == clashing[0].current
+    moved = plan.get(2)
+    assert moved is not None and slot not in moved.slots
+
+
 def test_gavel_lp_weights_are_relative_and_extreme_ones_still_solve() -> None:
     """Scaling every priority alike changes no time fraction; a weight a thousand times
     another's gets its job more of the contended fast type; weights from the fair-share

@@ -3,16 +3,22 @@ sharing, copies, mixed-type batches, arrivals between rounds, invalid plans, sta
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import pytest
 
 from master.scheduling.plan import Allocation, GpuSlot, Plan
+from master.scheduling.policies.fifo import FifoPolicy
 from master.scheduling.policies.las import LasPolicy
-from master.scheduling.policy import make_policy, stable_when_settled
+from master.scheduling.policy import (
+    Policy,
+    make_policy,
+    stable_after_departures,
+    stable_when_settled,
+)
 from master.scheduling.throughput import ThroughputModel
-from master.scheduling.views import ClusterView, Snapshot
+from master.scheduling.views import ClusterView, JobView, Snapshot
 from master.sim.engine import RoundRecord, SimConfig, SimulationError, Simulator, simulate
 from master.sim.generate import generate_trace
 from master.sim.metrics import summarize
@@ -405,6 +411,112 @@ def test_carried_stretches_give_the_results_of_rounds_one_at_a_time(
     assert [replace(r, plan_ms=0.0) for r in fast.rounds] == [
         replace(r, plan_ms=0.0) for r in slow.rounds
     ]
+
+
+class _Declaring:
+    """A policy's plans under declarations set by the test, counting the plans asked for."""
+
+    def __init__(self, inner: Policy, *, after_departures: bool) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.stable_when_settled = True
+        self.stable_after_departures = after_departures
+        self.calls = 0
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        self.calls += 1
+        return self.inner.plan(snapshot, now)
+
+
+@pytest.mark.parametrize("name", ["fifo", "las", "srtf", "slurm"])
+def test_rounds_after_departures_are_carried_with_the_results_of_asking(name: str) -> None:
+    """A policy that declares its plan stable after departures is not asked in rounds in
+    which every job runs and jobs completed but none arrived; every job's results and
+    every round record are those of asking it every round."""
+    model = ThroughputModel.from_gavel_json(THROUGHPUTS)
+    cluster = ClusterView.from_counts({"v100": 8, "p100": 8, "k80": 8}, gpus_per_server=4)
+    trace = generate_trace(80, model, mean_interarrival_s=700.0, seed=13)
+    assert stable_after_departures(make_policy(name))
+    after = _Declaring(make_policy(name), after_departures=True)
+    settled_only = _Declaring(make_policy(name), after_departures=False)
+    fast = Simulator(after, trace, cluster, model).run()
+    slower = Simulator(settled_only, trace, cluster, model).run()
+    slow = Simulator(make_policy(name), trace, cluster, model, on_round=lambda s, d: None).run()
+    assert after.calls < settled_only.calls
+    for other in (slower, slow):
+        assert fast.jobs == other.jobs
+        assert [replace(r, plan_ms=0.0) for r in fast.rounds] == [
+            replace(r, plan_ms=0.0) for r in other.rounds
+        ]
+
+
+def test_departures_carry_needs_the_declaration_and_a_settled_one() -> None:
+    """Admission by time (fifo's min_recompute_s) or starvation promotion (las) record a
+    departure; a policy not stable when settled is not asked about departures."""
+    assert not stable_after_departures(make_policy("fifo", min_recompute_s=1920.0))
+    assert not stable_after_departures(LasPolicy(starvation_s=3600.0))
+    declaring = _Declaring(make_policy("fifo"), after_departures=True)
+    declaring.stable_when_settled = False
+    assert not stable_after_departures(declaring)
+
+
+class _CountingFifo(FifoPolicy):
+    """FIFO that counts the plans asked for and the rounds it said it starts nobody."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.blocked = 0
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        self.calls += 1
+        return super().plan(snapshot, now)
+
+    def starts_none(self, waiting: Sequence[JobView], free_by_type: Mapping[str, int]) -> bool:
+        answer = super().starts_none(waiting, free_by_type)
+        self.blocked += answer
+        return answer
+
+
+@pytest.mark.parametrize("config", [SimConfig(), SimConfig(overhead_s=30.0, early_rounds=True)])
+def test_rounds_fifo_starts_nobody_in_are_carried_with_the_results_of_asking(
+    config: SimConfig,
+) -> None:
+    """Rounds in which FIFO's head of the queue does not fit are carried over without
+    asking it (StartsNone); every job's results and every round record are those of
+    asking it every round, and it is asked again once the head fits."""
+    model = ThroughputModel.from_gavel_json(THROUGHPUTS)
+    cluster = ClusterView.from_counts({"v100": 8, "p100": 8, "k80": 8}, gpus_per_server=4)
+    trace = generate_trace(120, model, mean_interarrival_s=250.0, seed=17)
+    counting = _CountingFifo()
+    fast = Simulator(counting, trace, cluster, model, config).run()
+    slow = Simulator(make_policy("fifo"), trace, cluster, model, config, on_round=lambda s, d: None)
+    slow_result = slow.run()
+    assert counting.blocked > 10
+    assert counting.calls + counting.blocked <= len(fast.rounds)
+    assert fast.jobs == slow_result.jobs
+    assert [replace(r, plan_ms=0.0) for r in fast.rounds] == [
+        replace(r, plan_ms=0.0) for r in slow_result.rounds
+    ]
+
+
+def test_fifo_starts_none_only_when_its_head_does_not_fit() -> None:
+    """The head is the earliest arrival; it starts when an allowed type has room; modes
+    that backfill, admit by time or re-draw types never claim it."""
+    fifo = FifoPolicy()
+    head = JobView(id=2, job_type="ResNet-18", num_gpus=4, total_iterations=10.0, arrival_time=1.0)
+    later = JobView(id=1, job_type="ResNet-18", num_gpus=1, total_iterations=10.0, arrival_time=5.0)
+    assert fifo.starts_none([later, head], {"v100": 3, "k80": 1})
+    assert not fifo.starts_none([later, head], {"v100": 3, "k80": 4})
+    picky = replace(head, allowed_gpu_types=frozenset({"v100"}))
+    assert fifo.starts_none([later, picky], {"v100": 3, "k80": 4})
+    assert not fifo.starts_none([], {"v100": 3})
+    for other in (
+        FifoPolicy(backfill=True),
+        FifoPolicy(min_recompute_s=1920.0),
+        FifoPolicy(gavel_compat=True),
+    ):
+        assert not other.starts_none([later, head], {"v100": 3, "k80": 1})
 
 
 @pytest.mark.parametrize("name", ["slurm", "srtf", "fifo"])
