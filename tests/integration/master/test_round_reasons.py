@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-import master.rounds.runner as runner
+from master.rounds import runner
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from tests.integration.master.conftest import Api, Cluster
 
