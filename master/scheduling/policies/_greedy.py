@@ -133,11 +133,7 @@ def greedy_plan(
         reasons[job.id] = reason
         if not backfill:
             blocked_by = job
-            # Not the blocking job's id: the head of a long queue changes nearly every round
-            # (it starts), and a reason naming it would then change, and be stored again,
-            # for every job behind it: thousands of writes a round for no new fact. The
-            # head's own reason says what it waits for; `hctl queue` shows the order.
-            queued = f"waiting: queued behind earlier jobs ({policy_name})"
+            queued = f"waiting: queued behind job {job.id} ({policy_name})"
     return place_choices(snapshot, choices, reasons)
 
 

@@ -35,9 +35,11 @@ def test_many_waiting_reasons_are_stored_after_the_round_in_bounded_writes(
     result = master.run_round()
     assert result.started == (first,)
     jobs = master.tx.read(lambda uow: uow.jobs.get_many([first, *behind]))
-    assert not jobs[first].reason.startswith("waiting")
-    # The first job behind waits for GPUs; the four behind it wait behind earlier jobs:
-    # five reasons, more than one write holds, all stored.
+    assert jobs[first].reason != f"waiting: queued behind job {behind[0]} (fifo)"
+    # The first job behind waits for GPUs; the four behind it wait behind that one: five
+    # reasons, more than one write holds, all stored.
     assert jobs[behind[0]].reason.startswith("waiting: needs 1 GPUs of one type")
-    assert {jobs[j].reason for j in behind[1:]} == {"waiting: queued behind earlier jobs (fifo)"}
+    assert {jobs[j].reason for j in behind[1:]} == {
+        f"waiting: queued behind job {behind[0]} (fifo)"
+    }
     assert all(jobs[j].version == 1 for j in behind)

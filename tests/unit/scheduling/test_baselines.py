@@ -64,7 +64,7 @@ def test_fifo_head_of_line_blocks_unless_backfilling() -> None:
     s = snap(cluster, job(1, num_gpus=2), job(2))
     strict = check(s, make_policy("fifo").plan(s, 0.0))
     assert len(strict) == 0
-    assert strict.reason(2) == "waiting: queued behind earlier jobs (fifo)"
+    assert strict.reason(2) == "waiting: queued behind job 1 (fifo)"
     assert "needs 2 GPUs of one type" in (strict.reason(1) or "")
     backfill = check(s, make_policy("fifo", backfill=True).plan(s, 0.0))
     assert set(backfill) == {2}
