@@ -8,19 +8,8 @@ from __future__ import annotations
 import pytest
 
 from master.rounds import runner
-from protos.hadar.v1 import common_pb2, hadar_pb2
-from tests.integration.master.conftest import Api, Cluster
-
-
-def submit(api: Api, num_gpus: int) -> int:
-    spec = common_pb2.JobSpec(
-        name="train",
-        num_gpus=num_gpus,
-        iterations=1000,
-        workload=common_pb2.WorkloadProgram(name="resnet"),
-    )
-    job_id: int = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec)).job.id
-    return job_id
+from tests.integration.master.conftest import Cluster
+from tests.integration.master.test_planning_process import submit
 
 
 def test_many_waiting_reasons_are_stored_after_the_round_in_bounded_writes(
