@@ -155,6 +155,8 @@ class _Lane:
         self._waiting: dict[tuple[int, int, int, int], Outgoing] = {}
         self._futures: list[Future[bool]] = []
         self._round = 0
+        # The newest round handed to this lane so far.
+        self._newest = 0
 
     def hand(
         self,
@@ -163,9 +165,19 @@ class _Lane:
         items: Sequence[Outgoing],
         executor: Executor,
         drain: Callable[[_Lane], None],
+        *,
+        unless_newer: bool = False,
     ) -> Future[bool]:
+        """Queue `items` for the node (True once sent and answered). With `unless_newer`,
+        items of a round older than one already handed here are dropped (answered True):
+        a paced extension overtaken by the next round's own, whose later lease end it
+        would otherwise cut back."""
         future: Future[bool] = Future()
         with self._lock:
+            if unless_newer and round_number < self._newest:
+                future.set_result(True)
+                return future
+            self._newest = max(self._newest, round_number)
             self.address = address
             for item in items:
                 a = item.assignment
@@ -450,7 +462,13 @@ class Dispatcher:
         handed: Future[bool] = Future()
 
         def hand() -> None:
-            lane = self._lane(node).hand(round_number, address, items, self._executor, self._drain)
+            try:
+                lane = self._lane(node).hand(
+                    round_number, address, items, self._executor, self._drain, unless_newer=True
+                )
+            except BaseException:
+                handed.set_result(False)
+                raise
             lane.add_done_callback(lambda done: handed.set_result(done.result()))
 
         self._pacer.at(due, hand)

@@ -41,12 +41,15 @@ class _Clients:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.called: dict[str, float] = {}
+        # The rounds each node was sent, in the order sent.
+        self.rounds: dict[str, list[int]] = {}
 
     def apply(
         self, address: str, request: worker_pb2.ApplyAssignmentsRequest
     ) -> worker_pb2.ApplyAssignmentsResponse:
         with self.lock:
             self.called[address] = time.monotonic()
+            self.rounds.setdefault(address, []).append(request.round)
         return worker_pb2.ApplyAssignmentsResponse(
             results=[
                 worker_pb2.AssignmentResult(
@@ -152,3 +155,24 @@ def test_a_few_nodes_or_no_spread_get_their_extensions_at_once() -> None:
             assert len(clients.called) == count
             assert max(clients.called.values()) - sent < 2.0
             dispatcher.close()
+
+
+def test_a_paced_extension_overtaken_by_the_next_rounds_is_not_sent_after_it() -> None:
+    """An early round hands its extensions before the last round's paced ones are due: each
+    node gets rounds in order, never the older lease end after the newer one."""
+    clients = _Clients()
+    with ThreadPoolExecutor(8) as pool:
+        dispatcher = _dispatcher(clients, pool)
+        nodes = [f"node-{i:02d}" for i in range(PACE_FROM_NODES)]
+        older = dispatcher.send(7, [_item(n, i, EXTEND) for i, n in enumerate(nodes)], spread_s=2.0)
+        newer = dispatcher.send(8, [_item(n, i, EXTEND) for i, n in enumerate(nodes)])
+        both = threading.Event()
+        (older | newer).then(functools.partial(_set, both))
+        assert both.wait(10)
+        assert (older | newer).failures() == set()
+        for node in nodes:
+            sent = clients.rounds[node]
+            assert sent == sorted(sent) and sent[-1] == 8, (node, sent)
+        # Those not yet due when the next round was handed (most) were dropped.
+        assert sum(sent.count(7) for sent in clients.rounds.values()) < len(nodes) / 2
+        dispatcher.close()
