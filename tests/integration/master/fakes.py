@@ -359,7 +359,9 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
             for task in tasks:
                 with self._lock:
                     self.tasks.pop((task.job_id, task.task_index), None)
-                with contextlib.suppress(grpc.RpcError):
+                # A test that ends meanwhile closes the channel (ValueError): the worker is
+                # gone, and its report with it.
+                with contextlib.suppress(grpc.RpcError, ValueError):
                     self.coordinator.TaskExited(
                         coordinator_pb2.TaskExitedRequest(
                             node=self.name,
