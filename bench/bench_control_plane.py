@@ -562,6 +562,11 @@ class Load:
             load_average=(load_average_start, os.getloadavg()),
         )
 
+    def wall_offset(self) -> float:
+        """Unix time minus this loop's clock: a due time plus it lines up with the master's
+        log."""
+        return time.time() - self.loop.time()
+
     def by_round_phase(self) -> dict[str, dict[str, dict[str, float]]]:
         """Heartbeat and SubmitJob latencies by the round phase under way when each was due
         (from the master's log), to tell which part of a round holds calls up."""
@@ -570,7 +575,7 @@ class Load:
                 phases = round_phases(log)
         except OSError:
             return {}
-        offset = time.time() - self.loop.time()
+        offset = self.wall_offset()
         out = {}
         for method in ("Heartbeat", "SubmitJob"):
             stats = self.ledger.methods.get(method)
@@ -582,7 +587,7 @@ class Load:
     def write_timeline(self, path: Path) -> None:
         """Every answered call as a JSON line: method, due time (Unix seconds, to line up
         with the master's log) and latency in ms."""
-        offset = time.time() - self.loop.time()
+        offset = self.wall_offset()
         with path.open("w") as out:
             for method, stats in sorted(self.ledger.methods.items()):
                 for due, latency in zip(stats.answered_due, stats.latencies, strict=True):

@@ -36,16 +36,14 @@ class Pacer:
 
     def at(self, due: float, fn: Callable[[], None]) -> None:
         with self._condition:
-            if self._closed:
-                run_now = True
-            else:
-                run_now = False
+            closed = self._closed
+            if not closed:
                 heapq.heappush(self._heap, (due, next(self._order), fn))
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
                 self._condition.notify()
-        if run_now:
+        if closed:
             fn()
 
     def close(self) -> None:

@@ -190,11 +190,11 @@ class RoundRunner:
         actions = decision.actions
         stored = self._store(inp, decision, now)
         self._store_reasons(stored.reasons)
+        number, changed = stored.number, stored.changed
         outgoing = stored.outgoing + [
-            Outgoing(task.node, task.id, self._dispatcher.extend(job, task, stored.number, now))
+            Outgoing(task.node, task.id, self._dispatcher.extend(job, task, number, now))
             for job, task in stored.extensions
         ]
-        number, changed = stored.number, stored.changed
         persist_s = time.monotonic() - started - read_s - plan_s
         self._on_change()
         self._dispatcher.send_stops(stored.orders)
@@ -376,7 +376,7 @@ class RoundRunner:
             )
         )
         active: defaultdict[int, list[Task]] = defaultdict(list)
-        for task in uow.tasks.read_active():
+        for task in uow.tasks.active():
             active[task.job_id].append(task)
         record = uow.rounds.add(
             policy=self._policy.name,

@@ -123,18 +123,9 @@ class TaskRepository:
         return found
 
     def active(self) -> list[Task]:
-        """Tasks that hold GPUs now, ordered by job and index."""
-        query = (
-            select(TaskRow)
-            .where(TaskRow.state.not_in(_FINISHED))
-            .order_by(TaskRow.job_id, TaskRow.task_index)
-        )
-        return self._many(query)
-
-    def read_active(self) -> list[Task]:
-        """`active`, read as plain columns, for a unit of work that changes few of them (a
-        round reads every running task and extends them in one statement; a task it stops
-        is loaded then)."""
+        """Tasks that hold GPUs now, ordered by job and index, read as plain columns: every
+        reader only reads them (a round reads every running task and extends them in one
+        statement), and a task changed later is loaded then."""
         flush_pending(self._session)
         # A returned row has every column under its attribute's name, as a TaskRow.
         return [

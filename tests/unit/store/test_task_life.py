@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import select
 
 from store import Database
 from store.domain import NewTask
 from store.errors import InvalidTaskTransitionError
-from store.states import ALLOWED_TASK_TRANSITIONS, TaskState
+from store.models import TaskRow
+from store.repositories import convert
+from store.states import ALLOWED_TASK_TRANSITIONS, FINISHED_TASK_STATES, TaskState
 from tests.unit.store.conftest import submit
 from tests.unit.store.test_cluster import register
 
@@ -77,9 +80,9 @@ def test_no_state_moves_to_itself(state: TaskState) -> None:
 
 
 def test_active_tasks_read_as_plain_columns_equal_those_read_as_rows(db: Database) -> None:
-    """read_active returns what active does (every task holding GPUs, by job and index,
-    every field), including a change made earlier in the same unit of work, and a task it
-    returned can still be changed there."""
+    """active, read as plain columns, returns what the ORM's rows hold (every task holding
+    GPUs, by job and index, every field), including a change made earlier in the same unit
+    of work, and a task it returned can still be changed there."""
     register(db)
     jobs = [submit(db, name=f"job-{i}") for i in range(3)]
     with db.transaction() as uow:
@@ -114,8 +117,13 @@ def test_active_tasks_read_as_plain_columns_equal_those_read_as_rows(db: Databas
         ]
         assigned = next(t for t in first if t.state is TaskState.ASSIGNED)
         uow.tasks.set_state(assigned.id, TaskState.STARTING)
-        plain = uow.tasks.read_active()
-        assert plain == uow.tasks.active()
+        plain = uow.tasks.active()
+        rows = uow.session.scalars(
+            select(TaskRow)
+            .where(TaskRow.state.not_in([s.value for s in FINISHED_TASK_STATES]))
+            .order_by(TaskRow.job_id, TaskRow.task_index)
+        )
+        assert plain == [convert.task(row) for row in rows]
         assert next(t for t in plain if t.id == assigned.id).state is TaskState.STARTING
         uow.tasks.set_state(plain[-1].id, TaskState.STOPPING)
     with db.transaction() as uow:
