@@ -244,6 +244,19 @@ class Settings:
         return max(0.0, min(self.round_seconds / 2, room))
 
     @property
+    def lease_renewal_age_s(self) -> float:
+        """How long ago a worker may have acknowledged a lease that a round still leaves
+        alone (master/rounds/renewals.py): half a round, less where the lease leaves less
+        room. A renewal skipped at that age comes that much later than a scheduled round's
+        would, so the lease must still outlast it beside everything extension_spread_s
+        allows for, and a silence just short of the heartbeat timeout, the round after it
+        and its spread."""
+        spread = self.extension_spread_s
+        room = self.lease_s - 2 * self.round_seconds - self.push_budget_s - spread
+        silence = self.lease_s - self.heartbeat_timeout_s - self.round_seconds - spread
+        return max(0.0, min(self.round_seconds / 2, room, silence))
+
+    @property
     def push_budget_s(self) -> float:
         """The longest one push to a worker can take, retries included."""
         return push_budget_s(self.dispatch_timeout_s, self.dispatch_attempts)

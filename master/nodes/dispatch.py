@@ -10,6 +10,7 @@ previous placement) waits until that task has exited, then goes out.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import defaultdict
@@ -95,6 +96,13 @@ class Push:
             if not future.done() or not future.result()
         }
 
+    def each(self, fn: Callable[[str, bool], None]) -> None:
+        """Call `fn(node, reached)` as each node's push ends."""
+        for node, future in self._futures.items():
+            future.add_done_callback(
+                functools.partial(_each_done, fn, node),
+            )
+
     def then(self, fn: Callable[[set[str]], None]) -> Future[None]:
         """Call `fn` with the unreached nodes once every node's push is over (at once when
         there is none); the returned future is done once `fn` has run."""
@@ -123,6 +131,13 @@ class Push:
         for future in pending:
             future.add_done_callback(one)
         return done
+
+
+def _each_done(fn: Callable[[str, bool], None], node: str, future: Future[bool]) -> None:
+    try:
+        fn(node, not future.cancelled() and future.exception() is None and future.result())
+    except Exception:
+        log.exception("handling the end of a node's push failed", node=node)
 
 
 def _both(first: Future[bool], second: Future[bool]) -> Future[bool]:

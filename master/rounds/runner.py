@@ -27,7 +27,7 @@ import functools
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,11 +35,12 @@ from datetime import UTC, datetime
 import structlog
 
 from master.jobs.lifecycle import StopOrder
-from master.nodes.dispatch import Dispatcher, Outgoing
+from master.nodes.dispatch import Dispatcher, Outgoing, Push
 from master.process.metrics import MasterMetrics
 from master.process.transactions import Transactor
 from master.rounds.forecaster import Forecaster
 from master.rounds.planner import Planner
+from master.rounds.renewals import RenewalBook
 from master.rounds.snapshot import ReadMemo, RoundInput
 from master.scheduling.diff import Action, ActionKind, preemption_reason
 from master.scheduling.plan import Allocation
@@ -136,6 +137,8 @@ class RoundRunner:
         self._failures_lock = threading.Lock()
         # Jobs the policy failed on in the last round that planned, already logged.
         self._isolated: set[int] = set()
+        # The lease ends workers acknowledged: a round renews only the leases that need it.
+        self.renewals = RenewalBook(settings.lease_s, settings.lease_renewal_age_s)
 
     @property
     def policy_name(self) -> str:
@@ -199,6 +202,7 @@ class RoundRunner:
         self._on_change()
         self._dispatcher.send_stops(stored.orders)
         pushes = self._dispatcher.send(number, outgoing, spread_s=spread_s)
+        self._book_renewals(pushes, stored.extensions, now)
         pushes |= self._dispatcher.dispatch_ready(number)
         duration = time.monotonic() - started
         self._tx.write(
@@ -340,6 +344,36 @@ class RoundRunner:
             log.warning("storing the round failed; storing it again job by job", error=str(exc))
         return self._tx.write(lambda uow: self._persist(uow, inp, decision, now, isolate=True))
 
+    def _to_renew(
+        self, kept: list[tuple[Job, Task]], outgoing: Sequence[Outgoing], now: datetime
+    ) -> list[tuple[Job, Task]]:
+        """Of the running tasks the round keeps, those whose leases it renews: the ones due
+        (see master/rounds/renewals.py) and all on workers that get a push anyway."""
+        self.renewals.keep_only(task.id for _, task in kept)
+        pushed = {item.node for item in outgoing}
+        now_s = now.timestamp()
+        return [
+            (job, task)
+            for job, task in kept
+            if task.node in pushed or self.renewals.due(task.id, now_s)
+        ]
+
+    def _book_renewals(
+        self, pushes: Push, extensions: Sequence[tuple[Job, Task]], now: datetime
+    ) -> None:
+        """Once each worker answers, the lease end its renewals carried is what it holds."""
+        lease_end = now.timestamp() + self._settings.lease_s
+        by_node: defaultdict[str, list[int]] = defaultdict(list)
+        for _, task in extensions:
+            by_node[task.node].append(task.id)
+        book = self.renewals
+
+        def answered(node: str, reached: bool) -> None:
+            if reached and node in by_node:
+                book.acknowledged(by_node[node], lease_end)
+
+        pushes.each(answered)
+
     def _store_reasons(self, reasons: dict[int, str]) -> None:
         """Waiting reasons the round's transaction left, REASONS_PER_WRITE a transaction.
         Each is set only on a job still waiting; one that fails to store is left for the
@@ -434,6 +468,7 @@ class RoundRunner:
                 continue
             outgoing.extend(sends)
         uow.tasks.add_many(new_tasks)
+        extended = self._to_renew(extended, outgoing, now)
         uow.tasks.extend_many([task.id for _, task in extended], round=number)
         # Why each job that got nothing waits (a running job holding nothing, its last
         # placement being torn down, is not waiting).

@@ -81,3 +81,28 @@ def test_extensions_spread_over_half_a_round_only_where_the_lease_has_room() -> 
         last_renewal = settings.extension_spread_s + settings.push_budget_s
         # The last lease extended still outlasts the next round's last renewal.
         assert settings.lease_s >= settings.round_seconds + last_renewal
+
+
+def test_a_round_leaves_recent_leases_alone_only_where_the_lease_has_room() -> None:
+    """Default settings leave a lease acknowledged within half a round (30 s) alone. Where
+    the lease has no room beyond the spread, the retried push and a round of margin, or
+    beyond a silence just short of the heartbeat timeout and the next round, every round
+    renews every lease."""
+    assert Settings().lease_renewal_age_s == 30.0
+    # 50 s leases, 5 s spread: 50 - 30 s timeout - 10 s round - 5 s spread leaves 5 s.
+    bench = Settings(round_seconds=10, heartbeat_interval_s=1)
+    assert bench.lease_renewal_age_s == 5.0
+    tight = Settings(
+        round_seconds=10, lease_rounds=3, dispatch_timeout_s=2.0, heartbeat_timeout_s=10
+    )
+    assert tight.lease_renewal_age_s == 0.0
+    for settings in (Settings(), bench, tight):
+        skipped = settings.lease_renewal_age_s + settings.extension_spread_s
+        # A renewal skipped at the age limit, then handed last in the next round's spread
+        # and pushed with every retry, arrives a round before the lease ends.
+        assert (
+            settings.lease_s
+            >= skipped + settings.round_seconds + settings.push_budget_s + settings.round_seconds
+        )
+        # ... and after a silence just short of the heartbeat timeout and the next round.
+        assert settings.lease_s >= skipped + settings.heartbeat_timeout_s + settings.round_seconds
