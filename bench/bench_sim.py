@@ -13,10 +13,22 @@
    policy runs in its own process, ``--workers`` at a time, stopped after ``--cpu-limit``
    CPU seconds; ``--write`` puts the table into docs/benchmarks.md. A name may carry one
    parameter, e.g. ``gavel.warm_from=0``.
+5. ``--gavel-repo DIR --gavel-python PATH``: the scale trace under ``gavel`` side by side
+   with Gavel's own simulator (a checkout of stanford-futuredata/gavel at DIR, with its
+   RPC stubs built, run by the interpreter PATH whose environment has its dependencies)
+   running ``max_min_fairness_perf`` on the same jobs, written in Gavel's trace format to
+   a temporary file, on the same cluster (same GPU counts, 8 GPUs per server) and the same
+   throughput table. Both run at once, each in its own process; each one's wall and CPU
+   seconds (the whole process: start-up, trace and simulation) and average JCT are
+   printed with Gavel's wall time over ours. Gavel is stopped after ``--gavel-limit`` CPU
+   seconds, or three times that in wall seconds; ``--write`` puts the table into
+   docs/benchmarks.md.
 
     .venv/bin/python bench/bench_sim.py [--gavel-data DIR] [--skip-large]
     .venv/bin/python bench/bench_sim.py --scale [--policies a,b] [--workers K]
                                         [--cpu-limit S] [--write]
+    .venv/bin/python bench/bench_sim.py --gavel-repo DIR --gavel-python PATH
+                                        [--gavel-limit S] [--cpu-limit S] [--write]
 """
 
 from __future__ import annotations
@@ -25,11 +37,14 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import resource
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -49,7 +64,7 @@ from master.sim.data import GAVEL_DIR  # noqa: E402
 from master.sim.engine import SimConfig, simulate  # noqa: E402
 from master.sim.generate import generate_trace  # noqa: E402
 from master.sim.metrics import summarize  # noqa: E402
-from master.sim.trace import read_gavel_trace  # noqa: E402
+from master.sim.trace import TraceJob, read_gavel_trace  # noqa: E402
 
 DEFAULT_DATA = GAVEL_DIR
 FOUR_TYPES = ("v100", "p100", "k80", "a100-40gb")
@@ -153,16 +168,21 @@ def bench_gavel_planning(model: ThroughputModel) -> None:
     )
 
 
-def scale_one(name: str, data: Path) -> dict[str, Any]:
-    """One policy over the scale trace, in this process: its figures as a dict."""
-    model = ThroughputModel.from_gavel_json(data / "simulation_throughputs.json")
-    cluster = ClusterView.from_counts(SCALE_CLUSTER, gpus_per_server=8)
-    jobs = [
+def scale_jobs(model: ThroughputModel) -> list[TraceJob]:
+    """The scale benchmark's trace."""
+    return [
         dataclasses.replace(job, shareable=True)
         for job in generate_trace(
             SCALE_JOBS, model, mean_interarrival_s=SCALE_INTERARRIVAL_S, seed=SCALE_SEED
         )
     ]
+
+
+def scale_one(name: str, data: Path) -> dict[str, Any]:
+    """One policy over the scale trace, in this process: its figures as a dict."""
+    model = ThroughputModel.from_gavel_json(data / "simulation_throughputs.json")
+    cluster = ClusterView.from_counts(SCALE_CLUSTER, gpus_per_server=8)
+    jobs = scale_jobs(model)
     policy_name, _, setting = name.partition(".")
     params: dict[str, Any] = {}
     if setting:
@@ -186,6 +206,7 @@ def scale_one(name: str, data: Path) -> dict[str, Any]:
         "plan_ms_mean": s.plan_ms_mean,
         "plan_ms_p99": s.plan_ms_p99,
         "avg_jct_h": s.avg_jct_s / 3600.0,
+        "finished": sum(1 for job in result.jobs if not job.failed),
     }
 
 
@@ -255,6 +276,324 @@ def scale_lines(rows: list[dict[str, Any]], load: str) -> list[str]:
     return lines
 
 
+GAVEL_POLICY = "max_min_fairness_perf"
+GAVEL_DRIVER = Path("scheduler") / "scripts" / "drivers" / "simulate_scheduler_with_trace.py"
+#: Gavel's wall time over ours that the comparison aims at.
+GAVEL_TARGET_RATIO = 10.0
+GAVEL_BEGIN = "<!-- sim-vs-gavel: written by bench/bench_sim.py --gavel-repo DIR --write -->"
+GAVEL_END = "<!-- /sim-vs-gavel -->"
+_GAVEL_JCT = re.compile(r"^Average job completion time: ([0-9.eE+-]+) seconds", re.MULTILINE)
+_GAVEL_JOB_LINE = re.compile(r"^Job \d+: ", re.MULTILINE)
+_BATCH_SIZE = re.compile(r" \(batch size \d+\)")
+
+
+def gavel_trace_line(job: TraceJob) -> str:
+    """One job as a line of Gavel's ``.trace`` format (see :mod:`master.sim.trace`).
+
+    The format carries the job type, GPU count, iterations, priority and arrival time;
+    the columns that only a real run reads (command, directory, step flag, data flag) get
+    placeholders, and the SLO column -1 (none). The user, the shareable and forkable
+    marks, allowed types and time limits have no column and are left out."""
+    iterations = job.iterations
+    if iterations is None or iterations != int(iterations):
+        # Gavel reads total_steps with int(), so anything else would not survive the trip.
+        raise ValueError(f"job {job.id}: Gavel's format needs a whole iteration count")
+    if "\t" in job.job_type or "\n" in job.job_type:
+        raise ValueError(f"job {job.id}: job type {job.job_type!r} has a tab or newline")
+    fields = [
+        job.job_type,
+        "true",
+        ".",
+        "--num_steps",
+        "0",
+        str(int(iterations)),
+        str(job.num_gpus),
+        repr(job.priority),
+        "-1",
+        repr(job.arrival_s),
+    ]
+    return "\t".join(fields) + "\n"
+
+
+def write_gavel_trace(path: Path, jobs: list[TraceJob]) -> None:
+    """The jobs in Gavel's trace format, in arrival order (Gavel numbers them by line and
+    requires arrival times that never decrease)."""
+    ordered = sorted(jobs, key=lambda j: (j.arrival_s, j.id))
+    with path.open("w") as handle:
+        handle.writelines(gavel_trace_line(job) for job in ordered)
+
+
+def gavel_table(
+    table: dict[str, Any], jobs: list[TraceJob], model: ThroughputModel
+) -> tuple[dict[str, Any], list[TraceJob]]:
+    """Gavel's throughput table with what it lacks for these jobs added, and the jobs
+    that needed it.
+
+    The table profiles some job types on one GPU only, and Gavel's simulator looks a
+    job's rate up by its exact GPU count, failing on any other; the generator gives those
+    types 2 to 8 GPUs too. Each missing (job type, GPU count) gets, on each GPU type, the
+    rate our model uses for it, so the two simulators run every job at the same speed."""
+    added = json.loads(json.dumps(table))
+    needed: list[TraceJob] = []
+    for job in jobs:
+        key = repr((job.job_type, job.num_gpus))
+        missing = [t for t in SCALE_CLUSTER if key not in table[t]]
+        if missing:
+            needed.append(job)
+        for gpu_type in missing:
+            rate = model.throughput(job.job_type, gpu_type, job.num_gpus)
+            added[gpu_type][key] = {"null": rate}
+    return added, needed
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Measured:
+    """A finished child process: exit status, wall seconds from start to exit, CPU
+    seconds (user + system) of the process and its threads, and the limit that stopped it
+    ("" when none did)."""
+
+    returncode: int
+    wall_s: float
+    cpu_s: float
+    stopped: str
+
+
+def run_measured(
+    command: list[str], *, cwd: Path | None, output: Path, cpu_limit: int, wall_limit: float
+) -> Measured:
+    """Run ``command`` with stdout and stderr into ``output``. Its CPU time comes from
+    wait4 on that one child, so two children running at once are measured apart."""
+
+    guard = threading.Lock()
+    exited = False
+    killed = False
+
+    def kill() -> None:
+        nonlocal killed
+        with guard:
+            if not exited:
+                killed = True
+                os.kill(process.pid, signal.SIGKILL)
+
+    with output.open("w") as sink:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT)
+    # Set from outside: a preexec_fn is not safe while other threads start processes.
+    resource.prlimit(process.pid, resource.RLIMIT_CPU, (cpu_limit, cpu_limit + 5))
+    timer = threading.Timer(wall_limit, kill)
+    timer.start()
+    # Wait without reaping first, so that the timer can never signal a reused pid.
+    os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+    wall = time.perf_counter() - started
+    with guard:
+        exited = True
+    timer.cancel()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    stopped = ""
+    if killed:
+        stopped = f"{wall_limit:.0f} s wall"
+    elif process.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        stopped = f"{cpu_limit} CPU s"
+    return Measured(process.returncode, wall, usage.ru_utime + usage.ru_stime, stopped)
+
+
+def run_versus_gavel(
+    data: Path, repo: Path, python: Path, cpu_limit: int, gavel_limit: int
+) -> dict[str, Any]:
+    """Ours (``gavel``) and Gavel's simulator (``max_min_fairness_perf``) on the scale
+    trace at the same time, each in its own process: both rows and what was compared."""
+    driver = repo / GAVEL_DRIVER
+    if not driver.is_file():
+        raise SystemExit(f"{driver}: not found; --gavel-repo is a checkout of Gavel")
+    throughputs = (data / "simulation_throughputs.json").resolve()
+    model = ThroughputModel.from_gavel_json(throughputs)
+    jobs = scale_jobs(model)
+    with tempfile.TemporaryDirectory(prefix="bench-sim-gavel-") as scratch:
+        workdir = Path(scratch)
+        trace = workdir / "scale.trace"
+        write_gavel_trace(trace, jobs)
+        # The file Gavel reads must describe the jobs ours runs.
+        assert read_gavel_trace(trace) == [plain_gavel_job(job) for job in jobs]
+        table, filled_in = gavel_table(json.loads(throughputs.read_text()), jobs, model)
+        gavel_throughputs = workdir / "throughputs.json"
+        gavel_throughputs.write_text(json.dumps(table))
+        per_type = [SCALE_CLUSTER.get(t, 0) for t in ("v100", "p100", "k80")]
+        assert sum(per_type) == sum(SCALE_CLUSTER.values()), "Gavel knows v100/p100/k80 only"
+        gavel_command = [
+            str(python),
+            str(driver.resolve()),
+            "--trace_file",
+            str(trace),
+            "--policy",
+            GAVEL_POLICY,
+            "--throughputs_file",
+            str(gavel_throughputs),
+            "--cluster_spec",
+            ":".join(str(n) for n in per_type),
+            "--num_gpus_per_server",
+            "8:8:8",
+            "--time_per_iteration",
+            "360",
+            "--seed",
+            str(SCALE_SEED),
+        ]
+        ours_command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--scale-one",
+            "gavel",
+            "--gavel-data",
+            str(data),
+        ]
+        gavel_log, ours_log = workdir / "gavel.log", workdir / "ours.log"
+        load_start = os.getloadavg()[0]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            gavel_run = pool.submit(
+                run_measured,
+                gavel_command,
+                cwd=repo / "scheduler",
+                output=gavel_log,
+                cpu_limit=gavel_limit,
+                wall_limit=3.0 * gavel_limit,
+            )
+            ours_run = pool.submit(
+                run_measured,
+                ours_command,
+                cwd=None,
+                output=ours_log,
+                cpu_limit=cpu_limit,
+                wall_limit=3.0 * cpu_limit,
+            )
+            gavel, ours = gavel_run.result(), ours_run.result()
+        load_end = os.getloadavg()[0]
+        rows = [
+            ours_row(ours, ours_log.read_text()),
+            gavel_row(gavel, gavel_log.read_text()),
+        ]
+    commit = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
+        check=False,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return {
+        "rows": rows,
+        "gavel_commit": commit or "unknown",
+        "load": (load_start, load_end),
+        "filled_in": sorted({(job.job_type, job.num_gpus) for job in filled_in}),
+        "filled_in_jobs": len(filled_in),
+    }
+
+
+def plain_gavel_job(job: TraceJob) -> TraceJob:
+    """What Gavel's format keeps of a job: it has no column for the rest."""
+    return TraceJob(
+        id=job.id,
+        arrival_s=job.arrival_s,
+        job_type=job.job_type,
+        num_gpus=job.num_gpus,
+        iterations=job.iterations,
+        priority=job.priority,
+        batch_size=job.batch_size,
+    )
+
+
+def ours_row(run: Measured, log: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"simulator": "Hadar (`hctl simulate`)", "policy": "gavel"}
+    if run.stopped:
+        return {**row, "stopped": run.stopped}
+    if run.returncode != 0:
+        return {**row, "error": (log.strip().splitlines() or ["no output"])[-1]}
+    figures = json.loads(log.strip().splitlines()[-1])
+    return {
+        **row,
+        "wall_s": run.wall_s,
+        "cpu_s": run.cpu_s,
+        "sim_wall_s": figures["wall_s"],
+        "sim_cpu_s": figures["cpu_s"],
+        "avg_jct_h": figures["avg_jct_h"],
+        "finished": figures["finished"],
+    }
+
+
+def gavel_row(run: Measured, log: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"simulator": "Gavel (`simulate_scheduler_with_trace.py`)"}
+    row["policy"] = GAVEL_POLICY
+    if run.stopped:
+        return {**row, "stopped": run.stopped, "cpu_s": run.cpu_s}
+    jct = _GAVEL_JCT.search(log)
+    if run.returncode != 0 or jct is None:
+        return {**row, "error": (log.strip().splitlines() or ["no output"])[-1]}
+    return {
+        **row,
+        "wall_s": run.wall_s,
+        "cpu_s": run.cpu_s,
+        "avg_jct_h": float(jct.group(1)) / 3600.0,
+        "finished": len(_GAVEL_JOB_LINE.findall(log)),
+    }
+
+
+def versus_lines(result: dict[str, Any], cpu_limit: int) -> list[str]:
+    ours, gavel = result["rows"]
+    start, end = result["load"]
+    lines = [
+        GAVEL_BEGIN,
+        "",
+        f"The scale trace above ({SCALE_JOBS:,} jobs, "
+        + ", ".join(f"{t}:{c}" for t, c in SCALE_CLUSTER.items())
+        + ", 8 GPUs per server, 360 s rounds, the same throughput table) under our `gavel` "
+        f"and under Gavel's own simulator (commit {result['gavel_commit']}) running "
+        f"`{GAVEL_POLICY}`, both at once, each in its own process; wall and CPU seconds "
+        "are the whole process (start-up, trace, simulation); load average "
+        f"{start:.1f} at the start, {end:.1f} at the end:",
+        "",
+        "| simulator | policy | wall s | CPU s | avg JCT h | jobs finished |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in (ours, gavel):
+        head = f"| {row['simulator']} | `{row['policy']}` "
+        if "stopped" in row:
+            lines.append(head + f"| not finished after {row['stopped']} | | | |")
+        elif "error" in row:
+            lines.append(head + f"| failed: {row['error']} | | | |")
+        else:
+            lines.append(
+                head + f"| {row['wall_s']:.1f} | {row['cpu_s']:.1f} "
+                f"| {row['avg_jct_h']:.2f} | {row['finished']:,} |"
+            )
+    lines.append("")
+    if "wall_s" in ours and "wall_s" in gavel:
+        ratio = gavel["wall_s"] / ours["wall_s"]
+        verdict = "meets" if ratio >= GAVEL_TARGET_RATIO else "misses"
+        lines.append(
+            f"Gavel's wall time over ours: {ratio:.1f}x (CPU: "
+            f"{gavel['cpu_s'] / ours['cpu_s']:.1f}x), which {verdict} the "
+            f"{GAVEL_TARGET_RATIO:.0f}x target. Of our process's time the simulation alone "
+            f"took {ours['sim_wall_s']:.1f} s wall and {ours['sim_cpu_s']:.1f} s CPU (the "
+            f"`gavel` row of the table above; target < {target_s('gavel'):.0f} s wall)."
+        )
+    elif "stopped" in gavel and "wall_s" in ours:
+        lines.append(
+            f"Gavel had not finished after {gavel['stopped']} ({gavel['cpu_s']:.0f} CPU s), "
+            f"{gavel['cpu_s'] / ours['cpu_s']:.0f}x our CPU time at the least."
+        )
+    else:
+        lines.append(f"No ratio: a run did not finish (our limit {cpu_limit} CPU s).")
+    if result["filled_in_jobs"]:
+        kinds = sorted({_BATCH_SIZE.sub("", job_type) for job_type, _ in result["filled_in"]})
+        lines += [
+            "",
+            f"Gavel's throughput table has no figure for {result['filled_in_jobs']:,} of the "
+            f"jobs ({', '.join(kinds)} on more than one GPU: it has those job types, at "
+            "every batch size, on one GPU only) "
+            "and its simulator stops at a job it has none for; the copy of the table "
+            "handed to it adds, for those, the rates our model uses.",
+        ]
+    lines += ["", GAVEL_END]
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--gavel-data", type=Path, default=DEFAULT_DATA)
@@ -265,7 +604,24 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cpu-limit", type=int, default=600, help="CPU seconds per policy")
     parser.add_argument("--write", action="store_true", help="write into docs/benchmarks.md")
+    parser.add_argument("--gavel-repo", type=Path, default=None, help="a checkout of Gavel")
+    parser.add_argument(
+        "--gavel-python", type=Path, default=None, help="the interpreter to run Gavel with"
+    )
+    parser.add_argument("--gavel-limit", type=int, default=1200, help="CPU seconds for Gavel")
     args = parser.parse_args()
+    if args.gavel_repo is not None or args.gavel_python is not None:
+        if args.gavel_repo is None or args.gavel_python is None:
+            parser.error("--gavel-repo and --gavel-python go together")
+        result = run_versus_gavel(
+            args.gavel_data, args.gavel_repo, args.gavel_python, args.cpu_limit, args.gavel_limit
+        )
+        print(json.dumps(result["rows"]), file=sys.stderr)
+        lines = versus_lines(result, args.cpu_limit)
+        print("\n".join(lines))
+        if args.write:
+            write_section(ROOT / "docs" / "benchmarks.md", GAVEL_BEGIN, GAVEL_END, lines)
+        return
     if args.scale_one is not None:
         print(json.dumps(scale_one(args.scale_one, args.gavel_data)))
         return
