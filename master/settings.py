@@ -200,13 +200,18 @@ class Settings:
     # Serving: user calls are admitted against these caps (master/service/admission.py),
     # refused past them with RESOURCE_EXHAUSTED, so that `worker_rpc_threads` of the
     # server's threads are always free for the workers' heartbeats and reports.
-    # grpc_threads: user calls (not streams) served at once.
-    grpc_threads: int = 16
+    # grpc_threads: user calls (not streams) served at once. A submission holds its call
+    # while its group commits, so the calls in flight are the rate times the wait: at 100
+    # submissions a second, a round's write of 0.2 s puts 20 in flight, none of them using
+    # the interpreter meanwhile.
+    grpc_threads: int = 32
     max_calls_per_user: int = 8
     # Open WatchJobs and StreamLogs calls; each holds a thread while open.
     max_streams: int = 64
     max_streams_per_user: int = 8
-    worker_rpc_threads: int = 16
+    # Workers' reports take at most half of these; at 200 workers about 45 arrive a second,
+    # so a round's write of 0.3 s holds about 14 of them waiting.
+    worker_rpc_threads: int = 32
 
     @property
     def max_time_limit_s(self) -> int:
