@@ -263,6 +263,27 @@ def test_waiting_reasons_are_set_in_bulk_without_new_versions(db: Database) -> N
         assert uow.jobs.get(b).reason == "placed"
 
 
+def test_many_reasons_are_set_at_once_on_the_jobs_still_waiting_only(db: Database) -> None:
+    """A round sets thousands of reasons in one call: each waiting or preempted job gets its
+    own, a running one and one whose reason already reads so are left alone, and the count
+    says how many changed."""
+    ids = [submit(db, name=f"j{i}") for i in range(300)]
+    with db.transaction() as uow:
+        uow.jobs.transition(ids[0], JobState.RUNNING, kind="scheduled", reason="placed")
+        uow.jobs.transition(ids[1], JobState.RUNNING, kind="scheduled", reason="placed")
+        uow.jobs.transition(ids[1], JobState.PREEMPTED, kind="preempted", reason="preempted")
+        unchanged = uow.jobs.get(ids[2]).reason
+        reasons = {job_id: f"waiting: behind job {job_id - 1}" for job_id in ids}
+        reasons[ids[2]] = unchanged
+        assert uow.jobs.set_waiting_reasons(reasons) == 300 - 2
+    with db.transaction() as uow:
+        got = {job_id: uow.jobs.get(job_id).reason for job_id in ids}
+    assert got[ids[0]] == "placed"
+    assert got[ids[1]] == reasons[ids[1]]
+    assert got[ids[2]] == unchanged
+    assert all(got[job_id] == reasons[job_id] for job_id in ids[3:])
+
+
 def _varied_jobs(db: Database) -> list[int]:
     """Jobs that use every JSON column and none, of two users, one an array."""
     with db.transaction() as uow:
