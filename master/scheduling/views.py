@@ -191,6 +191,11 @@ class ClusterView:
         except KeyError:
             raise KeyError(f"no node {name!r} in the cluster") from None
 
+    @cached_property
+    def type_by_slot(self) -> Mapping[GpuSlot, str]:
+        """Every GPU's type by slot, usable or not (see :meth:`gpu_type`)."""
+        return MappingProxyType({gpu.slot: gpu.type for node in self.nodes for gpu in node.gpus})
+
     def gpu_type(self, slot: GpuSlot) -> str:
         gpu = self._by_slot.get(slot)
         if gpu is None:

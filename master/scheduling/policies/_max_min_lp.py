@@ -83,7 +83,20 @@ class MaxMinLp:
         capacity: Mapping[str, int],
         throughput: Mapping[tuple[int, str], float],
     ) -> dict[int, dict[str, float]]:
-        types = tuple(sorted(t for t, c in capacity.items() if c > 0))
+        types = lp_types(capacity)
+        rates = [tuple(throughput.get((job.id, t), 0.0) for t in types) for job in jobs]
+        return self.solve_rates(jobs, capacity, rates)
+
+    def solve_rates(
+        self,
+        jobs: Sequence[JobView],
+        capacity: Mapping[str, int],
+        rates: Sequence[tuple[float, ...]],
+    ) -> dict[int, dict[str, float]]:
+        """:meth:`solve` with each job's throughputs given per type of :func:`lp_types`
+        (``rates[i]`` for ``jobs[i]``, 0 where not allowed): a caller that knows them per
+        kind of job need not spell them out per job."""
+        types = lp_types(capacity)
         result: dict[int, dict[str, float]] = {job.id: {} for job in jobs}
         total = float(sum(capacity[t] for t in types))
         if not jobs or total == 0:
@@ -95,13 +108,12 @@ class MaxMinLp:
             self._columns_scale = scale
             self._columns = {}
         known = self._columns
-        for job in jobs:
-            rates = tuple(throughput.get((job.id, t), 0.0) for t in types)
-            key = (job.num_gpus, job.priority, rates)
+        for job, job_rates in zip(jobs, rates, strict=True):
+            key = (job.num_gpus, job.priority, job_rates)
             part = known.get(key)
             if part is None:
                 part = known[key] = _columns(
-                    job.num_gpus, job.priority, rates, types, capacity, total, heaviest
+                    job.num_gpus, job.priority, job_rates, types, capacity, total, heaviest
                 )
             if part[1]:
                 wanted[job.id] = part
@@ -217,6 +229,11 @@ class MaxMinLp:
         model.run()
         self.iterations = int(model.getInfo().simplex_iteration_count)
         return bool(model.getModelStatus() == _OPTIMAL)
+
+
+def lp_types(capacity: Mapping[str, int]) -> tuple[str, ...]:
+    """The GPU types the LP has columns for: those with GPUs, sorted."""
+    return tuple(sorted(t for t, c in capacity.items() if c > 0))
 
 
 def _new_model() -> HighsCore:

@@ -54,7 +54,8 @@ from scipy.sparse import coo_matrix
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policies._greedy import current_slots_usable
-from master.scheduling.policies._max_min_lp import MIN_WEIGHT_RATIO, MaxMinLp
+from master.scheduling.policies._max_min_lp import MaxMinLp, _columns, lp_types
+from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import JobView, Snapshot
 
 NAME = "gavel"
@@ -76,46 +77,71 @@ def solve_max_min(
     ``throughput[(job id, type)]`` is the job's iterations/s on its GPU count of that type;
     pairs that are absent or zero are not allowed.
     """
-    types = sorted(t for t, c in capacity.items() if c > 0)
+    types = lp_types(capacity)
+    rates = [tuple(throughput.get((job.id, t), 0.0) for t in types) for job in jobs]
+    return _solve_max_min_rates(jobs, capacity, rates, efficiency_weight)
+
+
+def _solve_max_min_rates(
+    jobs: Sequence[JobView],
+    capacity: Mapping[str, int],
+    rates: Sequence[tuple[float, ...]],
+    efficiency_weight: float,
+) -> dict[int, dict[str, float]]:
+    """:func:`solve_max_min` with each job's throughputs per type of :func:`lp_types`."""
+    types = lp_types(capacity)
     total = float(sum(capacity[t] for t in types))
     result: dict[int, dict[str, float]] = {job.id: {} for job in jobs}
     if not jobs or total == 0:
         return result
-    columns: list[tuple[int, int, str, float]] = []  # (job index, column, type, coefficient)
     heaviest = max(job.priority for job in jobs)
-    for i, job in enumerate(jobs):
-        equal_share = sum(throughput.get((job.id, t), 0.0) * capacity[t] / total for t in types)
-        if equal_share <= 0:
-            continue
-        weight = max(job.priority / heaviest, MIN_WEIGHT_RATIO)
-        for t in types:
-            thr = throughput.get((job.id, t), 0.0)
-            if thr > 0 and job.num_gpus <= capacity[t]:
-                coef = thr * job.num_gpus / (weight * equal_share)
-                columns.append((i, len(columns), t, coef))
-    if not columns:
+    # Jobs of one kind (GPU count, priority, rates) have the same coefficients.
+    known: dict[tuple[int, float, tuple[float, ...]], tuple[tuple[int, float], ...]] = {}
+    col_job: list[int] = []
+    col_type: list[int] = []
+    col_coef: list[float] = []
+    for i, (job, job_rates) in enumerate(zip(jobs, rates, strict=True)):
+        key = (job.num_gpus, job.priority, job_rates)
+        part = known.get(key)
+        if part is None:
+            part = known[key] = _columns(
+                job.num_gpus, job.priority, job_rates, types, capacity, total, heaviest
+            )[1]
+        for type_index, coef in part:
+            col_job.append(i)
+            col_type.append(type_index)
+            col_coef.append(coef)
+    if not col_job:
         return result
-    n_x = len(columns)
+    n_x = len(col_job)
     n_jobs = len(jobs)
     t_col = n_x  # the max-min variable
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
     # Rows 0..n_jobs-1:   t - sum_t coef x <= 0   (only for jobs with at least one column)
     # Rows n_jobs..2n-1:  sum_t x <= 1
     # Rows 2n..2n+T-1:    sum_j n_j x <= capacity_t
-    has_column = [False] * n_jobs
-    type_row = {t: 2 * n_jobs + k for k, t in enumerate(types)}
-    for i, col, t, coef in columns:
-        has_column[i] = True
-        rows += [i, n_jobs + i, type_row[t]]
-        cols += [col, col, col]
-        vals += [-coef, 1.0, float(jobs[i].num_gpus)]
-    for i in range(n_jobs):
-        if has_column[i]:
-            rows.append(i)
-            cols.append(t_col)
-            vals.append(1.0)
+    # Per column its three entries, in that order; then t's entry in each job's first row.
+    job_of = np.asarray(col_job, dtype=np.int64)
+    coef_of = np.asarray(col_coef, dtype=float)
+    gpus = np.asarray([float(job.num_gpus) for job in jobs])
+    with_columns = np.unique(job_of)
+    rows = np.concatenate(
+        [
+            np.stack(
+                [job_of, job_of + n_jobs, np.asarray(col_type, dtype=np.int64) + 2 * n_jobs],
+                axis=1,
+            ).ravel(),
+            with_columns,
+        ]
+    )
+    cols = np.concatenate(
+        [np.repeat(np.arange(n_x, dtype=np.int64), 3), np.full(len(with_columns), t_col)]
+    )
+    vals = np.concatenate(
+        [
+            np.stack([-coef_of, np.ones(n_x), gpus[job_of]], axis=1).ravel(),
+            np.ones(len(with_columns)),
+        ]
+    )
     n_rows = 2 * n_jobs + len(types)
     a_ub = coo_matrix((vals, (rows, cols)), shape=(n_rows, n_x + 1)).tocsr()
     b_ub = np.concatenate(
@@ -123,42 +149,77 @@ def solve_max_min(
     )
     objective = np.zeros(n_x + 1)
     objective[t_col] = -1.0
-    active = max(1, sum(has_column))
-    for _, col, _, coef in columns:
-        objective[col] = -efficiency_weight * coef / active
+    active = max(1, len(with_columns))
+    objective[:n_x] = -efficiency_weight * coef_of / active
     bounds = [(0.0, 1.0)] * n_x + [(0.0, None)]
     solution = linprog(objective, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
     if solution.status != 0 or solution.x is None:
         raise RuntimeError(f"gavel: the allocation LP failed: {solution.message}")
     x = np.clip(solution.x, 0.0, 1.0)
-    for i, col, t, _ in columns:
-        if x[col] > 1e-9:
-            result[jobs[i].id][t] = float(x[col])
+    for col in np.flatnonzero(x[:n_x] > 1e-9):
+        result[jobs[col_job[col]].id][types[col_type[col]]] = float(x[col])
     return result
 
 
 _Kind = tuple[str, int, frozenset[str], frozenset[str] | None]
+#: A kind of job's GPU types: those it may use where it makes progress (in the order of
+#: ``sorted(capacity)``), and its throughput on each type of :func:`lp_types` (0 where it
+#: may not run).
+_KindRates = tuple[tuple[str, ...], tuple[float, ...]]
 
 
 class _RateCache:
     """Throughputs per kind of job (type, GPU count, allowed types), kept while the model
-    object and the cluster's types stay (the daemon swaps in a new model when measurements
-    change it). A copy starts empty: the model it would hold cannot be copied."""
+    object and the cluster's capacity stay (the daemon swaps in a new model when
+    measurements change it). A copy starts empty: the model it would hold cannot be
+    copied."""
 
     def __init__(self) -> None:
         self._model: object = None
-        self._types: frozenset[str] = frozenset()
-        self._rates: dict[_Kind, tuple[tuple[str, float], ...]] = {}
+        self._capacity: tuple[tuple[str, int], ...] = ()
+        self._rates: dict[_Kind, _KindRates] = {}
 
     def __reduce__(self) -> tuple[type[_RateCache], tuple[()]]:
         return _RateCache, ()  # copies and pickles start empty
 
-    def kept_for(
-        self, model: object, types: frozenset[str]
-    ) -> dict[_Kind, tuple[tuple[str, float], ...]]:
-        if model is not self._model or types != self._types:
-            self._model, self._types, self._rates = model, types, {}
-        return self._rates
+    def kept_for(self, model: ThroughputModel, capacity: Mapping[str, int]) -> _KindLookup:
+        key = tuple(sorted(capacity.items()))
+        if model is not self._model or key != self._capacity:
+            self._model, self._capacity, self._rates = model, key, {}
+        return _KindLookup(self._rates, model, capacity)
+
+
+class _KindLookup:
+    """:class:`_RateCache`'s entries for one model and capacity, filled as asked."""
+
+    __slots__ = ("_lp_types", "_model", "_rates", "_types")
+
+    def __init__(
+        self,
+        rates: dict[_Kind, _KindRates],
+        model: ThroughputModel,
+        capacity: Mapping[str, int],
+    ) -> None:
+        self._rates = rates
+        self._model = model
+        self._types = sorted(capacity)
+        self._lp_types = lp_types(capacity)
+
+    def of(self, job: JobView) -> _KindRates:
+        kind = (job.job_type, job.num_gpus, job.allowed_gpu_types, job.memory_gpu_types)
+        found = self._rates.get(kind)
+        if found is None:
+            model = self._model
+            rate = {
+                t: model.throughput(job.job_type, t, job.num_gpus)
+                for t in self._types
+                if job.allows(t)
+            }
+            found = self._rates[kind] = (
+                tuple(t for t, r in rate.items() if r > 0),
+                tuple(rate.get(t, 0.0) for t in self._lp_types),
+            )
+        return found
 
 
 class GavelPolicy:
@@ -211,19 +272,22 @@ class GavelPolicy:
         if delta == 0:
             return
         self._elapsed += delta
-        cluster = snapshot.cluster
+        type_of = snapshot.cluster.type_by_slot.get
+        received = self._received
         for job in snapshot.jobs:
-            if job.current is None:
+            current = job.current
+            if current is None:
                 continue
-            try:
-                gpu_type = cluster.gpu_type(job.current.slots[0])
-            except KeyError:
+            gpu_type = type_of(current.slots[0])
+            if gpu_type is None:
                 continue
-            per_type = self._received.setdefault(job.id, {})
-            per_type[gpu_type] = per_type.get(gpu_type, 0.0) + delta
+            per_type = received.get(job.id)
+            if per_type is None:
+                received[job.id] = {gpu_type: delta}
+            else:
+                per_type[gpu_type] = per_type.get(gpu_type, 0.0) + delta
 
-    def _maybe_solve(self, snapshot: Snapshot, now: float) -> None:
-        ids = frozenset(job.id for job in snapshot.jobs)
+    def _maybe_solve(self, snapshot: Snapshot, now: float, ids: frozenset[int]) -> None:
         capacity = snapshot.cluster.capacity_by_type()
         changed = ids != self._solved_for or capacity != self._solved_capacity
         if not changed:
@@ -236,26 +300,13 @@ class GavelPolicy:
         )
         if not due:
             return
-        model = snapshot.throughput
-        cache = self._rates.kept_for(model, frozenset(capacity))
-        thr: dict[tuple[int, str], float] = {}
-        for job in snapshot.jobs:
-            kind = (job.job_type, job.num_gpus, job.allowed_gpu_types, job.memory_gpu_types)
-            rates = cache.get(kind)
-            if rates is None:
-                rates = tuple(
-                    (t, model.throughput(job.job_type, t, job.num_gpus))
-                    for t in sorted(capacity)
-                    if job.allows(t)
-                )
-                cache[kind] = rates
-            for t, rate in rates:
-                thr[(job.id, t)] = rate
+        kinds = self._rates.kept_for(snapshot.throughput, capacity)
+        rates = [kinds.of(job)[1] for job in snapshot.jobs]
         if len(snapshot.jobs) >= self._warm_from:
-            self._allocation = self._lp.solve(snapshot.jobs, capacity, thr)
+            self._allocation = self._lp.solve_rates(snapshot.jobs, capacity, rates)
         else:
-            self._allocation = solve_max_min(
-                snapshot.jobs, capacity, thr, efficiency_weight=self._efficiency_weight
+            self._allocation = _solve_max_min_rates(
+                snapshot.jobs, capacity, rates, self._efficiency_weight
             )
         self.solves += 1
         self._solved_for = ids
@@ -283,9 +334,10 @@ class GavelPolicy:
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan:
         self._account(snapshot, now)
-        self._maybe_solve(snapshot, now)
-        active = {job.id for job in snapshot.jobs}
-        self._received = {k: v for k, v in self._received.items() if k in active}
+        ids = frozenset(job.id for job in snapshot.jobs)
+        self._maybe_solve(snapshot, now, ids)
+        if not ids.issuperset(self._received):
+            self._received = {k: v for k, v in self._received.items() if k in ids}
         cluster = snapshot.cluster
         model = snapshot.throughput
         capacity = cluster.capacity_by_type()
@@ -303,20 +355,24 @@ class GavelPolicy:
                 for slot in job.current.slots:
                     unclaimed[cluster.gpu_type(slot)] -= 1
                 keep[job.id] = job.current.slots
-        entries: list[tuple[str, JobView]] = []
-        # Each job's shares and received time looked up once, not once per type.
-        candidates = [
-            (job, self._allocation.get(job.id, {}), self._received.get(job.id, {}))
-            for job in snapshot.jobs
-            if job.id not in keep
-        ]
+        # Per type, its candidates as sort keys: highest priority first, then the larger
+        # share, the earlier arrival, the lower id (unique, so the job is never compared).
+        # A type the job may not use, or on which it makes no progress, is left out.
+        ranked: dict[str, list[tuple[float, float, float, int, JobView]]] = {t: [] for t in types}
+        kinds = self._rates.kept_for(model, capacity)
+        share_of, received_of = self._allocation.get, self._received.get
         elapsed = self._elapsed
-        for t in types:
-            # _priority's arithmetic written out: it runs for every job and type each round.
-            per_type: list[tuple[float, float, JobView]] = []
-            for job, share, got in candidates:
-                if not job.allows(t):
-                    continue
+        no_share: dict[str, float] = {}
+        candidates = 0
+        for job in snapshot.jobs:
+            job_id = job.id
+            if keep and job_id in keep:
+                continue
+            candidates += 1
+            share = share_of(job_id, no_share)
+            got = received_of(job_id, no_share)
+            for t in kinds.of(job)[0]:
+                # _priority's arithmetic written out: it runs for every job and type.
                 x = share.get(t, 0.0)
                 if x <= 0:
                     priority = 0.0
@@ -326,16 +382,23 @@ class GavelPolicy:
                         priority = x * _UNSEEN_PRIORITY
                     else:
                         priority = x / (received / elapsed)
-                per_type.append((priority, x, job))
-            per_type.sort(key=lambda e: (-e[0], -e[1], e[2].arrival_time, e[2].id))
-            entries += [(t, e[2]) for e in per_type]
-        for t, job in entries:
-            if job.id in chosen or unclaimed[t] < job.num_gpus:
-                continue
-            if model.throughput(job.job_type, t, job.num_gpus) <= 0:
-                continue
-            unclaimed[t] -= job.num_gpus
-            chosen[job.id] = t
+                ranked[t].append((-priority, -x, job.arrival_time, job_id, job))
+        for t in types:
+            if len(chosen) == candidates:
+                break  # every job has its type
+            entries = ranked[t]
+            entries.sort()
+            left = unclaimed[t]
+            for entry in entries:
+                job_id = entry[3]
+                if job_id in chosen:
+                    continue
+                n = entry[4].num_gpus
+                if left < n:
+                    continue
+                left -= n
+                chosen[job_id] = t
+            unclaimed[t] = left
         return self._place(snapshot, chosen, keep)
 
     def _place(
@@ -344,25 +407,32 @@ class GavelPolicy:
         cluster = snapshot.cluster
         allocations: dict[int, Allocation] = {}
         reasons: dict[int, str] = {}
-        jobs = {job.id: job for job in snapshot.jobs}
+        jobs = snapshot.jobs_by_id()
         # Largest jobs first for locality; jobs staying on their type keep their GPUs.
-        order = sorted(chosen, key=lambda j: (-jobs[j].num_gpus, j))
+        order = [j for _, j in sorted((-jobs[j].num_gpus, j) for j in chosen)]
         staying: dict[int, Allocation] = {}
+        type_counts = cluster.type_counts
         for job_id in order:
-            job = jobs[job_id]
-            current = job.current
-            if (
-                current is not None
-                and current_slots_usable(snapshot, job)
-                and all(t == chosen[job_id] for t, _ in cluster.type_counts(current) or ())
-            ):
+            current = jobs[job_id].current
+            if current is None:
+                continue
+            # All usable and of the chosen type, which the job may use: what
+            # current_slots_usable asks is then true as well.
+            counts = type_counts(current)
+            if counts is None:
+                continue
+            gpu_type = chosen[job_id]
+            if len(counts) == 1:
+                if counts[0][0] == gpu_type:
+                    staying[job_id] = current
+            elif all(t == gpu_type for t, _ in counts):
                 staying[job_id] = current
         kept_slots = [slot for slots in keep.values() for slot in slots]
         kept_slots += [slot for current in staying.values() for slot in current.slots]
-        usable = cluster.usable_by_slot()
-        if len(set(kept_slots)) == len(kept_slots) and all(map(usable.__contains__, kept_slots)):
-            # No two of them share a GPU and all are usable: taking them one at a time would
-            # succeed for each, so they are taken at once, server by server.
+        # Kept and staying jobs' GPUs are all usable (see above and current_slots_usable).
+        if len(set(kept_slots)) == len(kept_slots):
+            # No two of them share a GPU: taking them one at a time would succeed for each,
+            # so they are taken at once, server by server.
             free = FreeGpus(cluster, kept_slots)
             for job_id in keep:
                 current = jobs[job_id].current
