@@ -26,20 +26,44 @@ class FreeGpus:
     __slots__ = ("_buckets", "_count", "_nodes", "_places", "_types")
 
     def __init__(self, cluster: ClusterView, used: Iterable[GpuSlot] = ()) -> None:
-        # Node index lists are tuples shared with the cluster's template until changed, and
-        # the buckets are copied list by list: a ledger costs O(types x bucket sizes).
-        template = cluster.free_template
         self._types = cluster.usable_by_slot()
         self._places = cluster.place_by_slot
-        self._nodes: dict[str, dict[str, tuple[int, ...]]] = {
-            t: dict(per_node) for t, per_node in template.items()
-        }
-        self._buckets: dict[str, list[list[str]]] = {
-            t: [list(bucket) for bucket in buckets]
-            for t, buckets in cluster.free_buckets_template.items()
-        }
-        self._count: dict[str, int] = cluster.capacity_by_type()
-        self.discard(used)
+        self._fill(cluster, self.grouped(used))
+
+    @classmethod
+    def without(cls, cluster: ClusterView, taken: Mapping[tuple[str, str], Set[int]]) -> FreeGpus:
+        """The cluster's usable GPUs less ``taken`` (indices by GPU type and node, as
+        :meth:`grouped` gives them)."""
+        free = object.__new__(cls)
+        free._types = cluster.usable_by_slot()
+        free._places = cluster.place_by_slot
+        free._fill(cluster, taken)
+        return free
+
+    def _fill(self, cluster: ClusterView, taken: Mapping[tuple[str, str], Set[int]]) -> None:
+        # Built in one pass over the servers, each filed once in its bucket: in name order,
+        # so every bucket comes out sorted. Servers with nothing taken share the
+        # template's index tuples.
+        nodes: dict[str, dict[str, tuple[int, ...]]] = {}
+        buckets: dict[str, list[list[str]]] = {}
+        count: dict[str, int] = {}
+        widths = cluster.free_buckets_template
+        for gpu_type, per_node in cluster.free_template.items():
+            free_nodes: dict[str, tuple[int, ...]] = {}
+            by_free: list[list[str]] = [[] for _ in widths[gpu_type]]
+            total = 0
+            for name, indices in per_node.items():
+                gone = taken.get((gpu_type, name))
+                left = tuple(i for i in indices if i not in gone) if gone else indices
+                free_nodes[name] = left
+                by_free[len(left)].append(name)
+                total += len(left)
+            nodes[gpu_type] = free_nodes
+            buckets[gpu_type] = by_free
+            count[gpu_type] = total
+        self._nodes = nodes
+        self._buckets = buckets
+        self._count = count
 
     def copy(self, types: Collection[str] | None = None) -> FreeGpus:
         """An independent ledger with the same free GPUs; given ``types``, of those types
@@ -327,8 +351,9 @@ def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation
     # anew: a pass costs O(the cluster + the spread jobs' GPUs), not O(cluster) per job.
     free: FreeGpus | None = None
     # How many of the plan's jobs use each GPU: a GPU shared with another job stays taken
-    # when this one gives it back.
-    users: Counter[GpuSlot] = Counter()
+    # when this one gives it back. Not counted when no two of them share a GPU: that stays
+    # so as jobs move onto free GPUs, and every GPU of the plan has one user.
+    users: Counter[GpuSlot] | None = None
     for job_id, alloc in plan.allocations.items():
         if (
             alloc.num_copies != 1
@@ -344,10 +369,16 @@ def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation
         if job is None or job.num_gpus != alloc.num_gpus:
             continue
         if free is None:
-            # An allocation lists each GPU once, so its slots count as they are.
-            users.update(chain.from_iterable(a.slots for a in plan.allocations.values()))
-            free = FreeGpus(snapshot.cluster, users)
-        mine = [slot for slot in set(alloc.slots) if slot in usable and users[slot] == 1]
+            taken, disjoint = snapshot.cluster.held_by_place(plan.allocations.values())
+            free = FreeGpus.without(snapshot.cluster, taken)
+            if not disjoint:
+                # An allocation lists each GPU once, so its slots count as they are.
+                users = Counter(chain.from_iterable(a.slots for a in plan.allocations.values()))
+        mine = [
+            slot
+            for slot in set(alloc.slots)
+            if slot in usable and (users is None or users[slot] == 1)
+        ]
         free.release(mine)
         n = job.num_gpus
         servers: dict[str, int] = {}
@@ -372,8 +403,9 @@ def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation
             free.take_slots(mine)
             continue
         moved[job_id] = Allocation.on(slots, job.batch_size)
-        users.subtract(set(alloc.slots))
-        users.update(slots)
+        if users is not None:
+            users.subtract(set(alloc.slots))
+            users.update(slots)
     if not moved:
         return plan
     return Plan({**plan.allocations, **moved}, plan.reasons)

@@ -239,8 +239,12 @@ class Plan:
                 used.setdefault(slot, []).append(job_id)
         return used
 
-    def violations(self, snapshot: Snapshot) -> list[str]:
+    def violations(self, snapshot: Snapshot, checked: Plan | None = None) -> list[str]:
         """Everything that makes this plan unexecutable on ``snapshot`` (empty when valid).
+
+        ``checked``: a plan already found valid on ``snapshot``; a job with the very same
+        allocation in it passed the checks of its own GPUs there, so only the checks
+        between jobs are made for it again.
 
         Checked: jobs exist and are active; GPUs exist, are healthy and schedulable, are
         of an allowed type and have the memory the job asks for; a job gets exactly its GPU
@@ -256,7 +260,10 @@ class Plan:
         owner: dict[GpuSlot, int] = {}
         collisions: dict[GpuSlot, list[int]] = {}
         type_counts = snapshot.cluster.type_counts
+        known = checked.allocations if checked is not None else {}
         for job_id, alloc in self.allocations.items():
+            if known.get(job_id) is alloc:
+                continue
             job = jobs.get(job_id)
             if job is None:
                 problems.append(f"job {job_id} is planned but not in the snapshot")

@@ -265,7 +265,9 @@ def decide_round(
         hysteresis=rules.hysteresis(),
     )
     placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
-    if placements != plan.allocations and Plan(placements).violations(visible):
+    # The plan passed the checks unless the round fell back (then every job holds still).
+    checked = None if fallback else plan
+    if placements != plan.allocations and Plan(placements).violations(visible, checked):
         # A job held back where it was can collide with a job the plan moved in beside it
         # to share its new GPUs; the plan as made is valid, so it is carried out instead.
         actions = diff(current, plan)

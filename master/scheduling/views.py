@@ -16,6 +16,9 @@ from master.scheduling.memory import fitting_types, memory_by_type, memory_wait_
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.throughput import ThroughputModel
 
+#: GPUs by (GPU type, node): their indices.
+_Places = tuple[tuple[tuple[str, str], frozenset[int]], ...]
+
 
 @dataclass(frozen=True, slots=True)
 class GpuView:
@@ -167,6 +170,51 @@ class ClusterView:
         # The entry holds the allocation, so its id is not reused while it is cached.
         self._type_counts[key] = (alloc, result)
         return result
+
+    @cached_property
+    def _places(self) -> dict[int, tuple[Allocation, _Places]]:
+        return {}
+
+    def places(self, alloc: Allocation) -> _Places:
+        """The allocation's usable GPUs grouped by (GPU type, node): their indices, in
+        first-use order; its unusable GPUs are left out. Kept per allocation, as
+        :meth:`type_counts` is."""
+        key = id(alloc)
+        cached = self._places.get(key)
+        if cached is not None and cached[0] is alloc:
+            return cached[1]
+        where = self.place_by_slot
+        grouped: dict[tuple[str, str], list[int]] = {}
+        for slot in alloc.slots:
+            place = where.get(slot)
+            if place is not None:
+                grouped.setdefault(place, []).append(slot.index)
+        result = tuple((place, frozenset(indices)) for place, indices in grouped.items())
+        # The entry holds the allocation, so its id is not reused while it is cached.
+        self._places[key] = (alloc, result)
+        return result
+
+    def held_by_place(
+        self, allocations: Iterable[Allocation]
+    ) -> tuple[dict[tuple[str, str], frozenset[int]], bool]:
+        """The usable GPUs of ``allocations`` by (GPU type, node): their indices; and
+        whether no GPU is in two of them. Free-GPU ledgers start from every running job's
+        GPUs each round: read per allocation (see :meth:`places`), not per GPU."""
+        cache = self._places
+        by_place: dict[tuple[str, str], frozenset[int]] = {}
+        disjoint = True
+        for alloc in allocations:
+            cached = cache.get(id(alloc))
+            parts = cached[1] if cached is not None and cached[0] is alloc else self.places(alloc)
+            for place, indices in parts:
+                held = by_place.get(place)
+                if held is None:
+                    by_place[place] = indices
+                else:
+                    if disjoint and not held.isdisjoint(indices):
+                        disjoint = False
+                    by_place[place] = held | indices
+        return by_place, disjoint
 
     @cached_property
     def _by_slot(self) -> Mapping[GpuSlot, GpuView]:

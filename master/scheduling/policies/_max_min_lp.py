@@ -36,6 +36,8 @@ _ZERO = 1e-9
 _COLUMNS_KEPT = 4096
 
 _INF = highspy.kHighsInf
+_NO_INTS = np.empty(0, np.int64)
+_NO_FLOATS = np.empty(0)
 _OPTIMAL = highspy.HighsModelStatus.kOptimal
 
 # A job's part of the LP: (GPU count, ((type index, coefficient), ...)).
@@ -60,10 +62,11 @@ class MaxMinLp:
         self._columns: dict[tuple[int, float, tuple[float, ...]], _Columns] = {}
         # Per column after ``t`` (column 0): its job and type index; per row after the
         # capacity rows: its job.
-        self._col_job: list[int] = []
-        self._col_type: list[int] = []
-        self._col_coef: list[float] = []
-        self._row_job: list[int] = []
+        # Arrays: a job leaving takes its entries out of them with a mask, not a loop.
+        self._col_job = _NO_INTS
+        self._col_type = _NO_INTS
+        self._col_coef = _NO_FLOATS
+        self._row_job = _NO_INTS
         #: Simplex iterations of the last solve (a warm re-solve takes a few).
         self.iterations = 0
         #: Solves that started from scratch (first solve, new capacity or weights, failure).
@@ -135,8 +138,14 @@ class MaxMinLp:
                 self._reset(None, ())
                 raise RuntimeError(f"gavel: the allocation LP failed: {status}")
         values = np.clip(np.asarray(self._model.getSolution().col_value)[1:], 0.0, 1.0)
-        for col in np.flatnonzero(values > _ZERO):
-            result[self._col_job[col]][types[self._col_type[col]]] = float(values[col])
+        cols = np.flatnonzero(values > _ZERO)
+        for job_id, type_index, value in zip(
+            self._col_job[cols].tolist(),
+            self._col_type[cols].tolist(),
+            values[cols].tolist(),
+            strict=True,
+        ):
+            result[job_id][types[type_index]] = value
         return result
 
     def _reset(
@@ -146,7 +155,8 @@ class MaxMinLp:
         self._types = types
         self._model = _new_model()
         self._parts = {}
-        self._col_job, self._col_type, self._col_coef, self._row_job = [], [], [], []
+        self._col_job, self._col_type, self._row_job = _NO_INTS, _NO_INTS, _NO_INTS
+        self._col_coef = _NO_FLOATS
         self.cold_solves += 1
         model = self._model
         model.addCol(-1.0, 0.0, _INF, 0, np.empty(0, np.int32), np.empty(0))  # t
@@ -156,17 +166,20 @@ class MaxMinLp:
             model.addRow(-_INF, float(count), 0, np.empty(0, np.int32), np.empty(0))
 
     def _remove(self, job_ids: set[int]) -> None:
-        cols = [i for i, j in enumerate(self._col_job) if j in job_ids]
-        rows = [i for i, j in enumerate(self._row_job) if j in job_ids]
+        gone = np.fromiter(job_ids, np.int64, len(job_ids))
+        col_gone = np.isin(self._col_job, gone)
+        row_gone = np.isin(self._row_job, gone)
+        cols = np.flatnonzero(col_gone).astype(np.int32)
+        rows = np.flatnonzero(row_gone).astype(np.int32)
         offset = len(self._types)
         # Column 0 is t and the first rows are the capacities: neither is ever deleted.
-        self._model.deleteCols(len(cols), np.asarray(cols, np.int32) + 1)
-        self._model.deleteRows(len(rows), np.asarray(rows, np.int32) + offset)
-        keep = [j not in job_ids for j in self._col_job]
-        self._col_job = [j for j, k in zip(self._col_job, keep, strict=True) if k]
-        self._col_type = [t for t, k in zip(self._col_type, keep, strict=True) if k]
-        self._col_coef = [c for c, k in zip(self._col_coef, keep, strict=True) if k]
-        self._row_job = [j for j in self._row_job if j not in job_ids]
+        self._model.deleteCols(len(cols), cols + 1)
+        self._model.deleteRows(len(rows), rows + offset)
+        keep = ~col_gone
+        self._col_job = self._col_job[keep]
+        self._col_type = self._col_type[keep]
+        self._col_coef = self._col_coef[keep]
+        self._row_job = self._row_job[~row_gone]
         for job_id in job_ids:
             self._parts.pop(job_id, None)
 
@@ -195,17 +208,25 @@ class MaxMinLp:
         col_starts: list[int] = []
         indices: list[int] = []
         values: list[float] = []
+        row_job: list[int] = []
+        col_job: list[int] = []
+        col_type: list[int] = []
+        col_coef: list[float] = []
         for k, (job_id, (num_gpus, columns)) in enumerate(parts.items()):
             fair = first_row + 2 * k
-            self._row_job += [job_id, job_id]
+            row_job += [job_id, job_id]
             for type_index, coef in columns:
                 col_starts.append(len(indices))
                 indices += [fair, fair + 1, type_index]
                 values += [-coef, 1.0, float(num_gpus)]
-                self._col_job.append(job_id)
-                self._col_type.append(type_index)
-                self._col_coef.append(coef)
+                col_job.append(job_id)
+                col_type.append(type_index)
+                col_coef.append(coef)
             self._parts[job_id] = (num_gpus, columns)
+        self._row_job = np.concatenate([self._row_job, np.asarray(row_job, np.int64)])
+        self._col_job = np.concatenate([self._col_job, np.asarray(col_job, np.int64)])
+        self._col_type = np.concatenate([self._col_type, np.asarray(col_type, np.int64)])
+        self._col_coef = np.concatenate([self._col_coef, np.asarray(col_coef, float)])
         new = len(col_starts)
         model.addCols(
             new,
@@ -224,7 +245,7 @@ class MaxMinLp:
         # The efficiency term is averaged over the jobs, so every cost moves with their count.
         costs = np.empty(n + 1)
         costs[0] = -1.0
-        costs[1:] = np.asarray(self._col_coef) * (-self._efficiency_weight / len(self._parts))
+        costs[1:] = self._col_coef * (-self._efficiency_weight / len(self._parts))
         model.changeColsCost(n + 1, np.arange(n + 1, dtype=np.int32), costs)
         model.run()
         self.iterations = int(model.getInfo().simplex_iteration_count)

@@ -222,6 +222,32 @@ class _KindLookup:
         return found
 
 
+class _MadeAllocations:
+    """The allocations the placement made, by (GPUs, global batch), up to
+    ``_MADE_KEPT`` of them. A move the round holds back (it does not pay) is proposed again
+    the next round on the same GPUs: the allocation is then the same object, which costs
+    a lookup instead of a batch split and checks, and which every cache keyed by
+    allocation knows. A copy starts empty."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[tuple[GpuSlot, ...], int], Allocation] = {}
+
+    def __reduce__(self) -> tuple[type[_MadeAllocations], tuple[()]]:
+        return _MadeAllocations, ()
+
+    def on(self, slots: tuple[GpuSlot, ...], batch_size: int) -> Allocation:
+        key = (slots, batch_size)
+        alloc = self._made.get(key)
+        if alloc is None:
+            if len(self._made) >= _MADE_KEPT:
+                self._made = {}
+            alloc = self._made[key] = Allocation.on(slots, batch_size)
+        return alloc
+
+
+_MADE_KEPT = 4096
+
+
 class GavelPolicy:
     name = NAME
 
@@ -243,6 +269,7 @@ class GavelPolicy:
         self._efficiency_weight = efficiency_weight
         self._lp = MaxMinLp(efficiency_weight=efficiency_weight)
         self._rates = _RateCache()
+        self._made = _MadeAllocations()
         self._allocation: dict[int, dict[str, float]] = {}
         self._solved_for: frozenset[int] = frozenset()
         self._solved_capacity: dict[str, int] = {}
@@ -427,13 +454,14 @@ class GavelPolicy:
                     staying[job_id] = current
             elif all(t == gpu_type for t, _ in counts):
                 staying[job_id] = current
-        kept_slots = [slot for slots in keep.values() for slot in slots]
-        kept_slots += [slot for current in staying.values() for slot in current.slots]
+        held = [alloc for job_id in keep if (alloc := jobs[job_id].current) is not None]
+        held += staying.values()
+        taken, disjoint = cluster.held_by_place(held)
         # Kept and staying jobs' GPUs are all usable (see above and current_slots_usable).
-        if len(set(kept_slots)) == len(kept_slots):
+        if disjoint:
             # No two of them share a GPU: taking them one at a time would succeed for each,
             # so they are taken at once, server by server.
-            free = FreeGpus(cluster, kept_slots)
+            free = FreeGpus.without(cluster, taken)
             for job_id in keep:
                 current = jobs[job_id].current
                 assert current is not None
@@ -459,7 +487,7 @@ class GavelPolicy:
             if slots is None:
                 reasons[job_id] = f"waiting: no {job.num_gpus} free {chosen[job_id]} GPUs"
                 continue
-            allocations[job_id] = Allocation.on(slots, job.batch_size)
+            allocations[job_id] = self._made.on(slots, job.batch_size)
         for job in snapshot.jobs:
             if job.id not in allocations and job.id not in reasons:
                 share = self._allocation.get(job.id, {})
