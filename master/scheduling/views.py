@@ -7,6 +7,7 @@ one from its simulated state. Policies never see the store, the network or the c
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
@@ -196,24 +197,31 @@ class ClusterView:
 
     def held_by_place(
         self, allocations: Iterable[Allocation]
-    ) -> tuple[dict[tuple[str, str], frozenset[int]], bool]:
+    ) -> tuple[dict[tuple[str, str], AbstractSet[int]], bool]:
         """The usable GPUs of ``allocations`` by (GPU type, node): their indices; and
         whether no GPU is in two of them. Free-GPU ledgers start from every running job's
         GPUs each round: read per allocation (see :meth:`places`), not per GPU."""
         cache = self._places
-        by_place: dict[tuple[str, str], frozenset[int]] = {}
+        by_place: dict[tuple[str, str], AbstractSet[int]] = {}
+        # A server's first allocation lends its indices; a second one makes them a set.
+        merged: dict[tuple[str, str], set[int]] = {}
         disjoint = True
         for alloc in allocations:
             cached = cache.get(id(alloc))
             parts = cached[1] if cached is not None and cached[0] is alloc else self.places(alloc)
             for place, indices in parts:
-                held = by_place.get(place)
+                held = merged.get(place)
                 if held is None:
-                    by_place[place] = indices
-                else:
-                    if disjoint and not held.isdisjoint(indices):
-                        disjoint = False
-                    by_place[place] = held | indices
+                    first = by_place.get(place)
+                    if first is None:
+                        by_place[place] = indices
+                        continue
+                    held = merged[place] = set(first)
+                    by_place[place] = held
+                size = len(held)
+                held |= indices
+                if len(held) != size + len(indices):
+                    disjoint = False
         return by_place, disjoint
 
     @cached_property
