@@ -248,6 +248,12 @@ class _MadeAllocations:
 _MADE_KEPT = 4096
 
 
+def _arrival_key(
+    entry: tuple[float, int, JobView, tuple[str, ...], Mapping[str, float]],
+) -> tuple[float, int]:
+    return entry[0], entry[1]
+
+
 class GavelPolicy:
     name = NAME
 
@@ -382,34 +388,39 @@ class GavelPolicy:
                 for slot in job.current.slots:
                     unclaimed[cluster.gpu_type(slot)] -= 1
                 keep[job.id] = job.current.slots
-        # Per type, its candidates as sort keys: highest priority first, then the larger
-        # share, the earlier arrival, the lower id (unique, so the job is never compared).
-        # A type the job may not use, or on which it makes no progress, is left out.
+        # Per type, its candidates with a share of it as sort keys: highest priority
+        # first, then the larger share, the earlier arrival, the lower id (unique, so the
+        # job is never compared). A candidate without a share of the type has priority 0
+        # and comes after them, by arrival and id: those are walked in one list, built
+        # only when some job is left after a type's shares. A type the job may not use,
+        # or on which it makes no progress, is left out.
         ranked: dict[str, list[tuple[float, float, float, int, JobView]]] = {t: [] for t in types}
+        unshared: list[tuple[float, int, JobView, tuple[str, ...], Mapping[str, float]]] = []
         kinds = self._rates.kept_for(model, capacity)
         share_of, received_of = self._allocation.get, self._received.get
         elapsed = self._elapsed
         no_share: dict[str, float] = {}
-        candidates = 0
         for job in snapshot.jobs:
             job_id = job.id
             if keep and job_id in keep:
                 continue
-            candidates += 1
             share = share_of(job_id, no_share)
             got = received_of(job_id, no_share)
-            for t in kinds.of(job)[0]:
+            usable = kinds.of(job)[0]
+            unshared.append((job.arrival_time, job_id, job, usable, share))
+            for t in usable:
                 # _priority's arithmetic written out: it runs for every job and type.
                 x = share.get(t, 0.0)
                 if x <= 0:
-                    priority = 0.0
+                    continue
+                received = got.get(t, 0.0)
+                if received <= 0 or elapsed <= 0:
+                    priority = x * _UNSEEN_PRIORITY
                 else:
-                    received = got.get(t, 0.0)
-                    if received <= 0 or elapsed <= 0:
-                        priority = x * _UNSEEN_PRIORITY
-                    else:
-                        priority = x / (received / elapsed)
+                    priority = x / (received / elapsed)
                 ranked[t].append((-priority, -x, job.arrival_time, job_id, job))
+        candidates = len(unshared)
+        by_arrival = False
         for t in types:
             if len(chosen) == candidates:
                 break  # every job has its type
@@ -425,6 +436,18 @@ class GavelPolicy:
                     continue
                 left -= n
                 chosen[job_id] = t
+            if len(chosen) < candidates:
+                if not by_arrival:
+                    unshared.sort(key=_arrival_key)
+                    by_arrival = True
+                for _, job_id, job, kept_types, fractions in unshared:
+                    if job_id in chosen or t not in kept_types or fractions.get(t, 0.0) > 0:
+                        continue
+                    n = job.num_gpus
+                    if left < n:
+                        continue
+                    left -= n
+                    chosen[job_id] = t
             unclaimed[t] = left
         return self._place(snapshot, chosen, keep)
 
