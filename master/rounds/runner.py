@@ -376,8 +376,9 @@ class RoundRunner:
 
     def _store_reasons(self, reasons: dict[int, str]) -> None:
         """Waiting reasons the round's transaction left, on SQLite REASONS_PER_WRITE a
-        transaction. Each is set only on a job still waiting; one that fails to store is left for the
-        next round (a reason is advisory, and every round writes the ones that changed)."""
+        transaction. Each is set only on a job still waiting; one that fails to store is left
+        for the next round (a reason is advisory, and every round writes the ones that
+        changed)."""
         items = sorted(reasons.items())
         # SQLite has one writer: short transactions let submissions in between. PostgreSQL
         # locks only the rows written, which nothing else writes while they wait, and each
