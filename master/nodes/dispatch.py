@@ -99,9 +99,7 @@ class Push:
     def each(self, fn: Callable[[str, bool], None]) -> None:
         """Call `fn(node, reached)` as each node's push ends."""
         for node, future in self._futures.items():
-            future.add_done_callback(
-                functools.partial(_each_done, fn, node),
-            )
+            future.add_done_callback(functools.partial(_each_done, fn, node))
 
     def then(self, fn: Callable[[set[str]], None]) -> Future[None]:
         """Call `fn` with the unreached nodes once every node's push is over (at once when

@@ -70,30 +70,6 @@ class Hysteresis:
             raise ValueError("restart_horizon_rounds must be >= 0")
 
 
-_new_action = object.__new__
-_fields = vars(Action)  # the slots' descriptors
-_set_kind = _fields["kind"].__set__
-_set_job_id = _fields["job_id"].__set__
-_set_allocation = _fields["allocation"].__set__
-_set_previous = _fields["previous"].__set__
-_set_reason = _fields["reason"].__set__
-_set_displaced_by = _fields["displaced_by"].__set__
-
-
-def _extend(job_id: int, allocation: Allocation, reason: str) -> Action:
-    """``Action(EXTEND, job_id, allocation, allocation, reason)``, filled slot by slot: a
-    frozen dataclass's __init__ sets each field through object.__setattr__, at twice the
-    cost, and every running job gets one each round."""
-    action = _new_action(Action)
-    _set_kind(action, ActionKind.EXTEND)
-    _set_job_id(action, job_id)
-    _set_allocation(action, allocation)
-    _set_previous(action, allocation)
-    _set_reason(action, reason)
-    _set_displaced_by(action, ())
-    return action
-
-
 def preemption_reason(action: Action, round_number: int) -> str:
     """Why a stopped job lost its GPUs, for its history: "preempted in round 42 for job 17"."""
     text = f"preempted in round {round_number}"
@@ -140,11 +116,7 @@ def diff(
         reason = get_reason(job_id) or ""
         if old is not None and new is not None and (old is new or old == new):
             # Most jobs of a round: unchanged, their leases renewed.
-            extended(
-                _extend(job_id, new, reason)
-                if old is new
-                else Action(ActionKind.EXTEND, job_id, new, old, reason)
-            )
+            extended(Action(ActionKind.EXTEND, job_id, new, old, reason))
         elif old is None and new is not None:
             starts.append(Action(ActionKind.START, job_id, new, None, reason))
         elif old is not None and new is None:

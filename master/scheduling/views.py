@@ -201,15 +201,12 @@ class ClusterView:
         """The usable GPUs of ``allocations`` by (GPU type, node): their indices; and
         whether no GPU is in two of them. Free-GPU ledgers start from every running job's
         GPUs each round: read per allocation (see :meth:`places`), not per GPU."""
-        cache = self._places
         by_place: dict[tuple[str, str], AbstractSet[int]] = {}
         # A server's first allocation lends its indices; a second one makes them a set.
         merged: dict[tuple[str, str], set[int]] = {}
         disjoint = True
         for alloc in allocations:
-            cached = cache.get(id(alloc))
-            parts = cached[1] if cached is not None and cached[0] is alloc else self.places(alloc)
-            for place, indices in parts:
+            for place, indices in self.places(alloc):
                 held = merged.get(place)
                 if held is None:
                     first = by_place.get(place)
