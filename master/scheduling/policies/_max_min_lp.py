@@ -10,10 +10,18 @@ efficiency term of the objective, and re-runs the simplex from the last optimal 
 handful of pivots then replaces thousands: at 1,500 jobs, a re-solve after a few
 arrivals and departures took 14 ms where a cold solve took 0.7-1.4 s on the same machine.
 
+Jobs the LP cannot tell apart (one GPU count, one coefficient per type: in practice one
+job type, size and weight) share one pair of rows and one column per type, the capacity
+entries counting their jobs; all of them get the kind's fractions. Any optimum of the
+per-job LP, averaged over each kind's jobs, is feasible with the same objective, so the
+optimum is the same, with a tenth to a quarter of the rows where a queue repeats a few
+dozen kinds of job. A job arriving or leaving then only changes its kind's count (one
+coefficient per type), unless it is its kind's first or last.
+
 Warm starting changes no optimum: the max-min value and the efficiency term are the same
-as a cold solve's. Where the LP has several optimal vertices (identical jobs can swap
-their fractions), the one reached from the last basis may differ from a cold solve's;
-the same sequence of job sets always gives the same fractions.
+as a cold solve's. Where the LP has several optimal vertices (kinds can swap fractions),
+the one reached from the last basis may differ from a cold solve's; the same sequence of
+job sets always gives the same fractions.
 """
 
 from __future__ import annotations
@@ -44,6 +52,22 @@ _OPTIMAL = highspy.HighsModelStatus.kOptimal
 _Columns = tuple[int, tuple[tuple[int, float], ...]]
 
 
+class _Kind:
+    """Jobs the LP cannot tell apart: the same GPU count and the same coefficient on each
+    type (jobs of one type, size and weight; also jobs whose throughputs differ by one
+    factor throughout). Hashed by identity: :class:`MaxMinLp` makes one per distinct
+    part."""
+
+    __slots__ = ("columns", "ident", "num_gpus")
+
+    def __init__(self, ident: int, part: _Columns) -> None:
+        self.ident = ident
+        self.num_gpus, self.columns = part
+
+
+_UNSEEN = object()
+
+
 class MaxMinLp:
     """One max-min fairness LP, updated in place as jobs come and go (see the module
     docstring). ``solve`` returns the time fractions ``{job id: {type: x}}``."""
@@ -55,18 +79,22 @@ class MaxMinLp:
         self._scale: tuple[tuple[tuple[str, int], ...], float] | None = None
         self._types: tuple[str, ...] = ()
         self._model = _new_model()
-        self._parts: dict[int, _Columns] = {}
-        # A job's columns by (GPU count, priority, rates per type), for the scale they were
-        # computed at: jobs of one kind share them, and most jobs stay from solve to solve.
+        # The kinds in the model and their jobs there.
+        self._count: dict[_Kind, int] = {}
+        # A job's kind by (GPU count, priority, rates per type), for the scale they were
+        # computed at (None: no column); one kind object per distinct part.
         self._columns_scale: tuple[tuple[tuple[str, int], ...], float] | None = None
-        self._columns: dict[tuple[int, float, tuple[float, ...]], _Columns] = {}
-        # Per column after ``t`` (column 0): its job and type index; per row after the
-        # capacity rows: its job.
-        # Arrays: a job leaving takes its entries out of them with a mask, not a loop.
-        self._col_job = _NO_INTS
+        self._columns: dict[tuple[int, float, tuple[float, ...]], _Kind | None] = {}
+        self._kinds: dict[_Columns, _Kind] = {}
+        # Per column after ``t`` (column 0): its kind's ident, type index, coefficient and
+        # jobs; per row after the capacity rows: its kind's ident.
+        # Arrays: a kind leaving takes its entries out of them with a mask, not a loop.
+        self._col_kind = _NO_INTS
         self._col_type = _NO_INTS
         self._col_coef = _NO_FLOATS
-        self._row_job = _NO_INTS
+        self._col_jobs = _NO_FLOATS
+        self._row_kind = _NO_INTS
+        self._jobs = 0
         #: Simplex iterations of the last solve (a warm re-solve takes a few).
         self.iterations = 0
         #: Solves that started from scratch (first solve, new capacity or weights, failure).
@@ -79,6 +107,11 @@ class MaxMinLp:
 
     def __setstate__(self, state: dict[str, float]) -> None:
         self._efficiency_weight = state["_efficiency_weight"]
+
+    @property
+    def kinds(self) -> int:
+        """Kinds of job in the model: each has one pair of rows and its columns."""
+        return len(self._count)
 
     def solve(
         self,
@@ -106,47 +139,76 @@ class MaxMinLp:
             return result
         heaviest = max(job.priority for job in jobs)
         scale = (tuple((t, capacity[t]) for t in types), heaviest)
-        wanted: dict[int, _Columns] = {}
         if scale != self._columns_scale or len(self._columns) > _COLUMNS_KEPT:
             self._columns_scale = scale
             self._columns = {}
+            self._kinds = {}
+            self._scale = None  # the model's kinds belong to the cache just dropped
         known = self._columns
+        members: list[tuple[int, _Kind]] = []
+        counts: dict[_Kind, int] = {}
         for job, job_rates in zip(jobs, rates, strict=True):
             key = (job.num_gpus, job.priority, job_rates)
-            part = known.get(key)
-            if part is None:
-                part = known[key] = _columns(
-                    job.num_gpus, job.priority, job_rates, types, capacity, total, heaviest
+            kind = known.get(key, _UNSEEN)
+            if kind is _UNSEEN:
+                kind = known[key] = self._kind_of(
+                    _columns(
+                        job.num_gpus, job.priority, job_rates, types, capacity, total, heaviest
+                    )
                 )
-            if part[1]:
-                wanted[job.id] = part
-        if not wanted:
+            if kind is not None:
+                assert isinstance(kind, _Kind)
+                members.append((job.id, kind))
+                counts[kind] = counts.get(kind, 0) + 1
+        if not members:
             return result
         if scale != self._scale:
             self._reset(scale, types)
-        gone = {job_id for job_id, part in self._parts.items() if wanted.get(job_id) != part}
+        held = self._count
+        gone = [kind for kind in held if kind not in counts]
         if gone:
             self._remove(gone)
-        self._add({job_id: part for job_id, part in wanted.items() if job_id not in self._parts})
+        recounted = {k: c for k, c in counts.items() if k in held and held[k] != c}
+        if recounted:
+            self._recount(recounted)
+        self._add({k: c for k, c in counts.items() if k not in held})
+        self._jobs = len(members)
         if not self._run():
             # A model the simplex could not finish from its basis: once more from scratch.
-            parts = dict(self._parts)
+            kept = dict(self._count)
             self._reset(scale, types)
-            self._add(parts)
+            self._add(kept)
             if not self._run():
                 status = self._model.modelStatusToString(self._model.getModelStatus())
                 self._reset(None, ())
                 raise RuntimeError(f"gavel: the allocation LP failed: {status}")
         values = np.clip(np.asarray(self._model.getSolution().col_value)[1:], 0.0, 1.0)
         cols = np.flatnonzero(values > _ZERO)
-        for job_id, type_index, value in zip(
-            self._col_job[cols].tolist(),
+        shares: dict[int, dict[str, float]] = {}
+        for ident, type_index, value in zip(
+            self._col_kind[cols].tolist(),
             self._col_type[cols].tolist(),
             values[cols].tolist(),
             strict=True,
         ):
-            result[job_id][types[type_index]] = value
+            share = shares.get(ident)
+            if share is None:
+                shares[ident] = {types[type_index]: value}
+            else:
+                share[types[type_index]] = value
+        for job_id, kind in members:
+            share = shares.get(kind.ident)
+            if share is not None:
+                result[job_id] = dict(share)  # each job's own: callers may change theirs
         return result
+
+    def _kind_of(self, part: _Columns) -> _Kind | None:
+        if not part[1]:
+            return None
+        kind = self._kinds.get(part)
+        if kind is None:
+            kind = self._kinds[part] = _Kind(len(self._kinds), part)
+        return kind
 
     def _reset(
         self, scale: tuple[tuple[tuple[str, int], ...], float] | None, types: tuple[str, ...]
@@ -154,9 +216,9 @@ class MaxMinLp:
         self._scale = scale
         self._types = types
         self._model = _new_model()
-        self._parts = {}
-        self._col_job, self._col_type, self._row_job = _NO_INTS, _NO_INTS, _NO_INTS
-        self._col_coef = _NO_FLOATS
+        self._count = {}
+        self._col_kind, self._col_type, self._row_kind = _NO_INTS, _NO_INTS, _NO_INTS
+        self._col_coef, self._col_jobs = _NO_FLOATS, _NO_FLOATS
         self.cold_solves += 1
         model = self._model
         model.addCol(-1.0, 0.0, _INF, 0, np.empty(0, np.int32), np.empty(0))  # t
@@ -165,9 +227,10 @@ class MaxMinLp:
         for _, count in scale[0]:
             model.addRow(-_INF, float(count), 0, np.empty(0, np.int32), np.empty(0))
 
-    def _remove(self, job_ids: set[int]) -> None:
-        col_gone = _among(self._col_job, job_ids)
-        row_gone = _among(self._row_job, job_ids)
+    def _remove(self, kinds: Sequence[_Kind]) -> None:
+        idents = {kind.ident for kind in kinds}
+        col_gone = _among(self._col_kind, idents)
+        row_gone = _among(self._row_kind, idents)
         cols = np.flatnonzero(col_gone).astype(np.int32)
         rows = np.flatnonzero(row_gone).astype(np.int32)
         offset = len(self._types)
@@ -175,57 +238,68 @@ class MaxMinLp:
         self._model.deleteCols(len(cols), cols + 1)
         self._model.deleteRows(len(rows), rows + offset)
         keep = ~col_gone
-        self._col_job = self._col_job[keep]
+        self._col_kind = self._col_kind[keep]
         self._col_type = self._col_type[keep]
         self._col_coef = self._col_coef[keep]
-        self._row_job = self._row_job[~row_gone]
-        for job_id in job_ids:
-            self._parts.pop(job_id, None)
+        self._col_jobs = self._col_jobs[keep]
+        self._row_kind = self._row_kind[~row_gone]
+        for kind in kinds:
+            del self._count[kind]
 
-    def _add(self, parts: Mapping[int, _Columns]) -> None:
-        if not parts:
+    def _recount(self, counts: Mapping[_Kind, int]) -> None:
+        """A kind's jobs take ``count`` times its GPU count of each type's capacity."""
+        model = self._model
+        for kind, count in counts.items():
+            cols = np.flatnonzero(self._col_kind == kind.ident)
+            self._col_jobs[cols] = count
+            gpus = float(count * kind.num_gpus)
+            for col, type_index in zip(cols.tolist(), self._col_type[cols].tolist(), strict=True):
+                model.changeCoeff(type_index, col + 1, gpus)
+            self._count[kind] = count
+
+    def _add(self, counts: Mapping[_Kind, int]) -> None:
+        if not counts:
             return
         model = self._model
         first_row = model.getNumRow()
-        # Two rows per job: "t - sum coef x <= 0" (its entry in t now, the x entries with
+        # Two rows per kind: "t - sum coef x <= 0" (its entry in t now, the x entries with
         # the columns) and "sum x <= 1".
-        count = 2 * len(parts)
-        lower = np.full(count, -_INF)
-        upper = np.tile(np.array([0.0, 1.0]), len(parts))
-        starts = np.repeat(np.arange(len(parts), dtype=np.int32), 2) + np.tile(
-            np.array([0, 1], np.int32), len(parts)
+        kinds = len(counts)
+        lower = np.full(2 * kinds, -_INF)
+        upper = np.tile(np.array([0.0, 1.0]), kinds)
+        starts = np.repeat(np.arange(kinds, dtype=np.int32), 2) + np.tile(
+            np.array([0, 1], np.int32), kinds
         )
         model.addRows(
-            count,
-            lower,
-            upper,
-            len(parts),
-            starts,
-            np.zeros(len(parts), np.int32),
-            np.ones(len(parts)),
+            2 * kinds, lower, upper, kinds, starts, np.zeros(kinds, np.int32), np.ones(kinds)
         )
         col_starts: list[int] = []
         indices: list[int] = []
         values: list[float] = []
-        row_job: list[int] = []
-        col_job: list[int] = []
+        row_kind: list[int] = []
+        col_kind: list[int] = []
         col_type: list[int] = []
         col_coef: list[float] = []
-        for k, (job_id, (num_gpus, columns)) in enumerate(parts.items()):
+        col_jobs: list[float] = []
+        for k, (kind, count) in enumerate(counts.items()):
             fair = first_row + 2 * k
-            row_job += [job_id, job_id]
-            for type_index, coef in columns:
+            ident = kind.ident
+            row_kind += [ident, ident]
+            gpus = float(count * kind.num_gpus)
+            for type_index, coef in kind.columns:
                 col_starts.append(len(indices))
                 indices += [fair, fair + 1, type_index]
-                values += [-coef, 1.0, float(num_gpus)]
-                col_job.append(job_id)
+                values += [-coef, 1.0, gpus]
+                col_kind.append(ident)
                 col_type.append(type_index)
                 col_coef.append(coef)
-            self._parts[job_id] = (num_gpus, columns)
-        self._row_job = np.concatenate([self._row_job, np.asarray(row_job, np.int64)])
-        self._col_job = np.concatenate([self._col_job, np.asarray(col_job, np.int64)])
+                col_jobs.append(float(count))
+            self._count[kind] = count
+        self._row_kind = np.concatenate([self._row_kind, np.asarray(row_kind, np.int64)])
+        self._col_kind = np.concatenate([self._col_kind, np.asarray(col_kind, np.int64)])
         self._col_type = np.concatenate([self._col_type, np.asarray(col_type, np.int64)])
         self._col_coef = np.concatenate([self._col_coef, np.asarray(col_coef, float)])
+        self._col_jobs = np.concatenate([self._col_jobs, np.asarray(col_jobs, float)])
         new = len(col_starts)
         model.addCols(
             new,
@@ -241,10 +315,11 @@ class MaxMinLp:
     def _run(self) -> bool:
         model = self._model
         n = len(self._col_coef)
-        # The efficiency term is averaged over the jobs, so every cost moves with their count.
+        # The efficiency term sums over the jobs (each of a kind's jobs has its columns'
+        # fractions) and is averaged over them, so every cost moves with their count.
         costs = np.empty(n + 1)
         costs[0] = -1.0
-        costs[1:] = self._col_coef * (-self._efficiency_weight / len(self._parts))
+        costs[1:] = self._col_coef * self._col_jobs * (-self._efficiency_weight / self._jobs)
         model.changeColsCost(n + 1, np.arange(n + 1, dtype=np.int32), costs)
         model.run()
         self.iterations = int(model.getInfo().simplex_iteration_count)

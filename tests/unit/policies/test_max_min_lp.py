@@ -177,3 +177,41 @@ def test_kept_columns_follow_a_job_whose_priority_changes() -> None:
     x = lp.solve([replace(jobs[0], priority=0.5), jobs[1]], {"v100": 1}, thr)
     assert x[0]["v100"] == pytest.approx(1 / 3)
     assert x[1]["v100"] == pytest.approx(2 / 3)
+
+
+def test_jobs_the_lp_cannot_tell_apart_share_rows_and_get_equal_fractions() -> None:
+    """Jobs of one type, size and weight are one kind in the model (one pair of rows, one
+    column per type) whatever their number: each gets the same fractions, the optimum is
+    a per-job solve's, and as jobs of a kind come and go only its count changes."""
+    rng = random.Random(3)
+    kinds = [job(i, rng) for i in range(5)]
+    thr_kind = rates(kinds, rng)
+    next_id = 100
+    live: list[JobView] = []
+    lp = MaxMinLp()
+    for _ in range(12):
+        for _ in range(rng.randrange(0, 6)):
+            if live:
+                live.pop(rng.randrange(len(live)))
+        for _ in range(rng.randrange(1, 8)):
+            like = rng.choice(kinds)
+            live.append(replace(like, id=next_id))
+            next_id += 1
+        thr = {
+            (j.id, t): thr_kind[(kinds[int(j.job_type[1:])].id, t)]
+            for j in live
+            for t in TYPES
+            if (kinds[int(j.job_type[1:])].id, t) in thr_kind
+        }
+        x = lp.solve(live, CAPACITY, thr)
+        assert lp.kinds == len({j.job_type for j in live if any(k[0] == j.id for k in thr)})
+        by_type: dict[str, dict[str, float]] = {}
+        for j in live:
+            assert x[j.id] == pytest.approx(by_type.setdefault(j.job_type, x[j.id]))
+        for t in TYPES:
+            assert sum(j.num_gpus * x[j.id].get(t, 0.0) for j in live) <= CAPACITY[t] + 1e-6
+        low, mean = objective(live, thr, x)
+        cold_low, cold_mean = cold_optimum(live, thr)
+        assert low == pytest.approx(cold_low, rel=1e-6)
+        assert mean == pytest.approx(cold_mean, rel=1e-4)
+    assert lp.cold_solves == 1
