@@ -777,7 +777,7 @@ class JobManager:
                 exit_code=report.exit_code,
             )
             self._dispatcher.send_stops(orders)
-            self._dispatcher.dispatch_ready_soon()
+            self._dispatcher.dispatch_ready_soon(after_exit=True)
             self._on_change()
             self._on_capacity(True)
         else:

@@ -247,6 +247,16 @@ class Dispatcher:
         # Every exit and registration asks for the ready starts to be dispatched; under a
         # stream of exits one run serves the requests made while it waited to start.
         self._ready_soon = CoalescedRun(self._safe_dispatch_ready, background)
+        # Whether a start may be waiting for older tasks to end: what the newest read of
+        # the tasks found (reads are numbered as they begin, so an older read finishing
+        # later changes nothing), or set by whatever may have changed it unseen. An exit
+        # then reads the tasks only while it is set: after a round's starts have gone out,
+        # the assigned tasks are those whose START is on its way, and an exit frees nothing
+        # for them.
+        self._waiting_lock = threading.Lock()
+        self._maybe_waiting = True
+        self._reads_begun = 0
+        self._read_seen = 0
         # The answers of pushes to many workers that come back while a transaction records
         # others are recorded together in the next one.
         self._answers: GroupCommitter[Sequence[Answer], list[StopOrder]] = GroupCommitter(
@@ -348,7 +358,9 @@ class Dispatcher:
         """START assignments for every placement whose GPUs are free of older tasks."""
         # Asked for after every exit and every stop answered, and most often nothing waits
         # to start: that is known without loading every task that runs.
+        read = self._begin_read()
         if not uow.tasks.any_in(TaskState.ASSIGNED):
+            self._end_read(read, waiting=False)
             return []
         active = uow.tasks.active()
         groups: dict[tuple[int, int], list[Task]] = defaultdict(list)
@@ -367,6 +379,7 @@ class Dispatcher:
         ready = {
             key: group for key, group in groups.items() if not any(older.block(t) for t in group)
         }
+        self._end_read(read, waiting=len(ready) < len(groups))
         jobs = uow.jobs.get_many({job_id for job_id, _ in ready})
         requeued = self._requeue_reasons(
             uow, [j for j in jobs.values() if j.retries or j.preemptions or j.requeues]
@@ -406,20 +419,49 @@ class Dispatcher:
                 reasons[job_id] = f"requeued after {event.reason}"
         return reasons
 
+    def _begin_read(self) -> int:
+        with self._waiting_lock:
+            self._reads_begun += 1
+            return self._reads_begun
+
+    def _end_read(self, read: int, *, waiting: bool) -> None:
+        with self._waiting_lock:
+            if read > self._read_seen:
+                self._read_seen = read
+                self._maybe_waiting = waiting
+
     def dispatch_ready(self, round_number: int = 0) -> Push:
         """Send every start that can go now (without waiting for the answers)."""
         outgoing = self._tx.read(lambda uow: self.ready_starts(uow, round_number))
         return self.send(round_number, outgoing)
 
-    def dispatch_ready_soon(self) -> None:
+    def dispatch_ready_soon(self, *, after_exit: bool = False) -> None:
         """Dispatch the ready starts on the background pool (requests coalesce, see
-        CoalescedRun)."""
+        CoalescedRun). ``after_exit``: asked because tasks ended, which can only let go
+        the starts that the last read of the tasks found waiting for older ones; with none
+        waiting nothing is read. Any other cause (a node registered or lost) reads."""
+        if after_exit:
+            with self._waiting_lock:
+                if not self._maybe_waiting:
+                    return
+        else:
+            self.may_be_waiting()
         self._ready_soon.request()
+
+    def may_be_waiting(self) -> None:
+        """Starts may wait unseen: tasks changed (committed) in a way that no read of them
+        begun before this call has seen, so none of those reads may clear the flag; the
+        next exit reads the tasks, unless a read begun after this call found none
+        waiting."""
+        with self._waiting_lock:
+            self._maybe_waiting = True
+            self._read_seen = self._reads_begun
 
     def _safe_dispatch_ready(self) -> None:
         try:
             self.dispatch_ready()
         except Exception:
+            self.may_be_waiting()
             log.exception("dispatching ready starts failed")
 
     # -- sending ---------------------------------------------------------------------------
@@ -507,6 +549,11 @@ class Dispatcher:
             except Exception:
                 log.exception("pushing to a worker failed", node=lane.node)
             finally:
+                if not reached and any(
+                    i.assignment.action == worker_pb2.ASSIGNMENT_ACTION_START for i in items
+                ):
+                    # Those starts are still to go: the next exit sends them again.
+                    self.may_be_waiting()
                 for future in futures:
                     future.set_result(reached)
 

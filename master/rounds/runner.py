@@ -192,6 +192,8 @@ class RoundRunner:
         self._report(decision)
         actions = decision.actions
         stored = self._store(inp, decision, now)
+        # Its new tasks may wait for older ones: an exit from now on looks for them.
+        self._dispatcher.may_be_waiting()
         self._store_reasons(stored.reasons)
         number, changed = stored.number, stored.changed
         outgoing = stored.outgoing + [

@@ -676,3 +676,39 @@ def test_a_task_that_ended_while_the_master_was_down_completes_without_a_preempt
     assert done.job.preemptions == 0
     assert [e.kind for e in done.events] == ["submitted", "scheduled", "completed"]
     assert restarted.run_round().started == ()
+
+
+def test_an_exit_looks_for_starts_to_send_only_while_one_may_wait(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a round's starts have gone out, none waits for an older task: a job's exit
+    then asks for no read of the tasks to find starts to send. After something that may
+    leave a start waiting (here: told so directly), the next exit asks for one again, and
+    a read that finds nothing waiting clears it."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1")
+    api = cluster.api(master)
+    jobs = [
+        api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec(name=f"j{k}", num_gpus=1))).job
+        for k in range(3)
+    ]
+    assert set(master.run_round().started) == {job.id for job in jobs}
+    wait_for(
+        lambda: {job.id for job in jobs} <= set(worker.running_jobs()), what="the three STARTs"
+    )
+    asked: list[int] = []
+    monkeypatch.setattr(master.dispatcher._ready_soon, "request", lambda: asked.append(1))
+
+    worker.progress(jobs[0].id, 100)
+    assert worker.exit(jobs[0].id, common_pb2.EXIT_KIND_COMPLETED).accepted
+    assert asked == []
+
+    master.dispatcher.may_be_waiting()
+    worker.progress(jobs[1].id, 100)
+    assert worker.exit(jobs[1].id, common_pb2.EXIT_KIND_COMPLETED).accepted
+    assert asked == [1]
+
+    master.dispatcher.dispatch_ready()  # the read asked for: nothing waits
+    worker.progress(jobs[2].id, 100)
+    assert worker.exit(jobs[2].id, common_pb2.EXIT_KIND_COMPLETED).accepted
+    assert asked == [1]
