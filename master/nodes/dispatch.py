@@ -356,8 +356,9 @@ class Dispatcher:
 
     def ready_starts(self, uow: UnitOfWork, round_number: int) -> list[Outgoing]:
         """START assignments for every placement whose GPUs are free of older tasks."""
-        # Asked for after every exit and every stop answered, and most often nothing waits
-        # to start: that is known without loading every task that runs.
+        # Asked for by every round, registration and lost node, and by exits while a start
+        # may wait (dispatch_ready_soon); most often nothing waits to start: that is known
+        # without loading every task that runs.
         read = self._begin_read()
         if not uow.tasks.any_in(TaskState.ASSIGNED):
             self._end_read(read, waiting=False)

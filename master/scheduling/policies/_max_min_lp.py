@@ -152,7 +152,7 @@ class MaxMinLp:
             kind = known.get(key, _UNSEEN)
             if kind is _UNSEEN:
                 kind = known[key] = self._kind_of(
-                    _columns(
+                    job_columns(
                         job.num_gpus, job.priority, job_rates, types, capacity, total, heaviest
                     )
                 )
@@ -327,8 +327,8 @@ class MaxMinLp:
 
 
 def _among(values: np.ndarray, wanted: set[int]) -> np.ndarray:
-    """Where ``values`` is in ``wanted``: compared id by id for the few jobs that leave at
-    a time, where np.isin's sorting costs more."""
+    """Where ``values`` is in ``wanted``: compared one by one for the few kinds that leave
+    at a time, where np.isin's sorting costs more."""
     if len(wanted) > 8:
         return np.isin(values, np.fromiter(wanted, np.int64, len(wanted)))
     found = np.zeros(len(values), dtype=bool)
@@ -354,7 +354,7 @@ def _new_model() -> HighsCore:
     return model
 
 
-def _columns(
+def job_columns(
     num_gpus: int,
     priority: float,
     rates: tuple[float, ...],

@@ -54,7 +54,7 @@ from scipy.sparse import coo_matrix
 from master.scheduling.placement import FreeGpus
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policies._greedy import current_slots_usable
-from master.scheduling.policies._max_min_lp import MaxMinLp, _columns, lp_types
+from master.scheduling.policies._max_min_lp import MaxMinLp, job_columns, lp_types
 from master.scheduling.throughput import ThroughputModel
 from master.scheduling.views import JobView, Snapshot
 
@@ -104,7 +104,7 @@ def _solve_max_min_rates(
         key = (job.num_gpus, job.priority, job_rates)
         part = known.get(key)
         if part is None:
-            part = known[key] = _columns(
+            part = known[key] = job_columns(
                 job.num_gpus, job.priority, job_rates, types, capacity, total, heaviest
             )[1]
         for type_index, coef in part:
