@@ -16,8 +16,8 @@ every job, both ways every round, cost the master more than the round's read did
 policy learned is stored with every round as on the thread, so a child that fails or dies
 takes no more with it than a restart of the master would: the policy comes back from the
 store's memory. What comes back with a round is what storing it needs: the jobs its actions
-name and the waiting reasons that changed, not the whole queue (the whole input only when
-a forecast of start times is due, which takes it). A child that fails, dies or stops
+name and the waiting reasons, not the whole queue (the whole input only when a forecast of
+start times is due, which takes it). A child that fails, dies or stops
 answering leaves the round to the thread, which reads and decides again from scratch; the
 process is started again for a later round.
 """
@@ -30,7 +30,7 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from multiprocessing.connection import Connection
@@ -41,13 +41,13 @@ import structlog
 
 import master.rounds.crossing  # noqa: F401  (views with read-only mappings cross to the child)
 from master.process.transactions import Transactor
+from master.rounds.reasons import WaitingEntry, waiting_entries
 from master.rounds.snapshot import ReadMemo, RoundInput, read_round_input
 from master.scheduling.policy import Policy, import_memory, make_policy
 from master.scheduling.round import RoundDecision, RoundRules, RoundState, decide_round
 from master.scheduling.throughput import ThroughputModel
 from master.settings import Settings
 from store import Database, UnitOfWork
-from store.states import JobState
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -106,7 +106,8 @@ class Planned:
     the round left it, None when it stayed in the child; ``jobs``: how many jobs were
     offered to the policy, ``waiting`` how many of them it gave nothing; ``read_s`` and
     ``plan_s``: the two steps' seconds (for a round planned elsewhere, ``read_s`` includes
-    the crossings)."""
+    the crossings); ``reasons``: why each waiting job waits
+    (:mod:`master.rounds.reasons`)."""
 
     inp: RoundInput
     decision: RoundDecision
@@ -116,6 +117,7 @@ class Planned:
     read_s: float
     plan_s: float
     elsewhere: bool = False
+    reasons: Mapping[int, WaitingEntry] = dataclasses.field(default_factory=dict)
 
 
 def plan(
@@ -133,22 +135,16 @@ def plan(
     decision = decide(inp, policy, settings, now.timestamp())
     plan_s = time.monotonic() - started - read_s
     waiting = sum(1 for job_id in inp.jobs if job_id not in decision.placements)
-    return Planned(inp, decision, policy, len(inp.jobs), waiting, read_s, plan_s)
+    reasons = waiting_entries(inp.jobs, decision.waiting)
+    return Planned(inp, decision, policy, len(inp.jobs), waiting, read_s, plan_s, reasons=reasons)
 
 
 def trimmed(planned: Planned) -> Planned:
-    """`planned` with only what storing the round needs: the jobs its actions name, the
-    waiting reasons that changed (without their jobs: at a thousand submissions between
-    rounds, unpickling those jobs took the master's interpreter as long as reading them
-    took the child), the nodes and the completions."""
+    """`planned` with only what storing the round needs: the jobs its actions name (at a
+    thousand submissions between rounds, unpickling the whole queue took the master's
+    interpreter as long as reading it took the child), its waiting reasons as plain
+    entries, the nodes and the completions."""
     inp, decision = planned.inp, planned.decision
-    reasons = {
-        job_id: reason
-        for job_id, reason in decision.waiting.items()
-        if (job := inp.jobs.get(job_id)) is not None
-        and job.state is not JobState.RUNNING
-        and job.reason != reason
-    }
     named = {a.job_id for a in decision.actions}
     light = dataclasses.replace(
         inp,
@@ -160,7 +156,7 @@ def trimmed(planned: Planned) -> Planned:
         usage={},
     )
     return dataclasses.replace(
-        planned, inp=light, decision=dataclasses.replace(decision, waiting=reasons)
+        planned, inp=light, decision=dataclasses.replace(decision, waiting={})
     )
 
 

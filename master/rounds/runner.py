@@ -10,7 +10,8 @@
    planned; a plan that breaks the cluster's rules is not applied; jobs that may not be
    preempted keep their GPUs; the diff against what runs applies hysteresis.
 3. Store the round, its actions, the new tasks (each placement with a fresh fencing token),
-   the jobs' transitions and what the policy learned in ONE transaction.
+   the jobs' transitions and what the policy learned in ONE transaction. Why each waiting
+   job waits is kept in memory, not stored (master/rounds/reasons.py).
 4. Hand what to send to each worker's lane (stops and extensions now, starts as soon as
    their GPUs are free) and record the round's duration. The round does not wait for the
    workers: a worker that is slow or silent delays no other worker's renewals, and no
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import threading
 import time
 from collections import defaultdict
@@ -40,6 +40,7 @@ from master.process.metrics import MasterMetrics
 from master.process.transactions import Transactor
 from master.rounds.forecaster import Forecaster
 from master.rounds.planner import Planner
+from master.rounds.reasons import WaitingReasons
 from master.rounds.renewals import RenewalBook
 from master.rounds.snapshot import ReadMemo, RoundInput
 from master.scheduling.diff import Action, ActionKind, preemption_reason
@@ -53,12 +54,6 @@ from store.domain import Job, NewTask, Task
 from store.states import JobState, NodeState, TaskState, is_terminal
 
 log = structlog.get_logger(__name__)
-
-# Waiting reasons stored with the round itself, at most; more (a long queue whose head
-# moved: every job behind it now waits behind another) are stored after it, on SQLite
-# this many per transaction, so that the round's transaction, which every submission and
-# report waits for there, does not also hold the write for thousands of advisory texts.
-REASONS_PER_WRITE = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +88,9 @@ class Persisted:
     orders: list[StopOrder]
     changed: int
     set_aside: tuple[int, ...] = ()
-    # Waiting reasons left to store after the round's transaction (REASONS_PER_WRITE).
-    reasons: dict[int, str] = dataclasses.field(default_factory=dict)
     # Tasks whose leases the round extended, to build their assignments from once the
     # transaction is over (not while it holds the database's write).
     extensions: tuple[tuple[Job, Task], ...] = ()
-
-
-def _set_waiting_reasons(uow: UnitOfWork, reasons: dict[int, str]) -> int:
-    return uow.jobs.set_waiting_reasons(reasons)
 
 
 class RoundRunner:
@@ -139,6 +128,8 @@ class RoundRunner:
         self._isolated: set[int] = set()
         # The lease ends workers acknowledged: a round renews only the leases that need it.
         self.renewals = RenewalBook(settings.lease_s, settings.lease_renewal_age_s)
+        # Why each waiting job waits, as the last stored round decided (rounds/reasons.py).
+        self.reasons = WaitingReasons()
 
     @property
     def policy_name(self) -> str:
@@ -194,7 +185,7 @@ class RoundRunner:
         stored = self._store(inp, decision, now)
         # Its new tasks may wait for older ones: an exit from now on looks for them.
         self._dispatcher.may_be_waiting()
-        self._store_reasons(stored.reasons)
+        self.reasons.replace(planned.reasons)
         number, changed = stored.number, stored.changed
         outgoing = stored.outgoing + [
             Outgoing(task.node, task.id, self._dispatcher.extend(job, task, number, now))
@@ -376,24 +367,6 @@ class RoundRunner:
 
         pushes.each(answered)
 
-    def _store_reasons(self, reasons: dict[int, str]) -> None:
-        """Waiting reasons the round's transaction left, on SQLite REASONS_PER_WRITE a
-        transaction. Each is set only on a job still waiting; one that fails to store is left
-        for the next round (a reason is advisory, and every round writes the ones that
-        changed)."""
-        items = sorted(reasons.items())
-        # SQLite has one writer: short transactions let submissions in between. PostgreSQL
-        # locks only the rows written, which nothing else writes while they wait, and each
-        # transaction costs round trips (4,000 reasons 200 at a time took 0.3-0.4 s there).
-        step = REASONS_PER_WRITE if self._tx.database.dialect == "sqlite" else len(items)
-        for start in range(0, len(items), max(1, step)):
-            chunk = dict(items[start : start + step])
-            try:
-                self._tx.write(functools.partial(_set_waiting_reasons, reasons=chunk), jobs=False)
-            except Exception as exc:
-                log.warning("waiting reasons not stored", jobs=len(chunk), error=str(exc))
-                return
-
     def _persist(
         self,
         uow: UnitOfWork,
@@ -477,34 +450,9 @@ class RoundRunner:
         uow.tasks.add_many(new_tasks)
         extended = self._to_renew(extended, outgoing, now)
         uow.tasks.extend_many([task.id for _, task in extended], round=number)
-        # Why each job that got nothing waits (a running job holding nothing, its last
-        # placement being torn down, is not waiting).
-        reasons: dict[int, str] = {}
-        for job_id, waiting in decision.waiting.items():
-            job = inp.jobs.get(job_id)
-            if job is None:
-                # Planned in the child: only the reasons that changed came back, without
-                # their jobs (planner.trimmed).
-                reasons[job_id] = waiting
-            elif job.state is not JobState.RUNNING and job.reason != waiting:
-                reasons[job_id] = waiting
-        later: dict[int, str] = {}
-        if not isolate and len(reasons) > REASONS_PER_WRITE:
-            later = reasons
-        elif not isolate:
-            uow.jobs.set_waiting_reasons(reasons)
-        for job_id, waiting in sorted(reasons.items()) if isolate else ():
-            try:
-                with uow.savepoint():
-                    uow.jobs.set_waiting_reasons({job_id: waiting})
-            except Exception:
-                self._metrics.isolated_job_failures.labels(stage="round").inc()
-                log.exception("a job's waiting reason could not be stored", job_id=job_id)
         if any(n.state is NodeState.DRAINING for n in inp.nodes.values()):
             self._finish_drains(uow, inp)
-        return Persisted(
-            number, outgoing, orders, len(changes), tuple(set_aside), later, tuple(extended)
-        )
+        return Persisted(number, outgoing, orders, len(changes), tuple(set_aside), tuple(extended))
 
     def _apply(
         self,

@@ -125,13 +125,17 @@ def job_to_pb(
     job: domain.Job,
     tasks: Iterable[domain.Task] = (),
     throughputs: Iterable[tuple[str, float, str]] = (),
+    *,
+    reason: str | None = None,
 ) -> common_pb2.Job:
+    """The job's message; ``reason`` in place of the stored one (a round's waiting reason,
+    master/rounds/reasons.py)."""
     out = common_pb2.Job(
         id=job.id,
         spec=spec_to_pb(job.spec),
         user=job.user,
         state=JOB_STATE_TO_PB[job.state],
-        reason=job.reason,
+        reason=job.reason if reason is None else reason,
         iterations_done=job.iterations_done,
         attained_service=job.attained_service,
         submitted_at=timestamp(job.submitted_at),
@@ -186,20 +190,23 @@ class ListedJobs:
         self._size = size
         # id(job) -> (job, its messages by whether private parts are hidden). The job is
         # kept so that its id cannot be reused while the entry exists.
-        self._encoded: dict[int, tuple[domain.Job, dict[bool, common_pb2.Job]]] = {}
+        # Each message is kept with the reason it shows.
+        self._encoded: dict[int, tuple[domain.Job, dict[bool, tuple[str, common_pb2.Job]]]] = {}
         # id(job) -> (job, its messages with an expected start, by whether private parts
-        # are hidden, each with the start it carries): a forecast changes the start only
-        # every forecast_interval_s, so listings between two copy each message once.
+        # are hidden, each with the start it carries and the message it copies): a forecast
+        # changes the start only every forecast_interval_s, so listings between two copy
+        # each message once.
         self._started: dict[
-            int, tuple[domain.Job, dict[bool, tuple[datetime, common_pb2.Job]]]
+            int,
+            tuple[domain.Job, dict[bool, tuple[datetime, common_pb2.Job, common_pb2.Job]]],
         ] = {}
         self._lock = threading.Lock()
 
     def pb_expected(
-        self, job: domain.Job, *, hidden: bool, expected_start: datetime | None
+        self, job: domain.Job, *, hidden: bool, expected_start: datetime | None, reason: str
     ) -> common_pb2.Job:
         """As :meth:`pb`, with ``expected_start`` set when it is not None."""
-        base = self.pb(job, hidden=hidden)
+        base = self.pb(job, hidden=hidden, reason=reason)
         if expected_start is None:
             return base
         entry = self._started.get(id(job))
@@ -210,15 +217,16 @@ class ListedJobs:
                     del self._started[next(iter(self._started))]
                 self._started[id(job)] = entry
         known = entry[1].get(hidden)
-        if known is not None and known[0] == expected_start:
-            return known[1]
+        if known is not None and known[0] == expected_start and known[1] is base:
+            return known[2]
         message = common_pb2.Job()
         message.CopyFrom(base)
         message.expected_start.CopyFrom(timestamp(expected_start))
-        entry[1][hidden] = (expected_start, message)
+        entry[1][hidden] = (expected_start, base, message)
         return message
 
-    def pb(self, job: domain.Job, *, hidden: bool) -> common_pb2.Job:
+    def pb(self, job: domain.Job, *, hidden: bool, reason: str) -> common_pb2.Job:
+        """The job as a listing shows it, with ``reason`` (see :func:`job_to_pb`)."""
         entry = self._encoded.get(id(job))
         if entry is None or entry[0] is not job:
             entry = (job, {})
@@ -227,11 +235,15 @@ class ListedJobs:
                     # Oldest first: enough for any queue shorter than the memo.
                     del self._encoded[next(iter(self._encoded))]
                 self._encoded[id(job)] = entry
-        message = entry[1].get(hidden)
-        if message is None:
-            # Two calls may both encode it; either message is the same.
-            message = job_to_pb(job)
-            entry[1][hidden] = hide_private(message) if hidden else message
+        known = entry[1].get(hidden)
+        if known is not None and known[0] == reason:
+            return known[1]
+        # Two calls may both encode it; either message is the same. A waiting job's reason
+        # changes from round to round while its row stays: the message is made again.
+        message = job_to_pb(job, reason=reason)
+        if hidden:
+            message = hide_private(message)
+        entry[1][hidden] = (reason, message)
         return message
 
 

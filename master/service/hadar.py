@@ -123,7 +123,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     ) -> common_pb2.Job:
         if tasks is None:
             tasks = uow.tasks.active_for_job(job.id) if job.state is JobState.RUNNING else []
-        return self._shown(job_to_pb(job, tasks), job, caller)
+        return self._shown(job_to_pb(job, tasks, reason=self._reason(job)), job, caller)
 
     def _listed_pb(self, job: Job, caller: Caller, tasks: list[Task] | None) -> common_pb2.Job:
         """A job as `caller` may see it in a listing (with its active tasks, if any); a
@@ -134,7 +134,12 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             job,
             hidden=not self._privacy.may_read(caller, job.user),
             expected_start=self._expected_start(job),
+            reason=self._reason(job),
         )
+
+    def _reason(self, job: Job) -> str:
+        """Why the job waits as the last round found, else its stored reason."""
+        return self.parts.rounds.reasons.of(job)
 
     def _expected_start(self, job: Job) -> datetime | None:
         """The newest forecast's start time for a waiting job that nobody holds; public
@@ -183,7 +188,9 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
     ) -> hadar_pb2.GetJobResponse:
         caller = current_caller()
         job, tasks = self.parts.jobs.get(fields.job_id(request.job_id))
-        out = self._shown(job_to_pb(job, tasks, self._throughputs(job)), job, caller)
+        out = self._shown(
+            job_to_pb(job, tasks, self._throughputs(job), reason=self._reason(job)), job, caller
+        )
         expected = self._expected_start(job)
         if expected is not None:
             out.expected_start.CopyFrom(timestamp(expected))
