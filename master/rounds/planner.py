@@ -30,7 +30,7 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from multiprocessing.connection import Connection
@@ -41,7 +41,7 @@ import structlog
 
 import master.rounds.crossing  # noqa: F401  (views with read-only mappings cross to the child)
 from master.process.transactions import Transactor
-from master.rounds.reasons import WaitingEntry, waiting_entries
+from master.rounds.reasons import WaitingEntries, waiting_entries
 from master.rounds.snapshot import ReadMemo, RoundInput, read_round_input
 from master.scheduling.policy import Policy, import_memory, make_policy
 from master.scheduling.round import RoundDecision, RoundRules, RoundState, decide_round
@@ -117,7 +117,7 @@ class Planned:
     read_s: float
     plan_s: float
     elsewhere: bool = False
-    reasons: Mapping[int, WaitingEntry] = dataclasses.field(default_factory=dict)
+    reasons: WaitingEntries = dataclasses.field(default_factory=WaitingEntries)
 
 
 def plan(

@@ -17,15 +17,29 @@ the newer one and is shown.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from store.domain import Job
 from store.states import JobState
 
-#: (the job's version, its stored reason, why it waits), as a round read and decided it.
-WaitingEntry = tuple[int, str, str]
-
 _WAITING = frozenset({JobState.PENDING, JobState.PREEMPTED})
+
+
+@dataclass(frozen=True)
+class WaitingEntries:
+    """A round's reasons: per waiting job, its version and stored reason as the round read
+    them and why it waits. Three plain maps with shared strings rather than an object per
+    job: a long queue's entries are made every round (and cross from the planning
+    process), and objects per job would be tens of thousands of them for the collector."""
+
+    versions: Mapping[int, int] = field(default_factory=dict)
+    stored: Mapping[int, str] = field(default_factory=dict)
+    reasons: Mapping[int, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.reasons)
 
 
 class WaitingReasons:
@@ -33,9 +47,9 @@ class WaitingReasons:
     one round's set (one reference swapped)."""
 
     def __init__(self) -> None:
-        self._entries: Mapping[int, WaitingEntry] = {}
+        self._entries = WaitingEntries()
 
-    def replace(self, entries: Mapping[int, WaitingEntry]) -> None:
+    def replace(self, entries: WaitingEntries) -> None:
         self._entries = entries
 
     def __len__(self) -> int:
@@ -43,23 +57,30 @@ class WaitingReasons:
 
     def of(self, job: Job) -> str:
         """Why `job` waits, or its stored reason where the last round's does not apply."""
-        entry = self._entries.get(job.id)
+        entries = self._entries
+        reason = entries.reasons.get(job.id)
         if (
-            entry is None
-            or entry[0] != job.version
-            or entry[1] != job.reason
+            reason is None
+            or entries.versions.get(job.id) != job.version
+            or entries.stored.get(job.id) != job.reason
             or job.state not in _WAITING
         ):
             return job.reason
-        return entry[2]
+        return reason
 
 
-def waiting_entries(jobs: Mapping[int, Job], waiting: Mapping[int, str]) -> dict[int, WaitingEntry]:
+def waiting_entries(jobs: Mapping[int, Job], waiting: Mapping[int, str]) -> WaitingEntries:
     """The entries for a round that read `jobs` and left `waiting` (job id -> why) waiting;
     a running job that holds nothing (its placement being torn down) is not waiting."""
-    entries: dict[int, WaitingEntry] = {}
+    versions: dict[int, int] = {}
+    stored: dict[int, str] = {}
+    reasons: dict[int, str] = {}
+    intern = sys.intern
     for job_id, reason in waiting.items():
         job = jobs.get(job_id)
         if job is not None and job.state is not JobState.RUNNING:
-            entries[job_id] = (job.version, job.reason, reason)
-    return entries
+            versions[job_id] = job.version
+            # Most stored reasons are a few texts read row by row: one object each.
+            stored[job_id] = intern(job.reason)
+            reasons[job_id] = reason
+    return WaitingEntries(versions, stored, reasons)

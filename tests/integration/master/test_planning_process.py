@@ -73,7 +73,7 @@ def test_a_long_queue_is_planned_in_the_child_as_on_the_rounds_thread(cluster: C
     light = trimmed(expected)
     assert set(light.inp.jobs) == {a.job_id for a in expected.decision.actions}
     assert not light.decision.waiting
-    assert light.reasons and set(light.reasons) <= set(later)
+    assert light.reasons and set(light.reasons.reasons) <= set(later)
     result = master.run_round()
     assert result.planned_elsewhere
     assert sorted(result.started) == sorted(expected.decision.started())
