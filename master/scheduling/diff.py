@@ -95,10 +95,7 @@ def diff(
     migrations and resizes, then starts, then extends; by job id within a kind, so the
     GPUs a start needs are freed by earlier actions.
     """
-    hysteresis = hysteresis or Hysteresis()
-    planned: dict[int, Allocation] = dict(plan.allocations)
-    if snapshot is not None:
-        _apply_hysteresis(current, planned, snapshot, hysteresis)
+    planned = held_back(current, plan, snapshot=snapshot, hysteresis=hysteresis)
     # One list per rank (stops, moves, starts, extends), each filled in job id order: the
     # order a sort by (rank, id) gives.
     stops: list[Action] = []
@@ -137,6 +134,21 @@ def diff(
             else:
                 moves.append(Action(ActionKind.RESIZE, job_id, new, old, reason))
     return [*stops, *moves, *starts, *extends]
+
+
+def held_back(
+    current: Mapping[int, Allocation],
+    plan: Plan,
+    *,
+    snapshot: Snapshot | None = None,
+    hysteresis: Hysteresis | None = None,
+) -> dict[int, Allocation]:
+    """What each job holds after :func:`diff`'s actions: the plan's allocations, with the
+    moves hysteresis holds back (see :func:`diff`) left where they are."""
+    planned: dict[int, Allocation] = dict(plan.allocations)
+    if snapshot is not None:
+        _apply_hysteresis(current, planned, snapshot, hysteresis or Hysteresis())
+    return planned
 
 
 def _apply_hysteresis(

@@ -655,6 +655,9 @@ class Simulator:
             min_migration_gain=cfg.min_migration_gain,
             pay_restart=cfg.pay_restart,
             hold_moves=not cfg.gavel_compat,
+            # The daemon's actions, tasks and waiting reasons only for an observer that
+            # looks at the decisions; the run itself needs the placements.
+            actions=self._on_round is not None,
         )
         idle_rounds = 0
         round_index = 0

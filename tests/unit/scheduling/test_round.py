@@ -451,3 +451,64 @@ def test_a_move_is_not_held_back_when_that_would_double_book_a_gpu() -> None:
 def test_a_negative_minimum_gain_is_refused() -> None:
     with pytest.raises(ValueError, match="min_migration_gain"):
         RoundRules(-0.1)
+
+
+def test_without_actions_a_round_places_the_same_jobs_in_the_same_order() -> None:
+    """A round asked for no actions (the simulator's) places every job where the full
+    round does, in the order of its actions (moves, starts, extensions), held-back moves
+    and a plan carried out whole included, with no actions, tasks or waiting reasons."""
+    cases: list[tuple[RoundState, Callable[[Snapshot], Mapping[int, Allocation] | Plan]]] = [
+        # 1 extends, 3 migrates to a faster GPU, 4 is moved off the GPU 7 starts on, 2
+        # waits, 9 stops.
+        (
+            state(
+                job(1, current=on(V0)),
+                job(2),
+                job(3, current=on(K0)),
+                job(4, current=on(K1)),
+                job(7),
+                job(9, current=on(V1)),
+            ),
+            lambda s: {1: on(V0), 3: on(V1), 4: on(K0), 7: on(K1)},
+        ),
+    ]
+    node = NodeView("n", tuple(GpuView("n", i, "v100") for i in range(4)))
+    a, b, c = GpuSlot("n", 0), GpuSlot("n", 1), GpuSlot("n", 2)
+    shared = Plan(
+        {
+            0: Allocation.on((a, c), 32, shared_with=5),
+            5: Allocation.on((a, c), 32, shared_with=0),
+        }
+    )
+    cases.append(
+        (
+            RoundState(
+                Snapshot(
+                    ClusterView((node,)),
+                    (
+                        job(0, num_gpus=2, shareable=True),
+                        job(5, num_gpus=2, shareable=True, current=Allocation.on((a, b), 32)),
+                    ),
+                    3,
+                    60.0,
+                    ThroughputModel({("a", "v100", 2, True): 10.0}),
+                ),
+                NOW,
+            ),
+            lambda s: shared,
+        )
+    )
+    for round_state, decide in cases:
+        full = decide_round(round_state, Scripted(decide))
+        lean = decide_round(round_state, Scripted(decide), RoundRules(actions=False))
+        assert full.actions and full.waiting is not None
+        assert list(lean.placements.items()) == list(full.placements.items())
+        assert lean.plan == full.plan and lean.fallback == full.fallback == ""
+        assert lean.actions == () and lean.tasks == {} and lean.waiting == {}
+    ordered = decide_round(cases[0][0], Scripted(cases[0][1]), RoundRules(actions=False))
+    assert list(ordered.placements) == [3, 4, 7, 1]
+    # A move to an equally fast GPU nobody else takes is held back: 4 stays on K1.
+    held = decide_round(
+        state(job(4, current=on(K1))), Scripted(lambda s: {4: on(K0)}), RoundRules(actions=False)
+    )
+    assert dict(held.placements) == {4: on(K1)}
