@@ -265,49 +265,38 @@ def decide_round(
     hold_back = visible if rules.hold_moves else None
     # The plan passed the checks unless the round fell back (then every job holds still).
     checked = None if fallback else plan
+    actions: list[Action] = []
+    tasks: dict[int, tuple[TaskPlacement, ...]] = {}
+    waiting: dict[int, str] = {}
     if not rules.actions:
         placements = _in_action_order(
             current, held_back(current, plan, snapshot=hold_back, hysteresis=rules.hysteresis())
         )
         if placements != plan.allocations and Plan(placements).violations(visible, checked):
             placements = _in_action_order(current, dict(plan.allocations))  # as below
-        return RoundDecision(
-            plan=plan,
-            actions=(),
-            placements=placements,
-            tasks={},
-            waiting={},
-            fallback=fallback,
-            plan_error=plan_error,
-            problems=problems,
-            learn_errors=tuple(learn_errors),
-            memory=export_memory(policy) if learned else None,
-            learned=learned,
-            isolated=isolated,
-            probes=probes,
-        )
-    actions = diff(current, plan, snapshot=hold_back, hysteresis=rules.hysteresis())
-    placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
-    if placements != plan.allocations and Plan(placements).violations(visible, checked):
-        # A job held back where it was can collide with a job the plan moved in beside it
-        # to share its new GPUs; the plan as made is valid, so it is carried out instead.
-        actions = diff(current, plan)
+    else:
+        actions = diff(current, plan, snapshot=hold_back, hysteresis=rules.hysteresis())
         placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
-    extend = ActionKind.EXTEND  # bound once: most of a round's actions are extends
-    tasks = {
-        a.job_id: split_tasks(a.allocation, snapshot)
-        for a in actions
-        if a.kind is not extend and a.allocation is not None
-    }
-    waiting: dict[int, str] = {}
-    reasons = plan.reasons
-    for job in snapshot.jobs:
-        if job.id not in placements:
-            reason = reasons.get(job.id) or NOT_CHOSEN
-            # Only a memory request can change the policy's reason (see pending_reason).
-            if job.memory_bytes_per_gpu > 0:
-                reason = snapshot.pending_reason(job.id, reason)
-            waiting[job.id] = reason
+        if placements != plan.allocations and Plan(placements).violations(visible, checked):
+            # A job held back where it was can collide with a job the plan moved in beside
+            # it to share its new GPUs; the plan as made is valid, so it is carried out
+            # instead.
+            actions = diff(current, plan)
+            placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
+        extend = ActionKind.EXTEND  # bound once: most of a round's actions are extends
+        tasks = {
+            a.job_id: split_tasks(a.allocation, snapshot)
+            for a in actions
+            if a.kind is not extend and a.allocation is not None
+        }
+        reasons = plan.reasons
+        for job in snapshot.jobs:
+            if job.id not in placements:
+                reason = reasons.get(job.id) or NOT_CHOSEN
+                # Only a memory request can change the policy's reason (see pending_reason).
+                if job.memory_bytes_per_gpu > 0:
+                    reason = snapshot.pending_reason(job.id, reason)
+                waiting[job.id] = reason
     return RoundDecision(
         plan=plan,
         actions=tuple(actions),
