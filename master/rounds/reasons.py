@@ -52,9 +52,6 @@ class WaitingReasons:
     def replace(self, entries: WaitingEntries) -> None:
         self._entries = entries
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def of(self, job: Job) -> str:
         """Why `job` waits, or its stored reason where the last round's does not apply."""
         entries = self._entries
@@ -80,7 +77,8 @@ def waiting_entries(jobs: Mapping[int, Job], waiting: Mapping[int, str]) -> Wait
         job = jobs.get(job_id)
         if job is not None and job.state is not JobState.RUNNING:
             versions[job_id] = job.version
-            # Most stored reasons are a few texts read row by row: one object each.
+            # Each row read gives a new string, and most are one of a few texts: shared,
+            # each crosses from the planning process and is kept once.
             stored[job_id] = intern(job.reason)
             reasons[job_id] = reason
     return WaitingEntries(versions, stored, reasons)

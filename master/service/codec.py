@@ -188,9 +188,9 @@ class ListedJobs:
 
     def __init__(self, size: int = 40_000) -> None:
         self._size = size
-        # id(job) -> (job, its messages by whether private parts are hidden). The job is
-        # kept so that its id cannot be reused while the entry exists.
-        # Each message is kept with the reason it shows.
+        # id(job) -> (job, its messages by whether private parts are hidden, each with the
+        # reason it shows). The job is kept so that its id cannot be reused while the entry
+        # exists.
         self._encoded: dict[int, tuple[domain.Job, dict[bool, tuple[str, common_pb2.Job]]]] = {}
         # id(job) -> (job, its messages with an expected start, by whether private parts
         # are hidden, each with the start it carries and the message it copies): a forecast
