@@ -93,6 +93,22 @@ class Persisted:
     extensions: tuple[tuple[Job, Task], ...] = ()
 
 
+#: What a round's store reads of the jobs it only extends, and the running tasks by job.
+Kept = tuple[dict[int, Job], dict[int, list[Task]]]
+
+
+def _read_kept(uow: UnitOfWork, decision: RoundDecision, memo: ReadMemo) -> Kept:
+    """The jobs the round only extends (those unchanged since its read from the memo) and
+    the running tasks by job."""
+    extended = uow.jobs.get_many(
+        [a.job_id for a in decision.actions if a.kind is ActionKind.EXTEND], memo=memo.jobs
+    )
+    active: defaultdict[int, list[Task]] = defaultdict(list)
+    for task in uow.tasks.active():
+        active[task.job_id].append(task)
+    return extended, active
+
+
 class RoundRunner:
     def __init__(
         self,
@@ -331,7 +347,16 @@ class RoundRunner:
         stored again with each job's part in a savepoint: that job is set aside until the
         next round and the others go ahead."""
         try:
-            return self._tx.write(lambda uow: self._persist(uow, inp, decision, now, isolate=False))
+            # The running tasks and the jobs only extended are read before the write: on
+            # SQLite every writer of the process (each submission) waits while a write is
+            # open, and these reads were half of the round's. The job lock, held across
+            # both, keeps them true: every other change to jobs and tasks in this process
+            # takes it (submissions only add jobs), and no other process changes them.
+            with self._tx.job_lock:
+                kept = self._tx.read(lambda uow: _read_kept(uow, decision, self.memo))
+                return self._tx.write(
+                    lambda uow: self._persist(uow, inp, decision, now, isolate=False, kept=kept)
+                )
         except Exception as exc:
             # The job by job pass logs the failing job's traceback.
             log.warning("storing the round failed; storing it again job by job", error=str(exc))
@@ -375,6 +400,7 @@ class RoundRunner:
         now: datetime,
         *,
         isolate: bool,
+        kept: Kept | None = None,
     ) -> Persisted:
         actions, plan = decision.actions, decision.plan
         changes = decision.changes()
@@ -384,14 +410,8 @@ class RoundRunner:
         # from its memo. Those whose state changes are loaded, so that their writes are
         # checked against the version read here.
         jobs_now = uow.jobs.get_many([a.job_id for a in actions if a.kind is not ActionKind.EXTEND])
-        jobs_now.update(
-            uow.jobs.get_many(
-                [a.job_id for a in actions if a.kind is ActionKind.EXTEND], memo=self.memo.jobs
-            )
-        )
-        active: defaultdict[int, list[Task]] = defaultdict(list)
-        for task in uow.tasks.active():
-            active[task.job_id].append(task)
+        extended_jobs, active = kept if kept is not None else _read_kept(uow, decision, self.memo)
+        jobs_now.update(extended_jobs)
         record = uow.rounds.add(
             policy=self._policy.name,
             started_at=now,
