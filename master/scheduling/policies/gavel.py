@@ -17,13 +17,12 @@ GPU-time. A small ``efficiency_weight`` term also rewards total normalized throu
 which picks, among the max-min optimal vertices, one that does not leave GPUs idle.
 It is solved with HiGHS from scratch (its defaults, presolve included) while it holds
 fewer than ``warm_from`` jobs (256 by default), where a solve takes milliseconds; from
-that size on it is kept
-from one solve to the next and warm-started from its last basis
+that size on it is kept from one solve to the next and warm-started from its last basis
 (:mod:`master.scheduling.policies._max_min_lp`), a few pivots instead of thousands. Both
-reach the same optimum; where
-several vertices are optimal (identical jobs may swap fractions) the warm-started one
-may differ from a cold solve's, so the threshold keeps small clusters' plans exactly
-what a fresh solve gives. ``warm_from=0`` warm-starts always.
+reach the same optimum; where several vertices are optimal (identical jobs may swap
+fractions) the warm-started one may differ from a cold solve's, so the threshold keeps
+small clusters' plans exactly what a fresh solve gives. ``warm_from=0`` warm-starts
+always.
 
 Weights are divided by the largest one, which scales the whole objective and so changes
 no optimal ``x``, and kept at least ``MIN_WEIGHT_RATIO`` (in
@@ -88,10 +87,10 @@ def solve_max_min(
 
 
 def _cold_model() -> HighsCore:
-    # HiGHS with its defaults (presolve, its choice of solver): what SciPy's linprog ran
-    # with method="highs", which solved these LPs before; on the 920 cold solves of the
-    # 10,000-job scale trace the two give the same fractions. The core class, as in
-    # _max_min_lp, so that no banner is printed.
+    # HiGHS with its defaults (presolve, its choice of solver), as SciPy's linprog runs it
+    # with method="highs": on the 920 cold solves of the 10,000-job scale trace the two
+    # give the same fractions. The core class, as in _max_min_lp, so that no banner is
+    # printed.
     model = HighsCore()
     model.setOptionValue("output_flag", False)
     return model
