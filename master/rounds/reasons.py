@@ -21,10 +21,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from master.jobs.holds import WAITING_STATES
 from store.domain import Job
 from store.states import JobState
-
-_WAITING = frozenset({JobState.PENDING, JobState.PREEMPTED})
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class WaitingReasons:
             reason is None
             or entries.versions.get(job.id) != job.version
             or entries.stored.get(job.id) != job.reason
-            or job.state not in _WAITING
+            or job.state not in WAITING_STATES
         ):
             return job.reason
         return reason

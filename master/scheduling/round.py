@@ -262,7 +262,7 @@ def decide_round(
         plan = hold(held, planned)
     if limited:
         plan = Plan(plan.allocations, {**plan.reasons, **limited})
-    hold_back = visible if rules.hold_moves else None
+    moves_judged_on = visible if rules.hold_moves else None
     # The plan passed the checks unless the round fell back (then every job holds still).
     checked = None if fallback else plan
     actions: list[Action] = []
@@ -270,12 +270,13 @@ def decide_round(
     waiting: dict[int, str] = {}
     if not rules.actions:
         placements = _in_action_order(
-            current, held_back(current, plan, snapshot=hold_back, hysteresis=rules.hysteresis())
+            current,
+            held_back(current, plan, snapshot=moves_judged_on, hysteresis=rules.hysteresis()),
         )
         if placements != plan.allocations and Plan(placements).violations(visible, checked):
             placements = _in_action_order(current, dict(plan.allocations))  # as below
     else:
-        actions = diff(current, plan, snapshot=hold_back, hysteresis=rules.hysteresis())
+        actions = diff(current, plan, snapshot=moves_judged_on, hysteresis=rules.hysteresis())
         placements = {a.job_id: a.allocation for a in actions if a.allocation is not None}
         if placements != plan.allocations and Plan(placements).violations(visible, checked):
             # A job held back where it was can collide with a job the plan moved in beside
