@@ -17,7 +17,7 @@ from typing import Any
 from master.daemon import base_throughput_model
 from master.rounds.planner import PLANNING_NICENESS, plan, trimmed
 from master.rounds.snapshot import ReadMemo
-from protos.hadar.v1 import common_pb2, hadar_pb2
+from protos.hadar.v1 import common_pb2, hadar_pb2, worker_pb2
 from store import Database
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import wait_for
@@ -92,6 +92,41 @@ def test_a_long_queue_is_planned_in_the_child_as_on_the_rounds_thread(cluster: C
     # An unchanged store: the next round, planned in the child again, changes nothing.
     again = master.run_round()
     assert again.planned_elsewhere and again.started == () and again.stopped == ()
+
+
+def test_a_drain_planned_in_the_child_stops_the_nodes_job_and_ends_drained(
+    cluster: Cluster,
+) -> None:
+    """The child's answer carries, of the nodes, only those a drain concerns, and that is
+    enough: a round planned in the child stops the draining node's job with the drain as
+    its reason, and once the job is off it, a later round marks the node drained."""
+    master = cluster.master(policy="fifo", planning_process_from_jobs=1)
+    worker = cluster.worker(master, "n1", num_gpus=1)
+    admin = cluster.api(master, "root", admin=True)
+    job_id = submit(admin)
+    assert master.run_round().started == (job_id,)
+    wait_for(lambda: job_id in worker.running_jobs(), what="the START")
+    drained = admin.DrainNode(hadar_pb2.DrainNodeRequest(node="n1", reason="fan")).node
+    assert drained.state == common_pb2.NODE_STATE_DRAINING
+    stopping = master.run_round()
+    assert stopping.planned_elsewhere and stopping.stopped == (job_id,)
+    wait_for(lambda: job_id not in worker.running_jobs(), what="the STOP")
+    (stop,) = [
+        a
+        for a in worker.applied
+        if a.job_id == job_id and a.action == worker_pb2.ASSIGNMENT_ACTION_STOP
+    ]
+    assert stop.reason.endswith("(node n1 is draining)"), stop.reason
+
+    def node_state() -> int:
+        (node,) = admin.ListNodes(hadar_pb2.ListNodesRequest()).nodes
+        return int(node.state)
+
+    def drained_after_a_round() -> bool:
+        assert master.run_round().planned_elsewhere
+        return node_state() == common_pb2.NODE_STATE_DRAINED
+
+    wait_for(drained_after_a_round, what="the node drained")
 
 
 def test_the_policy_stays_in_the_child_and_a_dead_child_loses_nothing_stored(
