@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
@@ -36,8 +37,71 @@ class NodeRepository:
         return convert.node(row) if row is not None else None
 
     def all(self) -> list[Node]:
-        query = select(NodeRow).order_by(NodeRow.name)
-        return [convert.node(row) for row in self._session.scalars(query)]
+        """Every node with its GPUs, by name. Read as plain columns, not as ORM objects:
+        every round reads every node, and at 200 nodes of 4 GPUs building the objects
+        cost four times the read."""
+        gpus: defaultdict[str, list[Gpu]] = defaultdict(list)
+        for (
+            node_name,
+            index,
+            gpu_type,
+            memory,
+            device,
+            uuid,
+            health,
+            use,
+            fake,
+        ) in self._session.execute(
+            select(
+                GpuRow.node_name,
+                GpuRow.index,
+                GpuRow.type,
+                GpuRow.memory_bytes,
+                GpuRow.device_name,
+                GpuRow.uuid,
+                GpuRow.health,
+                GpuRow.utilization,
+                GpuRow.fake,
+            ).order_by(GpuRow.node_name, GpuRow.index)
+        ):
+            gpus[node_name].append(
+                Gpu(
+                    index=index,
+                    type=gpu_type,
+                    memory_bytes=memory,
+                    device_name=device,
+                    uuid=uuid,
+                    health=GpuHealth(health),
+                    utilization=use,
+                    fake=fake,
+                )
+            )
+        query = select(
+            NodeRow.name,
+            NodeRow.address,
+            NodeRow.state,
+            NodeRow.reason,
+            NodeRow.agent_version,
+            NodeRow.workloads,
+            NodeRow.registered_at,
+            NodeRow.last_heartbeat,
+        ).order_by(NodeRow.name)
+        return [
+            Node(
+                name=name,
+                address=address,
+                state=NodeState(state),
+                reason=reason,
+                agent_version=agent_version,
+                workloads=tuple(workloads or ()),
+                gpus=tuple(gpus.get(name, ())),
+                registered_at=registered_at,
+                last_heartbeat=last_heartbeat,
+            )
+            for name, address, state, reason, agent_version, workloads, registered_at, (
+                last_heartbeat
+            ) in self._session.execute(query)
+        ]
 
     def capacity(self) -> tuple[list[tuple[str, int]], set[str]]:
         """The GPUs (type, memory) and workloads of every node not lost, as plain columns:
