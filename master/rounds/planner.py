@@ -41,6 +41,7 @@ import structlog
 
 import master.rounds.crossing  # noqa: F401  (views with read-only mappings cross to the child)
 from master.process.transactions import Transactor
+from master.rounds.forecaster import PreparedForecast, prepare
 from master.rounds.reasons import WaitingEntries, waiting_entries
 from master.rounds.snapshot import ReadMemo, RoundInput, read_round_input
 from master.scheduling.policy import Policy, import_memory, make_policy
@@ -120,6 +121,8 @@ class Planned:
     plan_s: float
     elsewhere: bool = False
     reasons: WaitingEntries = dataclasses.field(default_factory=WaitingEntries)
+    # A forecast made ready where the round was planned (then `inp` is trimmed).
+    forecast: PreparedForecast | None = None
 
 
 def plan(
@@ -214,16 +217,24 @@ def _plan_in_child(
     base_model: ThroughputModel,
     now: datetime,
     whole: bool,
+    forecast_from: int | None = None,
 ) -> Planned:
-    """Plan with `policy`, kept for the next rounds; None: with the one kept."""
+    """Plan with `policy`, kept for the next rounds; None: with the one kept. With
+    `whole`, the whole input comes back, unless the queue has `forecast_from` jobs or more:
+    then the forecast's work is made ready here (with a copy of the policy kept here) and
+    the input comes back trimmed."""
     assert _child is not None, "the planning process starts with its database"
     if policy is not None:
         _child.policy = policy
     if _child.policy is None:
         raise PolicyNotHereError("the planning process holds no policy")
     planned = plan(_child.tx, _child.memo, _child.policy, settings, base_model, now)
-    kept = dataclasses.replace(planned if whole else trimmed(planned), policy=None, elsewhere=True)
-    return portable(kept)
+    if whole and forecast_from is not None and len(planned.inp.snapshot.jobs) >= forecast_from:
+        ready = prepare(planned.inp, _child.policy, now, settings)
+        planned = dataclasses.replace(trimmed(planned), forecast=ready)
+    elif not whole:
+        planned = trimmed(planned)
+    return portable(dataclasses.replace(planned, policy=None, elsewhere=True))
 
 
 def _policy_in_child() -> Policy:
@@ -333,13 +344,22 @@ class Planner:
         """Whether the child holds the policy (:meth:`reclaim` brings it back)."""
         return self._away
 
-    def plan(self, policy: Policy, now: datetime, *, whole: bool = False) -> Planned:
+    def plan(
+        self,
+        policy: Policy,
+        now: datetime,
+        *,
+        whole: bool = False,
+        forecast_from: int | None = None,
+    ) -> Planned:
         """Read and decide the round starting `now` with `policy`, the master's copy. With
-        `whole`, the whole input comes back wherever it was planned (a forecast takes it).
-        The planned policy is None while the child keeps it."""
+        `whole`, the whole input comes back wherever it was planned (a forecast takes it),
+        unless it was planned in the child and the queue has `forecast_from` jobs or more:
+        then the child makes the forecast's work ready (Planned.forecast). The planned
+        policy is None while the child keeps it."""
         planned: Planned | None = None
         if self.elsewhere_next:
-            planned = self._elsewhere(policy, now, whole)
+            planned = self._elsewhere(policy, now, whole, forecast_from)
         if planned is None:
             policy = self.reclaim(policy)
             planned = plan(self._tx, self._memo, policy, self._settings, self._base_model, now)
@@ -396,7 +416,9 @@ class Planner:
         log.warning("the policy was rebuilt from its stored memory", policy=fresh.name)
         return fresh
 
-    def _elsewhere(self, policy: Policy, now: datetime, whole: bool) -> Planned | None:
+    def _elsewhere(
+        self, policy: Policy, now: datetime, whole: bool, forecast_from: int | None
+    ) -> Planned | None:
         """The round planned in the child; None when that failed."""
         started = time.monotonic()
         with self._lock:
@@ -413,7 +435,14 @@ class Planner:
         try:
             planned = process.call(
                 _plan_in_child,
-                (policy if sent else None, self._settings, self._base_model, now, whole),
+                (
+                    policy if sent else None,
+                    self._settings,
+                    self._base_model,
+                    now,
+                    whole,
+                    forecast_from,
+                ),
                 deadline,
                 self._stopping,
             )

@@ -191,7 +191,12 @@ class RoundRunner:
         started_at = time.time()
         # A forecast due after this round takes its whole input, wherever it is read.
         forecast = self.forecaster is not None and self.forecaster.due()
-        planned = self.planner.plan(self._policy, now, whole=forecast)
+        planned = self.planner.plan(
+            self._policy,
+            now,
+            whole=forecast,
+            forecast_from=self.forecaster.process_from_jobs if self.forecaster else None,
+        )
         if planned.policy is not None:
             self._policy = planned.policy
         inp, decision = planned.inp, planned.decision
@@ -257,8 +262,11 @@ class RoundRunner:
         )
         self.last_result = result
         if forecast and self.forecaster is not None and self.forecaster.due():
-            # The forecaster copies the policy itself, off this thread, between rounds.
-            self.forecaster.submit(inp, self.policy_copy, now)
+            if planned.forecast is not None:
+                self.forecaster.submit_prepared(planned.forecast, now)
+            else:
+                # The forecaster copies the policy itself, off this thread, between rounds.
+                self.forecaster.submit(inp, self.policy_copy, now)
         log.info(
             "round finished",
             round=number,

@@ -14,7 +14,10 @@ import signal
 from datetime import UTC, datetime
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from master.daemon import base_throughput_model
+from master.rounds.forecaster import Forecaster
 from master.rounds.planner import PLANNING_NICENESS, plan, trimmed
 from master.rounds.snapshot import ReadMemo
 from protos.hadar.v1 import common_pb2, hadar_pb2, worker_pb2
@@ -127,6 +130,36 @@ def test_a_drain_planned_in_the_child_stops_the_nodes_job_and_ends_drained(
         return node_state() == common_pb2.NODE_STATE_DRAINED
 
     wait_for(drained_after_a_round, what="the node drained")
+
+
+def test_a_forecast_due_is_made_ready_in_the_child_and_the_policy_stays_there(
+    cluster: Cluster,
+) -> None:
+    """A round planned in the child with a forecast due, its queue past the forecasting
+    process's size, makes the forecast's work there: the master gets no whole queue and
+    does not take the policy back, and the waiting job gets its expected start."""
+    master = cluster.master(policy="fifo", planning_process_from_jobs=1)
+    cluster.worker(master, "n1", num_gpus=1)
+    api = cluster.api(master)
+    running = submit(api)
+    assert master.run_round().started == (running,)
+    # Due at the next round (the master's own forecast ran after the first).
+    master.rounds.forecaster = Forecaster(master.settings, process_from_jobs=1)
+    waiting = submit(api)
+    with capture_logs() as logs:
+        result = master.run_round()
+        assert result.planned_elsewhere and result.started == ()
+        assert master.rounds.planner.policy_away
+
+        def estimated() -> bool:
+            job = api.GetJob(hadar_pb2.GetJobRequest(job_id=waiting)).job
+            return bool(job.HasField("expected_start"))
+
+        wait_for(estimated, what="the expected start")
+    (forecast,) = [e for e in logs if e["event"] == "start times forecast"]
+    assert forecast["jobs"] == 2 and forecast["estimates"] == 1
+    assert master.rounds.planner.policy_away
+    assert master.run_round().planned_elsewhere
 
 
 def test_the_policy_stays_in_the_child_and_a_dead_child_loses_nothing_stored(

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from structlog.testing import capture_logs
 
 from master.process.metrics import MasterMetrics
-from master.rounds.forecaster import Forecaster
+from master.rounds.forecaster import Forecaster, prepare
 from master.rounds.snapshot import RoundInput
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.policy import Policy, make_policy
@@ -79,6 +79,31 @@ def test_a_long_queues_forecast_runs_in_a_process_of_its_own_and_agrees() -> Non
     for process in processes:
         process.join(timeout=30)
     assert not any(p.is_alive() for p in processes)
+
+
+def test_a_forecast_made_ready_elsewhere_agrees_and_keeps_the_gauges() -> None:
+    """Work prepared where the round was planned (pickled there with a copy of the
+    policy) gives the starts the thread computes from the round's input, and the gauges
+    count its waiting jobs as the thread's forecast does."""
+    here = Forecaster(Settings())
+    metrics = MasterMetrics()
+    elsewhere = Forecaster(Settings(), metrics, process_from_jobs=1)
+    policy = make_policy("fifo")
+    prepared = prepare(round_input(), policy, NOW, Settings())
+    assert (prepared.policy, prepared.jobs, prepared.waiting) == ("fifo", 3, 2)
+    with capture_logs() as logs:
+        done = here.submit(round_input(), lambda: make_policy("fifo"), NOW)
+        assert done is not None
+        done.result(timeout=120)
+        done = elsewhere.submit_prepared(prepared, NOW)
+        assert done is not None
+        done.result(timeout=120)
+    assert [e["event"] for e in logs if e["log_level"] != "info"] == []
+    assert here.latest is not None and elsewhere.latest is not None
+    assert dict(elsewhere.latest.starts) == dict(here.latest.starts)
+    assert metrics.registry.get_sample_value("hadar_forecast_jobs", {"estimate": "no"}) == 0.0
+    elsewhere.stop()
+    here.stop()
 
 
 def test_metrics_say_what_a_forecast_cost_and_reached() -> None:
