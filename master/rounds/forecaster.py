@@ -26,7 +26,9 @@ A forecast of a long queue (``PROCESS_FROM_JOBS`` jobs or more) runs in a proces
 own, started once and kept: seconds of planning in the master's interpreter would make
 every RPC wait its turn for it at each step (each SQL statement gives the interpreter up),
 where another process takes the machine's other core. Shorter forecasts, which take
-milliseconds, stay on the thread.
+milliseconds, stay on the thread. A round planned in the planning process makes a long
+queue's forecast ready there (:func:`prepare`), and the master hands it on without
+unpickling it (:meth:`Forecaster.submit_prepared`).
 """
 
 from __future__ import annotations

@@ -16,10 +16,12 @@ every job, both ways every round, cost the master more than the round's read did
 policy learned is stored with every round as on the thread, so a child that fails or dies
 takes no more with it than a restart of the master would: the policy comes back from the
 store's memory. What comes back with a round is what storing it needs: the jobs its actions
-name and the waiting reasons, not the whole queue (the whole input only when a forecast of
-start times is due, which takes it). A child that fails, dies or stops
-answering leaves the round to the thread, which reads and decides again from scratch; the
-process is started again for a later round.
+name and the waiting reasons, not the whole queue. When a forecast of start times is due,
+a long queue's forecast is made ready in the child, with a copy of the policy it holds, and
+crosses pickled, to be handed on to the forecasting process as it is; a shorter queue's
+whole input comes back for the forecast on the master's thread. A child that fails, dies
+or stops answering leaves the round to the thread, which reads and decides again from
+scratch; the process is started again for a later round.
 """
 
 from __future__ import annotations
