@@ -189,7 +189,8 @@ class RoundRunner:
         # For lining the round's phases up with other records of the time (its log line
         # is written after the round's own row, which may wait for the store).
         started_at = time.time()
-        # A forecast due after this round takes its whole input, wherever it is read.
+        # A forecast due after this round takes its whole input, wherever it is read, or
+        # from the planning process a long queue's forecast made ready there.
         forecast = self.forecaster is not None and self.forecaster.due()
         planned = self.planner.plan(
             self._policy,
