@@ -243,16 +243,8 @@ class Forecaster:
         """Forecast from a round's input (``now``: the round's start) with the policy
         ``policy()`` returns: a copy of the live one, which the forecast then owns. None when
         one is in progress."""
-        with self._lock:
-            if self._busy or self._stopping.is_set():
-                return None
-            self._busy = True
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="hadar-forecast"
-                )
-            executor = self._executor
-        return executor.submit(self._compute, inp, policy, now)
+        executor = self._take()
+        return executor.submit(self._compute, inp, policy, now) if executor else None
 
     @property
     def process_from_jobs(self) -> int:
@@ -262,6 +254,12 @@ class Forecaster:
     def submit_prepared(self, prepared: PreparedForecast, now: datetime) -> Future[None] | None:
         """Forecast from work made ready elsewhere (:func:`prepare`), in the forecasting
         process. None when one is in progress."""
+        executor = self._take()
+        return executor.submit(self._compute_prepared, prepared, now) if executor else None
+
+    def _take(self) -> ThreadPoolExecutor | None:
+        """The forecast thread, now busy with the caller's forecast; None when one is in
+        progress or the forecaster stops."""
         with self._lock:
             if self._busy or self._stopping.is_set():
                 return None
@@ -270,8 +268,7 @@ class Forecaster:
                 self._executor = ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="hadar-forecast"
                 )
-            executor = self._executor
-        return executor.submit(self._compute_prepared, prepared, now)
+            return self._executor
 
     def expected_start(self, job_id: int) -> datetime | None:
         latest = self.latest

@@ -5,7 +5,6 @@ unchanged: slotted dataclasses as their fields' values (derived fields included,
 from __future__ import annotations
 
 import pickle
-from datetime import UTC, datetime
 from multiprocessing.reduction import ForkingPickler
 from types import MappingProxyType
 
@@ -13,41 +12,11 @@ from master.rounds import crossing
 from master.scheduling.diff import Action, ActionKind
 from master.scheduling.plan import Allocation, GpuSlot
 from store.domain import Job, JobSpec
-from store.states import JobState, ProgramKind
+from tests.unit.master.test_listed_jobs import job
 
 
 def crossed(obj: object) -> object:
     return pickle.loads(ForkingPickler.dumps(obj))
-
-
-def job(job_id: int) -> Job:
-    spec = JobSpec(
-        name=f"j{job_id}",
-        num_gpus=2,
-        iterations=10,
-        program_kind=ProgramKind.COMMAND,
-        argv=("python", "train.py"),
-        env=(("A", "b"),),
-        workdir="/home/alice",
-    )
-    return Job(
-        id=job_id,
-        user="alice",
-        spec=spec,
-        state=JobState.RUNNING,
-        reason="",
-        iterations_done=3,
-        checkpoint_iterations=0,
-        attained_service=1.5,
-        retries=0,
-        exit_code=None,
-        preemptions=0,
-        migrations=0,
-        submitted_at=datetime(2026, 1, 1, tzinfo=UTC),
-        started_at=None,
-        finished_at=None,
-        version=4,
-    )
 
 
 def test_slotted_dataclasses_cross_as_their_fields_with_derived_fields_kept() -> None:
