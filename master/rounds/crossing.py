@@ -16,10 +16,9 @@ Importing this module registers, with the pickler multiprocessing uses, in the m
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 
 import master.scheduling.diff
 import master.scheduling.plan
@@ -45,11 +44,8 @@ def _reduce_mapping_proxy(
 def _rebuild(cls: type, values: tuple[object, ...]) -> object:
     """An object of the slotted dataclass `cls` with its fields set to `values`, as pickle
     would restore it: without calling `__init__` (nor its checks) again."""
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
     obj: object = object.__new__(cls)
-    for name, value in zip(names, values, strict=True):
+    for name, value in zip(_FIELDS[cls], values, strict=True):
         object.__setattr__(obj, name, value)
     return obj
 
@@ -66,19 +62,20 @@ def _reducer(cls: type) -> Callable[[object], _Reduced]:
     return reduce
 
 
-def _slotted_dataclasses(module_name: str) -> list[type]:
-    """The dataclasses `module_name` defines whose slots are exactly their fields."""
-    found = []
-    for value in vars(sys.modules[module_name]).values():
+def _slotted_dataclasses(module: ModuleType) -> dict[type, tuple[str, ...]]:
+    """The dataclasses `module` defines whose slots are exactly their fields, with the
+    fields' names."""
+    found: dict[type, tuple[str, ...]] = {}
+    for value in vars(module).values():
         if (
             isinstance(value, type)
-            and value.__module__ == module_name
+            and value.__module__ == module.__name__
             and dataclasses.is_dataclass(value)
             and "__slots__" in value.__dict__
         ):
             names = tuple(f.name for f in dataclasses.fields(value))
             if set(value.__dict__["__slots__"]) == set(names):
-                found.append(value)
+                found[value] = names
     return found
 
 
@@ -91,6 +88,6 @@ for _module in (
     master.scheduling.throughput,
     master.scheduling.views,
 ):
-    for _cls in _slotted_dataclasses(_module.__name__):
-        _FIELDS[_cls] = tuple(f.name for f in dataclasses.fields(_cls))
+    for _cls, _names in _slotted_dataclasses(_module).items():
+        _FIELDS[_cls] = _names
         ForkingPickler.register(_cls, _reducer(_cls))

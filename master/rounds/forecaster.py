@@ -128,14 +128,16 @@ class PreparedForecast:
     waiting: int
 
 
+def _waiting(inp: RoundInput) -> int:
+    """The jobs of a forecast's input that hold nothing."""
+    return sum(1 for job in inp.snapshot.jobs if job.current is None)
+
+
 def prepare(inp: RoundInput, policy: Policy, now: datetime, settings: Settings) -> PreparedForecast:
     """The forecast from a round's input with a copy of `policy`, ready to hand over."""
     work = _work(inp, copy.deepcopy(policy), now, settings)
     return PreparedForecast(
-        bytes(ForkingPickler.dumps(work)),
-        policy.name,
-        len(inp.snapshot.jobs),
-        sum(1 for job in inp.snapshot.jobs if job.current is None),
+        bytes(ForkingPickler.dumps(work)), policy.name, len(inp.snapshot.jobs), _waiting(inp)
     )
 
 
@@ -326,8 +328,7 @@ class Forecaster:
             )
             return found if found is not None else (_run(work, between_rounds), None)
 
-        waiting = sum(1 for job in inp.snapshot.jobs if job.current is None)
-        self._forecast(now, produce, label, len(inp.snapshot.jobs), waiting)
+        self._forecast(now, produce, label, len(inp.snapshot.jobs), _waiting(inp))
 
     def _compute_prepared(self, prepared: PreparedForecast, now: datetime) -> None:
         def produce(between_rounds: Callable[[], bool]) -> tuple[Forecast, bool | None]:
