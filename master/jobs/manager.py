@@ -653,6 +653,8 @@ class JobManager:
             if not task.active:
                 if self._late_completion(uow, task, report, now):
                     return True, []
+                if task.state is TaskState.LOST:
+                    uow.usage.extend(task.id, now)
                 if task.state is TaskState.LOST and not is_terminal(
                     uow.jobs.get(task.job_id).state
                 ):

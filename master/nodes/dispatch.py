@@ -660,6 +660,11 @@ class Dispatcher:
                 continue
             if not task.active:
                 continue
+            if task.state is TaskState.STOPPING and action == worker_pb2.ASSIGNMENT_ACTION_EXTEND:
+                # Stopped since the round extended it (a time limit, a cancel): the worker
+                # refuses to extend a task it is stopping, and the task still holds its GPUs
+                # until the exit report that follows ends it.
+                continue
             log.warning(
                 "assignment refused",
                 job_id=task.job_id,

@@ -40,6 +40,17 @@ class UsageRepository:
             query = query.where(UsageRow.job_id.in_(list(job_ids)))
         return [convert.usage(row) for row in self._session.scalars(query)]
 
+    def extend(self, task_id: int, until: datetime) -> None:
+        """A task written off (LOST) whose exit report came later held its GPUs until then:
+        its record ends there instead (never earlier than it did)."""
+        row = self._session.scalars(
+            select(UsageRow).where(UsageRow.task_id == task_id)
+        ).one_or_none()
+        if row is None or row.ended_at >= until:
+            return
+        row.ended_at = until
+        row.gpu_seconds = max(0.0, (until - row.started_at).total_seconds()) * row.num_gpus
+
     def ended_of_unfinished_jobs(self) -> list[UsageRecord]:
         """Stored records of the ended attempts of every job not in a terminal state,
         oldest first (as :meth:`ended`). Joined on the jobs' state rather than passed their

@@ -148,14 +148,18 @@ def test_the_shell_sees_the_window_size_of_hctls_terminal_and_its_changes(
         deadline = time.monotonic() + SESSION_S
         while b"41 123" not in terminal.shown:
             assert time.monotonic() < deadline, terminal.shown
-            # The resize travels apart from the keys: ask until it has arrived.
+            # The resize travels apart from the keys: ask until it has arrived, one question
+            # at a time (keys typed ahead would still be queued for the shell below).
+            time.sleep(0.2)
+            terminal.shown = b""
             terminal.type("stty size\r")
-            time.sleep(0.3)
-            terminal.read()
-        # Ctrl-C interrupts the remote command, not hctl: the shell prompts again.
+            terminal.wait_shown(rb"\d+ \d+\r\n[\s\S]*ready> ")
+        # Ctrl-C interrupts the remote command, not hctl: the shell prompts again. The
+        # command says when it runs: a Ctrl-C that reached the shell between reading the
+        # line and starting the command would only be echoed.
         terminal.shown = b""
-        terminal.type("sleep 30; echo slept\r")
-        terminal.wait_shown(rb"echo slept\r\n")
+        terminal.type("sh -c 'echo zzz; exec sleep 30'; echo slept\r")
+        terminal.wait_shown(rb"zzz\r\n")
         terminal.shown = b""
         terminal.type("\x03")
         terminal.wait_shown(rb"ready> ", timeout=10)

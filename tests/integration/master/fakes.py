@@ -75,6 +75,9 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     # START of these jobs is answered FAILED with this message (as a malformed assignment
     # or a spawn error is on a real worker).
     fail_starts: dict[int, str] = field(default_factory=dict)
+    # EXTEND of these jobs is answered FAILED with this message (as a worker answers for a
+    # task it is stopping).
+    refuse_extends: dict[int, str] = field(default_factory=dict)
     # Bumped to end every log stream open now, as a worker's agent restarting ends them.
     stream_epoch: int = 0
     # START of a job of one of these users is refused as a worker running as root refuses
@@ -308,7 +311,10 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
                             iterations_done=a.iterations_done,
                         )
                 elif a.action == worker_pb2.ASSIGNMENT_ACTION_EXTEND:
-                    if current is None or current.lease != a.lease:
+                    if a.job_id in self.refuse_extends:
+                        outcome = worker_pb2.ASSIGNMENT_OUTCOME_FAILED
+                        message = self.refuse_extends[a.job_id]
+                    elif current is None or current.lease != a.lease:
                         outcome = worker_pb2.ASSIGNMENT_OUTCOME_STALE
                 elif current is not None and current.lease == a.lease:
                     self.stops.append(StopRecord(a.job_id, a.lease, "round", "ApplyAssignments"))

@@ -4,6 +4,7 @@ records of every attempt, GetUsage, ListJobHistory and the GPU-seconds metric.""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -11,6 +12,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from protos.hadar.v1 import common_pb2, hadar_pb2
+from store.domain import Task
+from store.states import TaskState
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import wait_for
 from tests.integration.master.test_api import error_of
@@ -77,6 +80,49 @@ def test_a_job_at_its_time_limit_is_stopped_with_a_checkpoint_and_ends_timeout(
     assert [e.kind for e in described.events][-1] == "timeout"
     assert described.job.run_seconds > 0
     assert master.run_round().started == ()
+
+
+def test_an_extension_refused_after_the_time_limits_stop_leaves_the_task_to_its_exit(
+    cluster: Cluster,
+) -> None:
+    """A round extends the running task, and before its push arrives the job reaches its
+    time limit and the worker starts stopping the task; the worker refuses the extension.
+    The task is not written off: it stays STOPPING, and its GPU time runs until the exit
+    report that follows."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1", auto_exit_on_stop=False)
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload(limit_s=30))).job
+    master.run_round()
+    wait_for(lambda: job.id in worker.running_jobs(), what="START on the worker")
+    worker.progress(job.id, 40)
+
+    def task() -> Task:
+        (only,) = master.tx.read(lambda uow: uow.tasks.for_job(job.id))
+        return only
+
+    first_round = task().round
+    worker.freeze()
+    pushing = threading.Thread(target=master.run_round)
+    pushing.start()
+    try:
+        wait_for(lambda: task().round > first_round, what="the round's extension stored")
+        assert master.time_limits.check(datetime.now(UTC) + timedelta(seconds=31)) == [job.id]
+        worker.refuse_extends[job.id] = f"no running task of job {job.id} to extend"
+    finally:
+        worker.thaw()
+        pushing.join(timeout=30)
+    assert not pushing.is_alive()
+    wait_for(lambda: any(s.job_id == job.id for s in worker.stops), what="the stop order")
+    assert task().state is TaskState.STOPPING
+    assert get(api, job.id).state == common_pb2.JOB_STATE_TIMEOUT
+
+    before_exit = datetime.now(UTC)
+    assert worker.exit(job.id, common_pb2.EXIT_KIND_STOPPED).accepted
+    ended = task()
+    assert ended.state is TaskState.EXITED
+    (record,) = master.tx.read(lambda uow: uow.usage.ended(job_ids=[job.id]))
+    assert record.ended_at is not None and record.ended_at >= before_exit
 
 
 def test_run_time_of_earlier_attempts_counts_against_the_limit(cluster: Cluster) -> None:

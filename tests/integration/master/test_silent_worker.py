@@ -171,8 +171,8 @@ def test_a_stop_the_master_did_not_ask_for_says_why_in_the_jobs_history(
 def test_a_lost_nodes_last_checkpoint_becomes_the_jobs_count(cluster: Cluster) -> None:
     """n1 is lost while its job runs (last progress: 30 iterations); cut off, it stops the
     task at lease end with a checkpoint at 45 and reports that once it is back. The exit
-    of the written-off task changes no state, but the job now shows 45 iterations, and the
-    history says how the task ended."""
+    of the written-off task changes no state, but the job now shows 45 iterations, its GPU
+    time runs until that exit, and the history says how the task ended."""
     master = cluster.master(heartbeat_timeout_s=2.0)
     first = cluster.worker(master, "n1", num_gpus=1)
     api = cluster.api(master)
@@ -189,6 +189,7 @@ def test_a_lost_nodes_last_checkpoint_becomes_the_jobs_count(cluster: Cluster) -
         return bool(nodes["n1"] == common_pb2.NODE_STATE_UNREACHABLE)
 
     wait_for(lost, what="n1 lost")
+    written_off = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id)).job.gpu_seconds
     task = next(iter(first.tasks.values()))
     task.iterations_done = 45  # checkpointed as its lease ended, never reported as progress
     why = f"stopped: lease {task.lease} expired at 12:01:07 UTC without renewal"
@@ -196,5 +197,6 @@ def test_a_lost_nodes_last_checkpoint_becomes_the_jobs_count(cluster: Cluster) -
     got = api.GetJob(hadar_pb2.GetJobRequest(job_id=job_id)).job
     assert got.state == common_pb2.JOB_STATE_PREEMPTED
     assert (got.iterations_done, got.checkpoint_iterations) == (45, 45)
+    assert got.gpu_seconds > written_off > 0
     kind, reason = events(api, job_id)[-1]
     assert kind == "late_exit" and reason.endswith(f"ended (stopped): {why}"), reason
