@@ -135,12 +135,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import structlog
+
     from master.daemon import Master
+    from master.process.cpus import keep_serving_on_one_cpu
     from master.process.observability import configure_logging
 
     settings = settings_from(args)
     master = Master(settings)  # refuses bad settings before anything else happens
+    try:
+        # Before the master starts a thread: each one inherits the CPU of its starter.
+        split = keep_serving_on_one_cpu(settings.serving_cpu)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
     configure_logging(settings.log_format, settings.log_level)
+    if split is not None:
+        structlog.get_logger().info(
+            "serving threads kept to one CPU",
+            cpu=split.serving,
+            helper_cpus=sorted(split.helpers),
+        )
     # What exists now (modules, the policies' tables, the store's metadata: about 150,000
     # objects) lives as long as the process. Moved out of the collector's reach, it is no
     # longer scanned by every full collection, which stops every thread, RPCs included:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from master.process.cpus import check as check_serving_cpu
 from master.scheduling.churn import DEFAULT_RESTART_S
 from master.scheduling.fairshare import FairShareConfig
 from master.scheduling.forecast import DEFAULT_HORIZON_S, DEFAULT_MAX_ROUNDS
@@ -102,6 +103,10 @@ class Settings:
     # decide in a child process (master/rounds/planner.py), off the interpreter that serves
     # the calls; 0: always on the round's thread.
     planning_process_from_jobs: int = 1000
+    # The CPU every thread of `hadar-master run` keeps to, the planning and forecasting
+    # processes getting the others (master/process/cpus.py): "auto" (one of them, when the
+    # process may use two or more), "off", or a CPU number.
+    serving_cpu: str = "auto"
     # Gavel-format throughputs JSON used before measurements exist; empty: priors only.
     throughput_profile: str = ""
     gpu_speeds: Mapping[str, float] = field(default_factory=dict)
@@ -308,6 +313,7 @@ class Settings:
                 "planning_process_from_jobs must be >= 0 (0 plans every round on its thread)",
             ),
             (self.auth in get_args(AuthMode), f"auth must be one of {get_args(AuthMode)}"),
+            (check_serving_cpu(self.serving_cpu) is None, str(check_serving_cpu(self.serving_cpu))),
             (
                 self.job_data_readers in get_args(JobDataReaders),
                 f"job_data_readers must be one of {get_args(JobDataReaders)}",

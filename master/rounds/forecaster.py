@@ -50,6 +50,7 @@ from typing import cast
 import structlog
 
 import master.rounds.crossing  # noqa: F401  (views with read-only mappings cross to the child)
+from master.process.cpus import helper_cpus, use_cpus
 from master.process.metrics import MasterMetrics
 from master.rounds.snapshot import RoundInput
 from master.scheduling.fairshare import FairShareConfig
@@ -297,7 +298,9 @@ class Forecaster:
             if self._pool is None:
                 # Spawned, not forked: the master's threads (gRPC's among them) must not be
                 # copied into a child mid-flight.
-                self._pool = multiprocessing.get_context("spawn").Pool(processes=1)
+                self._pool = multiprocessing.get_context("spawn").Pool(
+                    processes=1, initializer=use_cpus, initargs=(helper_cpus(),)
+                )
             pool = self._pool
         pending = pool.apply_async(_forecast_elsewhere, (work,))
         while not pending.ready():

@@ -42,6 +42,7 @@ from typing import TypeVar, cast
 import structlog
 
 import master.rounds.crossing  # noqa: F401  (views with read-only mappings cross to the child)
+from master.process.cpus import helper_cpus, use_cpus
 from master.process.transactions import Transactor
 from master.rounds.forecaster import PreparedForecast, prepare
 from master.rounds.reasons import WaitingEntries, waiting_entries
@@ -246,8 +247,9 @@ def _policy_in_child() -> Policy:
     return _child.policy
 
 
-def _serve(connection: Connection, url: str) -> None:
+def _serve(connection: Connection, url: str, cpus: frozenset[int] | None) -> None:
     """The planning process: answer each call the master sends until it goes away."""
+    use_cpus(cpus)
     _start_child(url)
     while True:
         try:
@@ -278,7 +280,7 @@ class _Process:
         context = multiprocessing.get_context("spawn")
         self._connection, theirs = context.Pipe()
         self._process = context.Process(
-            target=_serve, args=(theirs, url), name="hadar-planner", daemon=True
+            target=_serve, args=(theirs, url, helper_cpus()), name="hadar-planner", daemon=True
         )
         self._process.start()
         theirs.close()
