@@ -654,18 +654,17 @@ class JobManager:
                 if self._late_completion(uow, task, report, now):
                     return True, []
                 if task.state is TaskState.LOST:
+                    # Written off early, it held its GPUs until this exit.
                     uow.usage.extend(task.id, now)
-                if task.state is TaskState.LOST and not is_terminal(
-                    uow.jobs.get(task.job_id).state
-                ):
-                    # Written off when its node was lost, it ran on until its lease ended and
-                    # checkpointed then: that checkpoint is where the job resumes, so it is
-                    # the count to show (counts never go down).
-                    uow.jobs.record_progress(
-                        task.job_id,
-                        iterations_done=report.iterations_done,
-                        checkpoint_iterations=report.iterations_done,
-                    )
+                    if not is_terminal(uow.jobs.get(task.job_id).state):
+                        # Written off when its node was lost, it ran on until its lease
+                        # ended and checkpointed then: that checkpoint is where the job
+                        # resumes, so it is the count to show (counts never go down).
+                        uow.jobs.record_progress(
+                            task.job_id,
+                            iterations_done=report.iterations_done,
+                            checkpoint_iterations=report.iterations_done,
+                        )
                 if (
                     task.state is TaskState.LOST
                     and report.message
