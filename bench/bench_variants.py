@@ -43,13 +43,17 @@ from master.sim.engine import SimConfig, simulate  # noqa: E402
 from master.sim.generate import generate_trace, with_estimates  # noqa: E402
 from master.sim.metrics import summarize  # noqa: E402
 
-#: The baseline each paper measures its policy against, as a policy here, for the policies
-#: with a paper variant (liu has none: its job sizing cannot be expressed, docs/policies.md).
+#: The baseline each paper measures its policy against, as a policy here. Liu et al.
+#: measure their sampled categories against the full set (the paper variant) and against
+#: heterogeneity-aware schedulers, `gavel` here; HadarE measures itself against Hadar and
+#: Gavel.
 BASELINES: dict[str, str] = {
     "a-srpt": "las",
     "sjf-bsbf": "las",
     "hadar": "gavel",
+    "hadare": "gavel",
     "hare": "las",
+    "liu": "gavel",
 }
 #: Column label, policy name and its parameters.
 Run = tuple[str, str, dict[str, Any]]

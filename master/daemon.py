@@ -50,7 +50,13 @@ from master.process.metrics import ClusterGauges, MasterMetrics
 from master.process.transactions import Transactor
 from master.rounds.forecaster import Forecaster
 from master.rounds.runner import RoundResult, RoundRunner
-from master.scheduling.policy import Policy, UnknownPolicyError, import_memory, make_policy
+from master.scheduling.policy import (
+    Policy,
+    UnknownPolicyError,
+    forks_every_job,
+    import_memory,
+    make_policy,
+)
 from master.scheduling.throughput import ThroughputModel
 from master.service.access import AccessInterceptor
 from master.service.admission import Admission
@@ -144,6 +150,13 @@ class Master:
                 raise SettingsError(f"policy: {exc}") from None
             except ValueError as exc:
                 raise SettingsError(f"policy_params: {exc}") from None
+            if forks_every_job(policy):
+                raise SettingsError(
+                    f"policy_params: this variant of {settings.policy!r} forks every job into "
+                    "copies whatever its owner allowed, which changes how jobs train; it is "
+                    "for `hctl simulate` only (a job is forked here only when submitted with "
+                    "--elastic)"
+                )
         self._policy = policy
         self._base_model = base_throughput_model(settings)
         self.cluster_token = resolve_cluster_token(settings)

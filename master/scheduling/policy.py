@@ -88,6 +88,15 @@ def stable_after_departures(policy: Policy) -> bool:
     return stable_when_settled(policy) and bool(getattr(policy, "stable_after_departures", False))
 
 
+def forks_every_job(policy: Policy) -> bool:
+    """Whether ``policy`` declares (attribute ``forks_every_job``) that it runs every job as
+    forked copies whatever the job allows, as a paper's setting does (``hadare``'s paper
+    variant). Only the simulator runs such a policy, treating every job as forkable; the
+    daemon refuses it, since averaging copies changes how a job trains and only its owner
+    may ask for that."""
+    return bool(getattr(policy, "forks_every_job", False))
+
+
 def learns(policy: Policy) -> bool:
     """Whether ``policy`` learns from completed jobs (see :class:`CompletionObserver`)."""
     return isinstance(policy, CompletionObserver)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from master.scheduling.diff import Hysteresis
@@ -51,6 +51,7 @@ from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policy import (
     Policy,
     StartsNone,
+    forks_every_job,
     learns,
     stable_after_departures,
     stable_when_settled,
@@ -353,7 +354,11 @@ class Simulator:
         self._on_round = on_round
         self.cluster = cluster
         self.model = model
-        self.config = config or SimConfig()
+        config = config or SimConfig()
+        if forks_every_job(policy) and not config.fork_all:
+            # The policy's setting is every job forked (see forks_every_job).
+            config = replace(config, fork_all=True)
+        self.config = config
         self._progress = progress
         ids = [job.id for job in trace]
         if len(set(ids)) != len(ids):

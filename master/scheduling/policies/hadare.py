@@ -13,7 +13,9 @@ utility gains sum highest within its idle GPUs (a copy uses the job's full GPU c
 that one server, so GPUs a set leaves over stay idle; a job has at most one copy per
 server, and only jobs whose first copy sits on one server are forked, since each copy
 must be one server's group). Only jobs marked forkable get copies: averaging copies changes
-how a model trains, so a job runs as copies only when its owner asked for it.
+how a model trains, so a job runs as copies only when its owner asked for it. The paper
+forks every job: ``variant="paper"`` declares that setting (``forks_every_job``), which the
+simulator gives by treating every job as forkable and the daemon refuses.
 A job that Hadar left waiting may also start there as its first copy. Shareable jobs
 still waiting once every idle GPU is used may share a placed job's GPUs by SJF-BSBF's
 best-sharing-benefit rule (see :mod:`master.scheduling.policies.sjf_bsbf`). The gain of a copy
@@ -56,6 +58,8 @@ from master.scheduling.views import JobView, Snapshot
 
 NAME = "hadare"
 
+VARIANTS = ("default", "paper")
+
 
 @dataclass(slots=True)
 class _Forked:
@@ -89,7 +93,15 @@ class HadarEPolicy:
         assumed_pair_slowdown: float = 0.0,
         finish_weight: float = 0.1,
         restart_horizon_rounds: float = 1.0,
+        variant: str = "default",
     ) -> None:
+        if variant not in VARIANTS:
+            raise ValueError(
+                f"hadare variant must be one of {', '.join(VARIANTS)}, got {variant!r}"
+            )
+        self.variant = variant
+        # Read by master.scheduling.policy.forks_every_job.
+        self.forks_every_job = variant == "paper"
         if not 0 < copy_efficiency <= 1:
             raise ValueError(f"copy_efficiency must be in (0, 1], got {copy_efficiency}")
         if restart_horizon_rounds < 0:
@@ -403,7 +415,10 @@ def make(
     assumed_pair_slowdown: float = 0.0,
     finish_weight: float = 0.1,
     restart_horizon_rounds: float = 1.0,
+    variant: str = "default",
 ) -> HadarEPolicy:
+    """A HadarE policy. ``variant="paper"`` forks every job, as the paper does (for the
+    simulator only; see :func:`master.scheduling.policy.forks_every_job`)."""
     return HadarEPolicy(
         floor_fraction=floor_fraction,
         mixed=mixed,
@@ -419,4 +434,5 @@ def make(
         assumed_pair_slowdown=assumed_pair_slowdown,
         finish_weight=finish_weight,
         restart_horizon_rounds=restart_horizon_rounds,
+        variant=variant,
     )

@@ -24,6 +24,10 @@ Categories are listed only while there are at most :data:`ENUMERATE_MAX` of them
 millions, has its mixed ones drawn directly instead.
 Placement consolidates each type's GPUs on as few servers as possible, largest jobs
 first, and keeps a running job on its GPUs when its category is unchanged.
+
+With ``variant="paper"`` every feasible category is ranked (the paper's full category
+set, no sampling); a job whose categories are too many to list still has its mixed ones
+drawn, :data:`PAPER_DRAWS` of them.
 """
 
 from __future__ import annotations
@@ -55,6 +59,11 @@ Category = tuple[tuple[str, int], ...]
 
 #: Most categories of one job listed in full.
 ENUMERATE_MAX = 20_000
+
+#: Mixed categories drawn under the paper variant for a job with more than ENUMERATE_MAX.
+PAPER_DRAWS = 256
+
+VARIANTS = ("default", "paper")
 
 
 def categories(types: list[str], n: int) -> list[Category]:
@@ -111,9 +120,13 @@ def category_rate(snapshot: Snapshot, job: JobView, category: Category) -> float
 class LiuPolicy:
     name = NAME
 
-    def __init__(self, *, sample: int = 6, seed: int = 0) -> None:
+    def __init__(self, *, sample: int = 6, seed: int = 0, variant: str = "default") -> None:
         if sample < 0:
             raise ValueError(f"sample must be >= 0, got {sample}")
+        if variant not in VARIANTS:
+            raise ValueError(f"liu variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+        self.variant = variant
+        self._every = variant == "paper"
         self._sample = sample
         self._seed = seed
         self._categories: dict[tuple[tuple[str, ...], int], list[Category]] = {}
@@ -127,7 +140,8 @@ class LiuPolicy:
         if category_count(len(types), n) > ENUMERATE_MAX:
             pure = [((t, n),) for t in types if capacity[t] >= n]
             room = {t: capacity[t] for t in types}
-            return pure + sample_mixed(room, n, self._sample, self._rng(snapshot, job))
+            draws = PAPER_DRAWS if self._every else self._sample
+            return pure + sample_mixed(room, n, draws, self._rng(snapshot, job))
         key = (tuple(types), n)
         every = self._categories.get(key)
         if every is None:
@@ -136,7 +150,7 @@ class LiuPolicy:
         feasible = [c for c in every if all(k <= capacity.get(t, 0) for t, k in c)]
         pure = [c for c in feasible if len(c) == 1]
         mixed = [c for c in feasible if len(c) > 1]
-        if len(mixed) > self._sample:
+        if not self._every and len(mixed) > self._sample:
             mixed = self._rng(snapshot, job).sample(mixed, self._sample)
         return pure + mixed
 
@@ -232,5 +246,8 @@ class LiuPolicy:
         return Plan(allocations, reasons)
 
 
-def make(*, sample: int = 6, seed: int = 0) -> LiuPolicy:
-    return LiuPolicy(sample=sample, seed=seed)
+def make(*, sample: int = 6, seed: int = 0, variant: str = "default") -> LiuPolicy:
+    """A Liu et al. policy. ``variant="paper"`` ranks every feasible category (``sample``
+    then only matters for jobs with more than :data:`ENUMERATE_MAX` categories, which the
+    paper variant draws :data:`PAPER_DRAWS` of)."""
+    return LiuPolicy(sample=sample, seed=seed, variant=variant)

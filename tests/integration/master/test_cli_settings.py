@@ -129,6 +129,30 @@ def test_run_refuses_an_unknown_policy(tmp_path: Path, capsys: pytest.CaptureFix
     assert "unknown policy 'nope'" in capsys.readouterr().err
 
 
+def test_run_refuses_a_policy_variant_that_forks_every_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """hadare's paper variant forks every job whatever its owner allowed: the simulator
+    runs it, the master refuses to start with it, saying which jobs it may fork."""
+    config = tmp_path / "m.toml"
+    config.write_text('policy = "hadare"\n\n[policy_params]\nvariant = "paper"\n')
+    code = main(
+        [
+            "run",
+            "--config",
+            str(config),
+            "--database",
+            f"sqlite:///{tmp_path / 'x.db'}",
+            "--metrics-port",
+            "-1",
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "forks every job" in err and "--elastic" in err
+    assert not (tmp_path / "x.db").exists()
+
+
 def test_run_with_an_unreachable_database_prints_one_line(tmp_path: Path) -> None:
     """hadar-master run exits 1 with one line naming the database (no password), the cause
     and the setting to fix, instead of a traceback."""

@@ -121,6 +121,18 @@ def test_the_simulator_forks_only_jobs_the_trace_marks_unless_all_are_forkable()
     assert any(j.used_copies for j in forked.jobs)
 
 
+def test_the_paper_variant_forks_jobs_the_trace_does_not_mark_forkable() -> None:
+    """hadare.variant=paper is the paper's setting, every job forked: the simulator treats
+    every job as forkable for it, as with --forkable all, and the run is the same."""
+    throughput = model()
+    cluster = snapshot({"v100": 4, "p100": 4, "k80": 4}, []).cluster
+    trace = [TraceJob(i, 0.0, "speech", 2, iterations=2e5, batch_size=64) for i in range(2)]
+    paper = simulate(HadarEPolicy(variant="paper"), trace, cluster, throughput, SimConfig())
+    assert any(j.used_copies for j in paper.jobs)
+    forked = simulate(HadarEPolicy(), trace, cluster, throughput, SimConfig(fork_all=True))
+    assert [j.finish_s for j in paper.jobs] == [j.finish_s for j in forked.jobs]
+
+
 def test_a_server_goes_to_the_copies_that_gain_most_in_total_not_per_gpu() -> None:
     """A one-GPU copy that gains more per GPU but less than a four-GPU copy in total
     does not take the server: its other three GPUs would stay idle."""

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from master.scheduling.plan import Allocation, GpuSlot
 from master.scheduling.policies.liu import (
     ENUMERATE_MAX,
+    PAPER_DRAWS,
     LiuPolicy,
     categories,
     category_count,
@@ -137,3 +140,23 @@ def test_a_job_of_thousands_of_gpus_over_many_types_is_ranked_without_listing_th
         assert sum(k for _, k in category) == 64 and all(k <= 64 for _, k in category)
     assert len([c for c in policy._candidates(big, big.job(1)) if len(c) > 1]) == 6
     assert policy._candidates(big, big.job(2)) == []
+
+
+def test_the_paper_variant_ranks_every_feasible_category() -> None:
+    """variant=paper ranks the full category set where the default samples six mixed
+    categories; a job whose categories cannot be listed draws PAPER_DRAWS of them."""
+    snap = snapshot({"v100": 8, "p100": 8, "k80": 8, "t4": 8}, [job(1, num_gpus=8)])
+    feasible = categories(["k80", "p100", "t4", "v100"], 8)
+    default = LiuPolicy()._candidates(snap, snap.job(1))
+    paper = LiuPolicy(variant="paper")._candidates(snap, snap.job(1))
+    assert len([c for c in default if len(c) > 1]) == 6
+    assert sorted(paper) == sorted(feasible) and len(paper) == 165
+    types = ("v100", "p100", "k80", "t4", "a10", "a40", "l40s", "h100")
+    big = snapshot(dict.fromkeys(types, 64), [job(1, num_gpus=64)])
+    drawn = LiuPolicy(variant="paper")._candidates(big, big.job(1))
+    assert len([c for c in drawn if len(c) > 1]) == PAPER_DRAWS
+
+
+def test_an_unknown_variant_is_refused() -> None:
+    with pytest.raises(ValueError, match="liu variant must be one of default, paper"):
+        LiuPolicy(variant="tuned")

@@ -23,7 +23,7 @@ from tests.unit.sim.test_properties import check_invariants, simulate_case
 TRACE = TRACES / "medium_test.trace"
 
 
-@pytest.mark.parametrize("policy", ["a-srpt", "hadar", "hare", "sjf-bsbf"])
+@pytest.mark.parametrize("policy", ["a-srpt", "hadar", "hadare", "hare", "liu", "sjf-bsbf"])
 def test_paper_variant_completes_a_trace_with_valid_plans(policy: str) -> None:
     """Every job completes, and no round's plan is invalid or fails (the run raises)."""
     trace = [dataclasses.replace(job, shareable=True) for job in read_trace(TRACE)]
