@@ -21,9 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import ecos
 import numpy as np
-from scipy.sparse import csc_matrix
 
 from master.scheduling.views import JobView
 
@@ -96,6 +94,11 @@ def _solve(
     linear: int,
     cones: list[int],
 ) -> np.ndarray:
+    # Imported here: only --gavel-compat runs solve these, and ECOS with SciPy's sparse
+    # matrices cost a fifth of a second to import in every other simulation.
+    import ecos
+    from scipy.sparse import csc_matrix
+
     g = csc_matrix((vals, (rows, cols)), shape=(len(h), len(c)))
     out = ecos.solve(
         c, g, np.array(h, dtype=float), {"l": linear, "q": cones, "e": 0}, verbose=False

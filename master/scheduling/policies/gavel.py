@@ -16,12 +16,13 @@ on n GPUs receive 1/n of the time of a one-GPU job with equal throughput, i.e. e
 GPU-time. A small ``efficiency_weight`` term also rewards total normalized throughput,
 which picks, among the max-min optimal vertices, one that does not leave GPUs idle.
 It is solved with HiGHS from scratch (its defaults, presolve included) while it holds
-fewer than ``warm_from`` jobs (256 by default), where a solve takes milliseconds; from
+fewer than ``warm_from`` jobs (100 by default), where a solve takes milliseconds; from
 that size on it is kept from one solve to the next and warm-started from its last basis
 (:mod:`master.scheduling.policies._max_min_lp`), a few pivots instead of thousands. Both
 reach the same optimum; where several vertices are optimal (identical jobs may swap
 fractions) the warm-started one may differ from a cold solve's, so the threshold keeps
-small clusters' plans exactly what a fresh solve gives. ``warm_from=0`` warm-starts
+small clusters' plans exactly what a fresh solve gives (no bundled or generated trace of
+docs/results.md has more than 96 jobs active at once). ``warm_from=0`` warm-starts
 always.
 
 Weights are divided by the largest one, which scales the whole objective and so changes
@@ -66,7 +67,7 @@ _COLWISE = int(highspy.MatrixFormat.kColwise)
 _MINIMIZE = int(highspy.ObjSense.kMinimize)
 _OPTIMAL = highspy.HighsModelStatus.kOptimal
 #: Jobs in the LP from which it is warm-started rather than solved from scratch.
-WARM_FROM = 256
+WARM_FROM = 100
 
 
 def solve_max_min(
