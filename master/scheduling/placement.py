@@ -344,17 +344,36 @@ def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation
     type on which the job runs fastest, then the name; its servers are taken the fullest
     first and the remainder best-fit (:meth:`FreeGpus.take`). The plan's other jobs keep
     exactly their GPUs.
+
+    A plan marked ``packed`` is returned as it is (its policy ran :func:`repack`).
     """
+    if plan.packed:
+        return plan
+    moved = repack(snapshot, plan.allocations, current)
+    if not moved:
+        return plan
+    return Plan({**plan.allocations, **moved}, plan.reasons)
+
+
+def repack(
+    snapshot: Snapshot,
+    allocations: Mapping[int, Allocation],
+    current: Mapping[int, Allocation],
+    free: FreeGpus | None = None,
+) -> dict[int, Allocation]:
+    """:func:`pack_spread`'s moves: the jobs of ``allocations`` it puts on fewer servers,
+    with their new allocations. ``free``: the caller's ledger of the usable GPUs that no
+    job of ``allocations`` holds, where no two of them share a GPU; used (and changed)
+    instead of building one."""
     moved: dict[int, Allocation] = {}
     usable = snapshot.cluster.usable_by_slot()
     # One ledger for the whole pass, each repacked job's GPUs handed back to it and taken
     # anew: a pass costs O(the cluster + the spread jobs' GPUs), not O(cluster) per job.
-    free: FreeGpus | None = None
     # How many of the plan's jobs use each GPU: a GPU shared with another job stays taken
     # when this one gives it back. Not counted when no two of them share a GPU: that stays
     # so as jobs move onto free GPUs, and every GPU of the plan has one user.
     users: Counter[GpuSlot] | None = None
-    for job_id, alloc in plan.allocations.items():
+    for job_id, alloc in allocations.items():
         if (
             alloc.num_copies != 1
             or alloc.shared_with is not None
@@ -369,11 +388,11 @@ def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation
         if job is None or job.num_gpus != alloc.num_gpus:
             continue
         if free is None:
-            taken, disjoint = snapshot.cluster.held_by_place(plan.allocations.values())
+            taken, disjoint = snapshot.cluster.held_by_place(allocations.values())
             free = FreeGpus.without(snapshot.cluster, taken)
             if not disjoint:
                 # An allocation lists each GPU once, so its slots count as they are.
-                users = Counter(chain.from_iterable(a.slots for a in plan.allocations.values()))
+                users = Counter(chain.from_iterable(a.slots for a in allocations.values()))
         mine = [
             slot
             for slot in set(alloc.slots)
@@ -406,6 +425,4 @@ def pack_spread(snapshot: Snapshot, plan: Plan, current: Mapping[int, Allocation
         if users is not None:
             users.subtract(set(alloc.slots))
             users.update(slots)
-    if not moved:
-        return plan
-    return Plan({**plan.allocations, **moved}, plan.reasons)
+    return moved

@@ -204,10 +204,15 @@ class Plan:
 
     ``reasons`` explains, per job, why it waits or why it got what it got (shown by
     ``hctl show``), e.g. ``"waiting: no free v100"``.
+
+    ``packed``: the policy has already put every job it places anew on as few servers as
+    :func:`master.scheduling.placement.pack_spread` would (it ran it on this plan), so the
+    round need not run it again. A plan made from another loses the mark.
     """
 
     allocations: Mapping[int, Allocation] = field(default_factory=dict)
     reasons: Mapping[int, str] = field(default_factory=dict)
+    packed: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allocations", _frozen_map(self.allocations))

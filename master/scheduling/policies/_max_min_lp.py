@@ -27,6 +27,7 @@ job sets always gives the same fractions.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import highspy
 import numpy as np
@@ -65,7 +66,8 @@ class _Kind:
         self.num_gpus, self.columns = part
 
 
-_UNSEEN = object()
+# The fractions of a job the LP gives nothing.
+_NONE: Mapping[str, float] = MappingProxyType({})
 
 
 class MaxMinLp:
@@ -86,6 +88,10 @@ class MaxMinLp:
         self._columns_scale: tuple[tuple[tuple[str, int], ...], float] | None = None
         self._columns: dict[tuple[int, float, tuple[float, ...]], _Kind | None] = {}
         self._kinds: dict[_Columns, _Kind] = {}
+        # Per job id, the rates object, GPU count and priority its kind was last found for:
+        # a caller that hands the same rates object again (one per kind of job) is answered
+        # by one lookup by id instead of hashing the rates.
+        self._job_kind: dict[int, tuple[tuple[float, ...], int, float, _Kind | None]] = {}
         # Per column after ``t`` (column 0): its kind's ident, type index, coefficient and
         # jobs; per row after the capacity rows: its kind's ident.
         # Arrays: a kind leaving takes its entries out of them with a mask, not a loop.
@@ -118,7 +124,7 @@ class MaxMinLp:
         jobs: Sequence[JobView],
         capacity: Mapping[str, int],
         throughput: Mapping[tuple[int, str], float],
-    ) -> dict[int, dict[str, float]]:
+    ) -> dict[int, Mapping[str, float]]:
         types = lp_types(capacity)
         rates = [tuple(throughput.get((job.id, t), 0.0) for t in types) for job in jobs]
         return self.solve_rates(jobs, capacity, rates)
@@ -128,12 +134,13 @@ class MaxMinLp:
         jobs: Sequence[JobView],
         capacity: Mapping[str, int],
         rates: Sequence[tuple[float, ...]],
-    ) -> dict[int, dict[str, float]]:
+    ) -> dict[int, Mapping[str, float]]:
         """:meth:`solve` with each job's throughputs given per type of :func:`lp_types`
         (``rates[i]`` for ``jobs[i]``, 0 where not allowed): a caller that knows them per
-        kind of job need not spell them out per job."""
+        kind of job need not spell them out per job. The jobs of one kind share one
+        read-only mapping of fractions."""
         types = lp_types(capacity)
-        result: dict[int, dict[str, float]] = {job.id: {} for job in jobs}
+        result: dict[int, Mapping[str, float]] = dict.fromkeys([job.id for job in jobs], _NONE)
         total = float(sum(capacity[t] for t in types))
         if not jobs or total == 0:
             return result
@@ -143,22 +150,37 @@ class MaxMinLp:
             self._columns_scale = scale
             self._columns = {}
             self._kinds = {}
+            self._job_kind = {}
             self._scale = None  # the model's kinds belong to the cache just dropped
         known = self._columns
+        by_job = self._job_kind
+        if len(by_job) > _COLUMNS_KEPT:
+            by_job.clear()
         members: list[tuple[int, _Kind]] = []
         counts: dict[_Kind, int] = {}
         for job, job_rates in zip(jobs, rates, strict=True):
-            key = (job.num_gpus, job.priority, job_rates)
-            kind = known.get(key, _UNSEEN)
-            if kind is _UNSEEN:
-                kind = known[key] = self._kind_of(
-                    job_columns(
-                        job.num_gpus, job.priority, job_rates, types, capacity, total, heaviest
+            job_id = job.id
+            seen = by_job.get(job_id)
+            if (
+                seen is not None
+                and seen[0] is job_rates
+                and seen[1] == job.num_gpus
+                and seen[2] == job.priority
+            ):
+                kind = seen[3]
+            else:
+                key = (job.num_gpus, job.priority, job_rates)
+                if key in known:
+                    kind = known[key]
+                else:
+                    kind = known[key] = self._kind_of(
+                        job_columns(
+                            job.num_gpus, job.priority, job_rates, types, capacity, total, heaviest
+                        )
                     )
-                )
+                by_job[job_id] = (job_rates, job.num_gpus, job.priority, kind)
             if kind is not None:
-                assert isinstance(kind, _Kind)
-                members.append((job.id, kind))
+                members.append((job_id, kind))
                 counts[kind] = counts.get(kind, 0) + 1
         if not members:
             return result
@@ -196,10 +218,12 @@ class MaxMinLp:
                 shares[ident] = {types[type_index]: value}
             else:
                 share[types[type_index]] = value
+        # Read-only: a kind's jobs share one.
+        frozen = {ident: MappingProxyType(share) for ident, share in shares.items()}
         for job_id, kind in members:
-            share = shares.get(kind.ident)
-            if share is not None:
-                result[job_id] = dict(share)  # each job's own: callers may change theirs
+            found = frozen.get(kind.ident)
+            if found is not None:
+                result[job_id] = found
         return result
 
     def _kind_of(self, part: _Columns) -> _Kind | None:

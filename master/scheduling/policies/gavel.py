@@ -52,7 +52,7 @@ import highspy
 import numpy as np
 from highspy._core import _Highs as HighsCore
 
-from master.scheduling.placement import FreeGpus
+from master.scheduling.placement import FreeGpus, repack
 from master.scheduling.plan import Allocation, GpuSlot, Plan
 from master.scheduling.policies._greedy import current_slots_usable
 from master.scheduling.policies._max_min_lp import MaxMinLp, job_columns, lp_types
@@ -315,7 +315,7 @@ class GavelPolicy:
         self._lp = MaxMinLp(efficiency_weight=efficiency_weight)
         self._rates = _RateCache()
         self._made = _MadeAllocations()
-        self._allocation: dict[int, dict[str, float]] = {}
+        self._allocation: Mapping[int, Mapping[str, float]] = {}
         self._solved_for: frozenset[int] = frozenset()
         self._solved_capacity: dict[str, int] = {}
         self._last_solve: float | None = None
@@ -562,7 +562,15 @@ class GavelPolicy:
                     reasons[job.id] = (
                         "waiting: no fair share yet (allocation not recomputed since arrival)"
                     )
-        return Plan(allocations, reasons)
+        # The round's packing of spread jobs, on this pass's ledger (the usable GPUs no
+        # allocation holds) rather than on one the round would build again.
+        running = {
+            job_id: current
+            for job_id in allocations
+            if (current := jobs[job_id].current) is not None
+        }
+        allocations.update(repack(snapshot, allocations, running, free))
+        return Plan(allocations, reasons, packed=True)
 
 
 def make(
