@@ -54,7 +54,9 @@ def test_a_fractional_iteration_count_is_refused(tmp_path: Path) -> None:
         write_gavel_trace(tmp_path / "bad.trace", [job])
 
 
-def test_the_table_gives_the_ratio_or_says_what_did_not_finish() -> None:
+def test_the_table_gives_the_ratio_over_all_runs_or_says_what_did_not_finish() -> None:
+    """Each run's rows with its CPU; the ratio is of the summed wall times, with each
+    run's own beside it."""
     ours = {
         "simulator": "ours",
         "policy": "gavel",
@@ -64,6 +66,7 @@ def test_the_table_gives_the_ratio_or_says_what_did_not_finish() -> None:
         "sim_cpu_s": 27.5,
         "avg_jct_h": 15.1,
         "finished": 10_000,
+        "cpu": 0,
     }
     gavel = {
         "simulator": "theirs",
@@ -72,20 +75,25 @@ def test_the_table_gives_the_ratio_or_says_what_did_not_finish() -> None:
         "cpu_s": 410.0,
         "avg_jct_h": 15.3,
         "finished": 10_000,
+        "cpu": 1,
     }
+    slower = {**ours, "wall_s": 50.0, "cpu_s": 49.0, "cpu": 1}
+    faster = {**gavel, "wall_s": 280.0, "cpu_s": 270.0, "cpu": 0}
     result = {
-        "rows": [ours, gavel],
+        "runs": [[ours, gavel], [slower, faster]],
         "gavel_commit": "c",
         "load": (1, 2),
         "filled_in": [("A3C", 2), ("LM (batch size 5)", 4), ("LM (batch size 80)", 2)],
         "filled_in_jobs": 3,
     }
     text = "\n".join(versus_lines(result, 9))
-    assert "| theirs | `max_min_fairness_perf` | 420.0 | 410.0 | 15.30 | 10,000 |" in text
-    assert "14.0x" in text and "meets" in text
+    assert "| 1 | theirs | `max_min_fairness_perf` | 1 | 420.0 | 410.0 | 15.30 | 10,000 |" in text
+    assert "| 2 | ours | `gavel` | 1 | 50.0 | 49.0 | 15.10 | 10,000 |" in text
+    assert "all runs together: 8.8x" in text and "run by run 14.0x, 5.6x" in text
+    assert "misses the 10x target" in text
     assert "no figure for 3 of the jobs (A3C, LM on more than one GPU" in text
     stopped = {"simulator": "theirs", "policy": "p", "stopped": "1200 CPU s", "cpu_s": 1200.0}
-    text = "\n".join(versus_lines({**result, "rows": [ours, stopped]}, 9))
+    text = "\n".join(versus_lines({**result, "runs": [[ours, {**stopped, "cpu": 1}]]}, 9))
     assert "not finished after 1200 CPU s" in text
 
 
