@@ -253,7 +253,9 @@ class Load:
         self.interval_mismatch: list[float] = []
         self.heartbeats_skipped = 0
         self.watch_events = 0
+        self.watch_messages = 0
         self.watch_delays: list[float] = []
+        self.batch_watches = not args.unbatched_watches
         self.watch_ended: Counter[str] = Counter()
         self.phases = {phase: HistogramDeltas() for phase in PHASES}
         self.rounds = HistogramDeltas()
@@ -416,14 +418,19 @@ class Load:
     async def watch(self, i: int) -> None:
         """One reader holding a WatchJobs stream on one user's jobs for the whole run."""
         user = i % len(self.users)
+        # Batched, as the client library asks: each wake-up's changes in one message.
         stream = self.user_stubs[user].WatchJobs(
-            hadar_pb2.WatchJobsRequest(user=self.users[user]), metadata=self.user_md[user]
+            hadar_pb2.WatchJobsRequest(user=self.users[user], batch=self.batch_watches),
+            metadata=self.user_md[user],
         )
         try:
             async for answer in stream:
-                self.watch_events += 1
-                if answer.HasField("event"):
-                    self.watch_delays.append(time.time() - answer.event.at.ToNanoseconds() / 1e9)
+                self.watch_messages += 1
+                for update in answer.updates if self.batch_watches else (answer,):
+                    self.watch_events += 1
+                    if update.HasField("event"):
+                        at = update.event.at.ToNanoseconds() / 1e9
+                        self.watch_delays.append(time.time() - at)
             self.watch_ended["ended by the master"] += 1
         except grpc.aio.AioRpcError as exc:
             if self.sending:
@@ -651,7 +658,9 @@ class Load:
             "rpcs": {name: s.summary() for name, s in sorted(self.ledger.methods.items())},
             "watch": {
                 "streams": args.watchers,
-                "messages": self.watch_events,
+                "messages": self.watch_messages,
+                "updates": self.watch_events,
+                "batched": self.batch_watches,
                 "event_delay_p50_ms": percentile(self.watch_delays, 0.5) * ms,
                 "event_delay_p99_ms": percentile(self.watch_delays, 0.99) * ms,
                 "event_delay_max_ms": max(self.watch_delays, default=math.nan) * ms,
@@ -765,7 +774,9 @@ def print_report(r: dict[str, Any]) -> None:
         )
     w = r["watch"]
     print(
-        f"WatchJobs: {w['streams']} streams, {w['messages']} messages, event to reader p50 "
+        f"WatchJobs: {w['streams']} streams{'' if w.get('batched') else ' (unbatched)'}, "
+        f"{w.get('updates', w['messages'])} changes in {w['messages']} messages, event to "
+        "reader p50 "
         f"{_ms(w['event_delay_p50_ms'])} ms, p99 {_ms(w['event_delay_p99_ms'])} ms, max "
         f"{_ms(w['event_delay_max_ms'])} ms; ended early: {w['ended_early'] or 0}"
     )
@@ -931,6 +942,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--arrivals", choices=["poisson", "uniform"], default="poisson")
     parser.add_argument("--users", type=int, default=8, help="submitting users, a token each")
     parser.add_argument("--watchers", type=int, default=20, help="WatchJobs streams held open")
+    parser.add_argument(
+        "--unbatched-watches",
+        action="store_true",
+        help="watch one change a message (WatchJobs without batch), as clients before it did",
+    )
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of load")
     parser.add_argument("--job-seconds", type=float, default=60.0, help="mean job run time")
     parser.add_argument("--round-seconds", type=float, default=10.0)

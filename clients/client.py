@@ -16,7 +16,7 @@ from __future__ import annotations
 import getpass
 import random
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -445,18 +445,33 @@ class HadarClient:
         """Streams changes of the selected jobs until the caller stops iterating, or until
         ``timeout`` seconds pass (None: no deadline). If the master becomes unreachable the
         watch reconnects with backoff and starts with a fresh snapshot of every job."""
+        # Batched: the master sends each wake-up's changes in one message.
         request = hadar_pb2.WatchJobsRequest(
-            job_ids=list(job_ids), user=user or "", include_initial=include_initial
+            job_ids=list(job_ids), user=user or "", include_initial=include_initial, batch=True
         )
         resync = hadar_pb2.WatchJobsRequest(
-            job_ids=list(job_ids), user=user or "", include_initial=True
+            job_ids=list(job_ids), user=user or "", include_initial=True, batch=True
         )
 
-        def convert_update(message: hadar_pb2.WatchJobsResponse) -> JobUpdate:
-            event = convert.event(message.event) if message.HasField("event") else None
-            return JobUpdate(job=convert.job(message.job), event=event)
+        def convert_update(
+            update: hadar_pb2.JobUpdate | hadar_pb2.WatchJobsResponse,
+        ) -> JobUpdate:
+            event = convert.event(update.event) if update.HasField("event") else None
+            return JobUpdate(job=convert.job(update.job), event=event)
 
-        return self._stream(self._stub.WatchJobs, request, resync, timeout, convert_update)
+        def updates() -> Iterator[JobUpdate]:
+            messages = self._stream(self._stub.WatchJobs, request, resync, timeout, _same)
+            try:
+                for message in messages:
+                    if message.HasField("job"):
+                        # A master that sends one change a message (it predates `batch`).
+                        yield convert_update(message)
+                    for update in message.updates:
+                        yield convert_update(update)
+            finally:
+                messages.close()
+
+        return updates()
 
     def stream_logs(
         self,
@@ -590,7 +605,7 @@ class HadarClient:
         resync: Any | None,
         timeout: float | None,
         convert_one: Callable[[Any], T],
-    ) -> Iterator[T]:
+    ) -> Generator[T, None, None]:
         deadline = None if timeout is None else self._clock.monotonic() + timeout
         failures = 0
         received_any = False
@@ -617,6 +632,10 @@ class HadarClient:
                     current = resync
             finally:
                 call.cancel()
+
+
+def _same(message: T) -> T:
+    return message
 
 
 def _terminal_input(item: TerminalInput, job_id: int) -> common_pb2.TerminalInput:

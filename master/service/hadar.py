@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
 import grpc
@@ -61,6 +61,8 @@ REASON_MAX = 1024
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 WATCH_POLL_S = 1.0
+# Changes in one batched WatchJobs message at most (a job is about a kilobyte).
+WATCH_BATCH_MAX = 500
 
 
 def _metrics(servicer: HadarServicer) -> MasterMetrics:
@@ -360,8 +362,7 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             ]
 
         cursor, first = self.parts.tx.read(initial)
-        for job in first:
-            yield hadar_pb2.WatchJobsResponse(job=job)
+        yield from _watch_messages([(job, None) for job in first], request.batch)
         woke = float("-inf")
         while context.is_active() and not changes.closed:
             # The feed reads new events at most once per its spacing, so waking more often
@@ -380,35 +381,36 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
                         self._updates, after=cursor, wanted=wanted, user=request.user, caller=caller
                     )
                 )
-                yield from updates
+                yield from _watch_messages(updates, request.batch)
                 continue
+            found: list[tuple[common_pb2.Job, common_pb2.JobEvent | None]] = []
             for entry in entries:
                 cursor = entry.event_id
                 if wanted and entry.job.id not in wanted:
                     continue
                 if request.user and entry.user != request.user:
                     continue
-                update = hadar_pb2.WatchJobsResponse(job=entry.job, event=entry.event)
+                job = entry.job
                 if not self._privacy.may_read(caller, entry.user):
-                    hide_private(update.job)
-                yield update
+                    # The feed's copy is every watcher's: this one's is hidden.
+                    job = common_pb2.Job()
+                    job.CopyFrom(entry.job)
+                    hide_private(job)
+                found.append((job, entry.event))
+            yield from _watch_messages(found, request.batch)
 
     def _updates(
         self, uow: UnitOfWork, after: int, wanted: set[int], user: str, caller: Caller
-    ) -> tuple[int, list[hadar_pb2.WatchJobsResponse]]:
+    ) -> tuple[int, list[tuple[common_pb2.Job, common_pb2.JobEvent | None]]]:
         """Events after the cursor (and the new cursor), read in one unit of work."""
-        out = []
+        out: list[tuple[common_pb2.Job, common_pb2.JobEvent | None]] = []
         cursor = after
         for event in uow.jobs.events_after(after, job_ids=sorted(wanted)):
             cursor = event.id
             job = uow.jobs.get(event.job_id)
             if user and job.user != user:
                 continue
-            out.append(
-                hadar_pb2.WatchJobsResponse(
-                    job=self._job_pb(uow, job, caller), event=event_to_pb(event)
-                )
-            )
+            out.append((self._job_pb(uow, job, caller), event_to_pb(event)))
         return cursor, out
 
     @streaming(_metrics)
@@ -796,3 +798,25 @@ def _when(value: Timestamp, field: str) -> datetime:
         return value.ToDatetime(tzinfo=UTC)
     except (ValueError, OverflowError):
         raise InvalidArgumentError(field, "not a valid time") from None
+
+
+def _watch_messages(
+    updates: Sequence[tuple[common_pb2.Job, common_pb2.JobEvent | None]], batch: bool
+) -> Iterator[hadar_pb2.WatchJobsResponse]:
+    """WatchJobs' messages for ``updates`` (each job with its change, or None in the initial
+    snapshot): one each, or with ``batch`` up to WATCH_BATCH_MAX in each."""
+    if not batch:
+        for job, event in updates:
+            message = hadar_pb2.WatchJobsResponse(job=job)
+            if event is not None:
+                message.event.CopyFrom(event)
+            yield message
+        return
+    for start in range(0, len(updates), WATCH_BATCH_MAX):
+        message = hadar_pb2.WatchJobsResponse()
+        for job, event in updates[start : start + WATCH_BATCH_MAX]:
+            update = message.updates.add()
+            update.job.CopyFrom(job)
+            if event is not None:
+                update.event.CopyFrom(event)
+        yield message

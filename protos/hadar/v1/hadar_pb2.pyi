@@ -244,22 +244,34 @@ class UpdateJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class WatchJobsRequest(_message.Message):
-    __slots__ = ("job_ids", "user", "include_initial")
+    __slots__ = ("job_ids", "user", "include_initial", "batch")
     JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_INITIAL_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     job_ids: _containers.RepeatedScalarFieldContainer[int]
     user: str
     include_initial: bool
-    def __init__(self, job_ids: _Optional[_Iterable[int]] = ..., user: _Optional[str] = ..., include_initial: _Optional[bool] = ...) -> None: ...
+    batch: bool
+    def __init__(self, job_ids: _Optional[_Iterable[int]] = ..., user: _Optional[str] = ..., include_initial: _Optional[bool] = ..., batch: _Optional[bool] = ...) -> None: ...
 
-class WatchJobsResponse(_message.Message):
+class JobUpdate(_message.Message):
     __slots__ = ("job", "event")
     JOB_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     job: _common_pb2.Job
     event: _common_pb2.JobEvent
     def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., event: _Optional[_Union[_common_pb2.JobEvent, _Mapping]] = ...) -> None: ...
+
+class WatchJobsResponse(_message.Message):
+    __slots__ = ("job", "event", "updates")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    UPDATES_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    event: _common_pb2.JobEvent
+    updates: _containers.RepeatedCompositeFieldContainer[JobUpdate]
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., event: _Optional[_Union[_common_pb2.JobEvent, _Mapping]] = ..., updates: _Optional[_Iterable[_Union[JobUpdate, _Mapping]]] = ...) -> None: ...
 
 class StreamLogsRequest(_message.Message):
     __slots__ = ("job_id", "follow", "tail_lines", "rank", "attempt")

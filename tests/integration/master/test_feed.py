@@ -60,3 +60,41 @@ def test_reads_of_the_store_are_spaced_and_lose_no_change(cluster: Cluster) -> N
     entries = feed.after(start)
     assert time.monotonic() - read_at >= 0.4
     assert entries is not None and [e.job.id for e in entries] == [first, *later]
+
+
+def test_a_batched_watch_gets_the_same_changes_several_to_a_message(cluster: Cluster) -> None:
+    """With `batch`, the changes found at one wake-up come in one message's `updates`, in
+    the order a plain watch sends them one a message; another user's job comes with its
+    private parts hidden there too."""
+    master = cluster.master()
+    alice = cluster.api(master, "alice", admin=False)
+    bob = cluster.api(master, "bob", admin=False)
+    theirs = alice.SubmitJob(hadar_pb2.SubmitJobRequest(spec=spec(env={"SECRET": "s"}))).job.id
+    plain = bob.WatchJobs(hadar_pb2.WatchJobsRequest(include_initial=True), timeout=30)
+    batched = bob.WatchJobs(
+        hadar_pb2.WatchJobsRequest(include_initial=True, batch=True), timeout=30
+    )
+    first = next(iter(batched))
+    assert not first.HasField("job") and [u.job.id for u in first.updates] == [theirs]
+    assert first.updates[0].job.private_hidden and not first.updates[0].job.spec.env
+    assert not first.updates[0].HasField("event")
+
+    array = spec()
+    array.array = "0-5"
+    head = bob.SubmitJob(hadar_pb2.SubmitJobRequest(spec=array)).job.id
+    mine = list(range(head, head + 6))
+    seen: list[tuple[int, int]] = []
+    messages = 0
+    for message in batched:
+        messages += 1
+        seen += [(u.job.id, u.event.to_state) for u in message.updates]
+        if len(seen) >= len(mine):
+            break
+    assert seen == [(job_id, common_pb2.JOB_STATE_PENDING) for job_id in mine]
+    # The six elements, stored in one transaction, come in one message, not six.
+    assert messages == 1
+    one_each = [next(iter(plain)) for _ in range(1 + len(mine))]
+    assert [m.job.id for m in one_each] == [theirs, *mine]
+    assert all(not m.updates for m in one_each)
+    batched.cancel()
+    plain.cancel()
