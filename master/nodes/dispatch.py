@@ -363,7 +363,8 @@ class Dispatcher:
         if not uow.tasks.any_in(TaskState.ASSIGNED):
             self._end_read(read, waiting=False)
             return []
-        active = uow.tasks.active()
+        # What an assigned task waits for is on its own node or of its own job.
+        active = uow.tasks.around_assigned()
         groups: dict[tuple[int, int], list[Task]] = defaultdict(list)
         # Every task of a placement, started or not: the rendezvous (world size, the address
         # of rank 0) spans them all, also when a START is resent to only some of them.

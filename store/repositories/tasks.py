@@ -6,7 +6,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Select, bindparam, func, select, update
+from sqlalchemy import Select, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from store.domain import NewTask, Task
@@ -26,6 +26,19 @@ _TASKS = TaskRow.metadata.tables[TaskRow.__tablename__]
 _ACTIVE = (
     select(_TASKS)
     .where(_TASKS.c.state.not_in(_FINISHED))
+    .order_by(_TASKS.c.job_id, _TASKS.c.task_index)
+)
+# The active tasks of the jobs that have an assigned task and on the nodes that have one.
+_ASSIGNED = _TASKS.c.state == TaskState.ASSIGNED.value
+_AROUND_ASSIGNED = (
+    select(_TASKS)
+    .where(
+        _TASKS.c.state.not_in(_FINISHED),
+        or_(
+            _TASKS.c.job_id.in_(select(_TASKS.c.job_id).where(_ASSIGNED)),
+            _TASKS.c.node_name.in_(select(_TASKS.c.node_name).where(_ASSIGNED)),
+        ),
+    )
     .order_by(_TASKS.c.job_id, _TASKS.c.task_index)
 )
 _BY_JOBS_AND_LEASES = select(_TASKS).where(
@@ -130,6 +143,17 @@ class TaskRepository:
         # A returned row has every column under its attribute's name, as a TaskRow.
         return [
             convert.task(cast(TaskRow, row)) for row in self._session.connection().execute(_ACTIVE)
+        ]
+
+    def around_assigned(self) -> list[Task]:
+        """:meth:`active`, but only the tasks that bear on starting the ASSIGNED ones: every
+        active task of a job that has an assigned task (its placement, older leases) and
+        every one on a node that has one (what holds its GPUs). A round starts a few tasks
+        among hundreds running; reading only these keeps its hand-out short."""
+        flush_pending(self._session)
+        return [
+            convert.task(cast(TaskRow, row))
+            for row in self._session.connection().execute(_AROUND_ASSIGNED)
         ]
 
     def any_in(self, state: TaskState) -> bool:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from store import Database, NotFoundError
+from store import Database, NotFoundError, UnitOfWork
 from store.domain import Gpu, NewTask
 from store.states import ExitKind, GpuHealth, NodeState, TaskState
 from tests.unit.store.conftest import submit
@@ -206,3 +206,47 @@ def test_capacity_lists_the_gpus_and_workloads_of_nodes_not_lost(db: Database) -
         gpus, workloads = uow.nodes.capacity()
     assert sorted(gpus) == [("k80", 0)] + [("v100", 16 << 30)] * 3
     assert workloads == {"lstm", "resnet"}
+
+
+def test_the_tasks_around_the_assigned_ones_are_those_of_their_jobs_and_nodes(
+    db: Database,
+) -> None:
+    """around_assigned gives every active task of a job with an assigned task (on any
+    node) and every active task on a node with one; not the others, and none ended."""
+    for name in ("n1", "n2", "n3"):
+        register(db, name, gpus=4)
+    spread, beside, elsewhere, ended = (submit(db) for _ in range(4))
+
+    def add(uow: UnitOfWork, job_id: int, node: str, index: int, gpus: tuple[int, ...]) -> int:
+        return uow.tasks.add(
+            NewTask(
+                job_id=job_id,
+                task_index=index,
+                node=node,
+                lease=uow.next_lease(),
+                gpu_indices=gpus,
+                gpu_type="v100",
+                rank_offset=0,
+                local_batch_sizes=(64,) * len(gpus),
+                round=1,
+            )
+        ).id
+
+    with db.transaction() as uow:
+        # The assigned task is on n1; its job has a running task on n2.
+        assigned = add(uow, spread, "n1", 0, (0,))
+        other_half = add(uow, spread, "n2", 1, (0,))
+        on_its_node = add(uow, beside, "n1", 0, (1,))
+        unrelated = add(uow, elsewhere, "n3", 0, (0,))
+        gone = add(uow, ended, "n1", 0, (2,))
+    with db.transaction() as uow:
+        for task_id in (other_half, on_its_node, unrelated, gone):
+            uow.tasks.set_state(task_id, TaskState.RUNNING)
+        uow.tasks.set_state(gone, TaskState.EXITED, exit_kind=ExitKind.COMPLETED, exit_code=0)
+    with db.transaction() as uow:
+        around = {t.id for t in uow.tasks.around_assigned()}
+        assert around == {assigned, other_half, on_its_node}
+        assert {t.id for t in uow.tasks.active()} == {assigned, other_half, on_its_node, unrelated}
+        uow.tasks.set_state(assigned, TaskState.RUNNING)
+    with db.transaction() as uow:
+        assert uow.tasks.around_assigned() == []
