@@ -4,6 +4,7 @@ uses it from its threshold on."""
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -35,7 +36,7 @@ def rates(jobs: list[JobView], rng: random.Random) -> dict[tuple[int, str], floa
 
 
 def objective(
-    jobs: list[JobView], thr: dict[tuple[int, str], float], x: dict[int, dict[str, float]]
+    jobs: list[JobView], thr: dict[tuple[int, str], float], x: Mapping[int, Mapping[str, float]]
 ) -> tuple[float, float]:
     """(the minimum normalized throughput, the mean normalized throughput) of ``x``."""
     total = sum(CAPACITY.values())
@@ -205,7 +206,7 @@ def test_jobs_the_lp_cannot_tell_apart_share_rows_and_get_equal_fractions() -> N
         }
         x = lp.solve(live, CAPACITY, thr)
         assert lp.kinds == len({j.job_type for j in live if any(k[0] == j.id for k in thr)})
-        by_type: dict[str, dict[str, float]] = {}
+        by_type: dict[str, Mapping[str, float]] = {}
         for j in live:
             assert x[j.id] == pytest.approx(by_type.setdefault(j.job_type, x[j.id]))
         for t in TYPES:
