@@ -500,17 +500,16 @@ def keep_non_preemptible(snapshot: Snapshot, current: Mapping[int, Allocation], 
     allocations = dict(plan.allocations)
     reasons = dict(plan.reasons)
     held = {slot: job_id for job_id, alloc in pinned.items() for slot in alloc.slots}
-    changed = False
+    removed = False
     for job_id, alloc in list(allocations.items()):
         if job_id in pinned:
-            changed = changed or alloc is not pinned[job_id]
             continue
         holders = {held[s] for s in alloc.slots if s in held}
         if holders:
             del allocations[job_id]
             reasons[job_id] = f"waiting: GPUs held by job {min(holders)} (not preemptible)"
-            changed = True
-    if not changed and all(job_id in allocations for job_id in pinned):
+            removed = True
+    if not removed and all(plan.allocations.get(j) is a for j, a in pinned.items()):
         # The policy kept them itself: its plan, with what it says of itself, stands.
         return plan
     allocations.update(pinned)

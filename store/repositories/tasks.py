@@ -139,22 +139,21 @@ class TaskRepository:
         """Tasks that hold GPUs now, ordered by job and index, read as plain columns: every
         reader only reads them (a round reads every running task and extends them in one
         statement), and a task changed later is loaded then."""
-        flush_pending(self._session)
-        # A returned row has every column under its attribute's name, as a TaskRow.
-        return [
-            convert.task(cast(TaskRow, row)) for row in self._session.connection().execute(_ACTIVE)
-        ]
+        return self._read(_ACTIVE)
 
     def around_assigned(self) -> list[Task]:
         """:meth:`active`, but only the tasks that bear on starting the ASSIGNED ones: every
         active task of a job that has an assigned task (its placement, older leases) and
         every one on a node that has one (what holds its GPUs). A round starts a few tasks
         among hundreds running; reading only these keeps its hand-out short."""
+        return self._read(_AROUND_ASSIGNED)
+
+    def _read(self, statement: Select[tuple[object, ...]]) -> list[Task]:
+        """The tasks ``statement`` selects (whole rows), as plain columns."""
         flush_pending(self._session)
-        return [
-            convert.task(cast(TaskRow, row))
-            for row in self._session.connection().execute(_AROUND_ASSIGNED)
-        ]
+        # A returned row has every column under its attribute's name, as a TaskRow.
+        rows = self._session.connection().execute(statement)
+        return [convert.task(cast(TaskRow, row)) for row in rows]
 
     def any_in(self, state: TaskState) -> bool:
         """Whether some task is in `state` (one indexed lookup, no row loaded)."""

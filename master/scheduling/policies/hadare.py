@@ -100,8 +100,6 @@ class HadarEPolicy:
                 f"hadare variant must be one of {', '.join(VARIANTS)}, got {variant!r}"
             )
         self.variant = variant
-        # Read by master.scheduling.policy.forks_every_job.
-        self.forks_every_job = variant == "paper"
         if not 0 < copy_efficiency <= 1:
             raise ValueError(f"copy_efficiency must be in (0, 1], got {copy_efficiency}")
         if restart_horizon_rounds < 0:
@@ -125,6 +123,11 @@ class HadarEPolicy:
         self.last_decisions: dict[int, Decision] = {}
         self._sharer = SjfBsbfPolicy(assumed_pair_slowdown=assumed_pair_slowdown) if share else None
         self.last_sharing: list[Sharing] = []
+
+    @property
+    def forks_every_job(self) -> bool:
+        """Read by :func:`master.scheduling.policy.forks_every_job`."""
+        return self.variant == "paper"
 
     def _combined(self, rates: list[float]) -> float:
         if not rates:
