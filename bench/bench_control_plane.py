@@ -47,6 +47,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.fake_nodes import ITERATIONS_PER_S, WORKLOADS, FakeNode, NodeLoop  # noqa: E402
+from bench.machine import LOOP_STEPS, python_loop_s  # noqa: E402
 from bench.openloop import (  # noqa: E402
     OK,
     HistogramDeltas,
@@ -488,6 +489,8 @@ class Load:
 
     async def run(self) -> dict[str, Any]:
         args = self.args
+        # Before the master has anything to do: the machine's speed alone.
+        python_loop = python_loop_s()
         await self.setup()
         pid = self.master.process.pid
         watchers = [self.loop.create_task(self.watch(i)) for i in range(args.watchers)]
@@ -567,6 +570,7 @@ class Load:
             own_cpu=own_cpu,
             wall=wall,
             load_average=(load_average_start, os.getloadavg()),
+            python_loop=python_loop,
         )
 
     def wall_offset(self) -> float:
@@ -624,6 +628,7 @@ class Load:
         own_cpu: float,
         wall: float,
         load_average: tuple[tuple[float, ...], tuple[float, ...]],
+        python_loop: float,
     ) -> dict[str, Any]:
         args = self.args
         states = Counter(
@@ -708,6 +713,7 @@ class Load:
                 "cores": os.cpu_count(),
                 "load_average_start": list(load_average[0]),
                 "load_average_end": list(load_average[1]),
+                "python_loop_s": python_loop,
             },
             "errors": self.ledger.errors() + sum(self.watch_ended.values()),
         }
@@ -831,7 +837,8 @@ def print_report(r: dict[str, Any]) -> None:
         )
     mach = r["machine"]
     print(
-        f"machine: {mach['cores']} cores, load average at start "
+        f"machine: {mach['cores']} cores, a {LOOP_STEPS:,}-step Python loop in "
+        f"{mach['python_loop_s']:.2f} s before the load, load average at start "
         f"{'/'.join(f'{x:.1f}' for x in mach['load_average_start'])}, at end "
         f"{'/'.join(f'{x:.1f}' for x in mach['load_average_end'])}"
     )

@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.machine import LOOP_STEPS, python_loop_s  # noqa: E402
 from bench.markdown import write_section  # noqa: E402
 from master.scheduling.plan import Allocation  # noqa: E402
 from master.scheduling.policy import available_policies, make_policy  # noqa: E402
@@ -462,6 +463,7 @@ def run_versus_gavel(
         ]
         gavel_log, ours_log = workdir / "gavel.log", workdir / "ours.log"
         load_start = os.getloadavg()[0]
+        python_loop = python_loop_s()
         cpus = sorted(os.sched_getaffinity(0))
         runs: list[list[dict[str, Any]]] = []
         for index in range(repeat):
@@ -504,6 +506,7 @@ def run_versus_gavel(
         "runs": runs,
         "gavel_commit": commit or "unknown",
         "load": (load_start, load_end),
+        "python_loop_s": python_loop,
         "filled_in": sorted({(job.job_type, job.num_gpus) for job in filled_in}),
         "filled_in_jobs": len(filled_in),
     }
@@ -575,7 +578,9 @@ def versus_lines(result: dict[str, Any], cpu_limit: int) -> list[str]:
         + ", 8 GPUs per server, 360 s rounds, the same throughput table) under our `gavel` "
         f"and under Gavel's own simulator (commit {result['gavel_commit']}) running "
         f"`{GAVEL_POLICY}`, {how}; wall and CPU seconds are the whole process (start-up, "
-        f"trace, simulation); load average {start:.1f} at the start, {end:.1f} at the end:",
+        f"trace, simulation); a {LOOP_STEPS:,}-step Python loop took "
+        f"{result['python_loop_s']:.2f} s before the runs; load average {start:.1f} at the "
+        f"start, {end:.1f} at the end:",
         "",
         "| run | simulator | policy | CPU | wall s | CPU s | avg JCT h | jobs finished |",
         "|---|---|---|---|---|---|---|---|",

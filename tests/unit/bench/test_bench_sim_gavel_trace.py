@@ -56,7 +56,7 @@ def test_a_fractional_iteration_count_is_refused(tmp_path: Path) -> None:
 
 def test_the_table_gives_the_ratio_over_all_runs_or_says_what_did_not_finish() -> None:
     """Each run's rows with its CPU; the ratio is of the summed wall times, with each
-    run's own beside it."""
+    run's own beside it, and the machine's speed that day is named."""
     ours = {
         "simulator": "ours",
         "policy": "gavel",
@@ -83,6 +83,7 @@ def test_the_table_gives_the_ratio_over_all_runs_or_says_what_did_not_finish() -
         "runs": [[ours, gavel], [slower, faster]],
         "gavel_commit": "c",
         "load": (1, 2),
+        "python_loop_s": 0.35,
         "filled_in": [("A3C", 2), ("LM (batch size 5)", 4), ("LM (batch size 80)", 2)],
         "filled_in_jobs": 3,
     }
@@ -91,6 +92,7 @@ def test_the_table_gives_the_ratio_over_all_runs_or_says_what_did_not_finish() -
     assert "| 2 | ours | `gavel` | 1 | 50.0 | 49.0 | 15.10 | 10,000 |" in text
     assert "all runs together: 8.8x" in text and "run by run 14.0x, 5.6x" in text
     assert "misses the 10x target" in text
+    assert "a 20,000,000-step Python loop took 0.35 s before the runs" in text
     assert "no figure for 3 of the jobs (A3C, LM on more than one GPU" in text
     stopped = {"simulator": "theirs", "policy": "p", "stopped": "1200 CPU s", "cpu_s": 1200.0}
     text = "\n".join(versus_lines({**result, "runs": [[ours, {**stopped, "cpu": 1}]]}, 9))
