@@ -750,7 +750,7 @@ class Master:
 
 
 def _waiting_jobs_and_idle_gpus(uow: UnitOfWork) -> tuple[bool, bool]:
-    if not uow.jobs.query(states=[JobState.PENDING, JobState.PREEMPTED], limit=1):
+    if not uow.jobs.any_in_states((JobState.PENDING, JobState.PREEMPTED)):
         return False, False
     busy = uow.tasks.busy_gpus()
     return True, any(

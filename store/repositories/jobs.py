@@ -14,6 +14,7 @@ from sqlalchemy import (
     Row,
     Text,
     bindparam,
+    exists,
     func,
     insert,
     or_,
@@ -454,6 +455,18 @@ class JobRepository:
             for user, key, job_id, digest in rows
             if (user, key) in keys
         }
+
+    def any_in_states(self, states: Collection[JobState]) -> bool:
+        """Whether some job is in one of `states`. An existence check the state index
+        answers: the first such job by id (a query with a limit of one) read the jobs before
+        it, and on PostgreSQL every update's row version of each, which at a queue of
+        28,000 behind a few hundred running jobs took 90 ms a check."""
+        wanted = [s.value for s in states]
+        if not wanted:
+            return False
+        return bool(
+            self._session.execute(select(exists().where(JobRow.state.in_(wanted)))).scalar()
+        )
 
     def waiting_counts(self, users: Collection[str]) -> dict[str, int]:
         """Per user of `users`, their jobs waiting to run (PENDING or PREEMPTED)."""

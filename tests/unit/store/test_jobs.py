@@ -225,6 +225,22 @@ def test_query_filters_and_pages_by_id(db: Database) -> None:
     assert counts[JobState.PENDING] == 4 and counts[JobState.CANCELLED] == 1
 
 
+def test_whether_any_job_is_in_some_states(db: Database) -> None:
+    """The existence check the early round's idle check asks: true exactly while some job
+    is in one of the states asked for; no states asked, no job."""
+    with db.transaction() as uow:
+        assert not uow.jobs.any_in_states([JobState.PENDING, JobState.PREEMPTED])
+    job_id = submit(db)
+    with db.transaction() as uow:
+        assert uow.jobs.any_in_states([JobState.PENDING, JobState.PREEMPTED])
+        assert not uow.jobs.any_in_states([JobState.RUNNING])
+        assert not uow.jobs.any_in_states([])
+        uow.jobs.transition(job_id, JobState.CANCELLED, kind="cancelled", reason="r")
+    with db.transaction() as uow:
+        assert not uow.jobs.any_in_states([JobState.PENDING, JobState.PREEMPTED])
+        assert uow.jobs.any_in_states([JobState.CANCELLED])
+
+
 def test_unknown_job_is_not_found(db: Database) -> None:
     with pytest.raises(NotFoundError), db.transaction() as uow:
         uow.jobs.get(424242)
