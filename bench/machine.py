@@ -11,9 +11,9 @@ import time
 
 LOOP_STEPS = 20_000_000
 
-# At a module's top level, as `python -c "for _ in range(20_000_000): pass"` runs it (the
-# figures docs/benchmarks.md quotes for earlier days): inside a function the same loop
-# takes about half as long.
+# At a module's top level, as `python -c "for _ in range(20_000_000): pass"` runs it, the
+# way docs/benchmarks.md's figures for it were taken: inside a function the same loop takes
+# about half as long.
 _LOOP = compile("for _ in range(steps):\n    pass\n", "<python-loop>", "exec")
 
 
