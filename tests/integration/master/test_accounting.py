@@ -11,6 +11,7 @@ import grpc
 import pytest
 from prometheus_client import generate_latest
 
+from master.jobs.usage import run_seconds
 from protos.hadar.v1 import common_pb2, hadar_pb2
 from store.domain import Task
 from store.states import TaskState
@@ -152,8 +153,18 @@ def test_run_time_of_earlier_attempts_counts_against_the_limit(cluster: Cluster)
     master.run_round()
     wait_for(lambda: job.id in worker.running_jobs(), what="the second START")
     worker.progress(job.id, 10)
-    assert master.time_limits.check(now + timedelta(seconds=59)) == []
-    assert master.time_limits.check(now + timedelta(seconds=61)) == [job.id]
+    # The limit falls when the second attempt has run what the first left of the 60 s,
+    # counted from that attempt's start as stored (however long it took to come); the
+    # checks on either side of it are closer to it than the first attempt's run time, so
+    # a limit that forgot that attempt would fail the second.
+    records = master.tx.read(lambda uow: uow.usage.for_jobs([job.id]))
+    started = min(r.started_at for r in records if r.ended_at is None)
+    earlier = run_seconds([r for r in records if r.ended_at is not None], started)
+    assert 0 < earlier < 60
+    limit_at = started + timedelta(seconds=60 - earlier)
+    margin = timedelta(seconds=earlier / 2)
+    assert master.time_limits.check(limit_at - margin) == []
+    assert master.time_limits.check(limit_at + margin) == [job.id]
     assert get(api, job.id).state == common_pb2.JOB_STATE_TIMEOUT
 
 
