@@ -3,7 +3,6 @@
 # ruff: noqa: N802  (method names are the RPC names from the .proto)
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -347,21 +346,20 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
         changes = self.parts.changes
         generation = changes.generation
 
-        def initial(uow: UnitOfWork) -> tuple[int, list[common_pb2.Job]]:
-            cursor = uow.jobs.last_event_id()
-            if not request.include_initial:
-                return cursor, []
+        def jobs_now(uow: UnitOfWork) -> list[common_pb2.Job]:
             if wanted:
                 jobs = [uow.jobs.get(job_id) for job_id in sorted(wanted)]
             else:
                 jobs = uow.jobs.list_unfinished()
-            return cursor, [
+            return [
                 self._job_pb(uow, j, caller)
                 for j in jobs
                 if not request.user or j.user == request.user
             ]
 
-        cursor, first = self.parts.tx.read(initial)
+        # The cursor before the look: a change between the two comes twice, none is lost.
+        cursor = self._feed.cursor()
+        first = self.parts.tx.read(jobs_now) if request.include_initial else []
         yield from _watch_messages([(job, None) for job in first], request.batch)
         woke = float("-inf")
         while context.is_active() and not changes.closed:
@@ -372,20 +370,20 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
             if pause > 0:
                 time.sleep(pause)
             generation = changes.wait(generation, WATCH_POLL_S)
+            if changes.closed:
+                break  # the master stops: its store may be gone already
             woke = time.monotonic()
             entries = self._feed.after(cursor)
             if entries is None:
-                # Further behind than the feed keeps: from the store.
-                cursor, updates = self.parts.tx.read(
-                    functools.partial(
-                        self._updates, after=cursor, wanted=wanted, user=request.user, caller=caller
-                    )
-                )
-                yield from _watch_messages(updates, request.batch)
+                # Further behind than the feed keeps (a reader slower than the changes):
+                # its jobs as they are now, as after a reconnect, and on from there.
+                cursor = self._feed.cursor()
+                now = self.parts.tx.read(jobs_now)
+                yield from _watch_messages([(job, None) for job in now], request.batch)
                 continue
             found: list[tuple[common_pb2.Job, common_pb2.JobEvent | None]] = []
             for entry in entries:
-                cursor = entry.event_id
+                cursor = entry.position
                 if wanted and entry.job.id not in wanted:
                     continue
                 if request.user and entry.user != request.user:
@@ -398,20 +396,6 @@ class HadarServicer(hadar_pb2_grpc.HadarServicer):
                     hide_private(job)
                 found.append((job, entry.event))
             yield from _watch_messages(found, request.batch)
-
-    def _updates(
-        self, uow: UnitOfWork, after: int, wanted: set[int], user: str, caller: Caller
-    ) -> tuple[int, list[tuple[common_pb2.Job, common_pb2.JobEvent | None]]]:
-        """Events after the cursor (and the new cursor), read in one unit of work."""
-        out: list[tuple[common_pb2.Job, common_pb2.JobEvent | None]] = []
-        cursor = after
-        for event in uow.jobs.events_after(after, job_ids=sorted(wanted)):
-            cursor = event.id
-            job = uow.jobs.get(event.job_id)
-            if user and job.user != user:
-                continue
-            out.append((self._job_pb(uow, job, caller), event_to_pb(event)))
-        return cursor, out
 
     @streaming(_metrics)
     def StreamLogs(

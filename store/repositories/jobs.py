@@ -1057,10 +1057,17 @@ class JobRepository:
         return {row.job_id: convert.job_event(row) for row in self._session.scalars(query)}
 
     def events_after(
-        self, after_id: int, *, job_ids: Sequence[int] = (), limit: int = 1000
+        self,
+        after_id: int,
+        *,
+        job_ids: Sequence[int] = (),
+        also: Collection[int] = (),
+        limit: int = 1000,
     ) -> list[JobEvent]:
-        """Events with id > after_id, oldest first (for watchers that poll). Read as plain
-        columns: watchers read every event once, and nothing changes them."""
+        """Events with id > after_id, and those with an id in `also`, oldest first (for
+        watchers that poll). Read as plain columns: watchers read every event once, and
+        nothing changes them."""
+        newer = JobEventRow.id > after_id
         query = select(
             JobEventRow.id,
             JobEventRow.job_id,
@@ -1070,7 +1077,7 @@ class JobRepository:
             JobEventRow.kind,
             JobEventRow.reason,
             JobEventRow.round,
-        ).where(JobEventRow.id > after_id)
+        ).where(or_(newer, JobEventRow.id.in_(list(also))) if also else newer)
         if job_ids:
             query = query.where(JobEventRow.job_id.in_(list(job_ids)))
         query = query.order_by(JobEventRow.id).limit(limit)
@@ -1089,6 +1096,11 @@ class JobRepository:
                 self._session.execute(query)
             )
         ]
+
+    def event_ids_after(self, after_id: int) -> list[int]:
+        """The ids of the events after `after_id`, in order."""
+        query = select(JobEventRow.id).where(JobEventRow.id > after_id).order_by(JobEventRow.id)
+        return list(self._session.scalars(query))
 
     def last_event_id(self) -> int:
         value = self._session.execute(select(func.max(JobEventRow.id))).scalar_one_or_none()

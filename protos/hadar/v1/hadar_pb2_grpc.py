@@ -253,8 +253,10 @@ class HadarServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchJobs(self, request, context):
-        """Streams every state change of the selected jobs until the client hangs up. NOT_FOUND
-        for an id that cannot exist (past 2^63-1), and with include_initial for any unknown id.
+        """Streams every state change of the selected jobs until the client hangs up. A watch
+        whose reader falls further behind than the master keeps changes for gets the current
+        state of its jobs again (without events), as after a reconnect. NOT_FOUND for an id
+        that cannot exist (past 2^63-1), and with include_initial for any unknown id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
