@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 
 import structlog
 
@@ -414,27 +413,47 @@ class JobManager:
         """One transaction for a group of workers' reports. Should it fail, each report is
         stored again alone, so that one bad report fails only its own call."""
         try:
-            return list(self._tx.write(lambda uow: self._apply_group(uow, group)))
+            return list[_ProgressApplied | BaseException](self._store_reports(group))
         except Exception as exc:
             if len(group) == 1:
                 return [exc]
             log.warning("storing a group of progress reports failed; storing them one by one")
         outcomes: list[_ProgressApplied | BaseException] = []
         for report in group:
-            alone = [report]
             try:
-                outcomes.extend(self._tx.write(partial(self._apply_group, group=alone)))
+                outcomes.extend(self._store_reports([report]))
             except Exception as exc:
                 outcomes.append(exc)
         return outcomes
 
+    def _store_reports(self, group: Sequence[_ProgressReport]) -> list[_ProgressApplied]:
+        """`group` in one transaction. When each task last reported is remembered only once
+        it has committed: an attempt retried after a conflict, or a group stored again
+        report by report, counts each report's service from the same previous report as the
+        first attempt did, not from the attempt itself (which would count none)."""
+
+        def attempt(
+            uow: UnitOfWork,
+        ) -> tuple[list[_ProgressApplied], dict[tuple[int, int, int], float]]:
+            seen: dict[tuple[int, int, int], float] = {}
+            return self._apply_group(uow, group, seen), seen
+
+        applied, seen = self._tx.write(attempt)
+        with self._report_lock:
+            self._last_report.update(seen)
+        return applied
+
     def _apply_group(
-        self, uow: UnitOfWork, group: Sequence[_ProgressReport]
+        self,
+        uow: UnitOfWork,
+        group: Sequence[_ProgressReport],
+        seen: dict[tuple[int, int, int], float],
     ) -> list[_ProgressApplied]:
         """One transaction's worth of reports. Most only move running jobs' counters: their
         jobs are read as plain columns and written with one statement (`_Counters`). A job
         with a task's first report (it starts running) or a report that finishes it is
-        loaded as a row and changed through the unit of work instead."""
+        loaded as a row and changed through the unit of work instead. `seen` gets each
+        task's report time, for the caller to remember once the transaction commits."""
         keys = [(u.job_id, u.task_index, u.lease) for r in group for u in r.updates]
         tasks = uow.tasks.find_many(keys)
         targets = uow.jobs.progress_targets({t.job_id for t in tasks.values()})
@@ -452,9 +471,9 @@ class JobManager:
                 if task is None or not task.active or task.node != report.node:
                     outcome.stale.append(True)
                 elif task.job_id in rowed:
-                    self._apply_with_row(uow, report, update, task, tasks, measured, outcome)
+                    self._apply_with_row(uow, report, update, task, tasks, measured, outcome, seen)
                 else:
-                    self._count(report, update, task, targets, counters, measured, outcome)
+                    self._count(report, update, task, targets, counters, measured, outcome, seen)
             applied.append(outcome)
         uow.jobs.write_progress([c.write() for c in counters.values() if c.changed])
         uow.throughput.record_many(measured)
@@ -494,6 +513,7 @@ class JobManager:
         counters: dict[int, _Counters],
         measured: list[Measured],
         outcome: _ProgressApplied,
+        seen: dict[tuple[int, int, int], float],
     ) -> None:
         """A report that only moves its running job's counters."""
         target = targets[task.job_id]
@@ -502,7 +522,7 @@ class JobManager:
             outcome.stale.append(True)
             return
         outcome.stale.append(False)
-        service = self._service(task, update, report.wall)
+        service = self._service(task, update, report.wall, seen)
         counter = counters.get(target.id)
         if counter is None:
             counter = counters[target.id] = _Counters.of(target)
@@ -520,6 +540,7 @@ class JobManager:
         tasks: dict[tuple[int, int, int], Task],
         measured: list[Measured],
         outcome: _ProgressApplied,
+        seen: dict[tuple[int, int, int], float],
     ) -> None:
         """A report that starts its task running or finishes its job, through the job's
         row."""
@@ -538,7 +559,7 @@ class JobManager:
                 # (for a move, the old placement's checkpoint too: it starts after).
                 started = (now - task.created_at).total_seconds()
                 uow.jobs.record_restart(task.job_id, max(0.0, started), flush=False)
-        service = self._service(task, update, report.wall)
+        service = self._service(task, update, report.wall, seen)
         # Written at the group's commit, in one flush for all its reports.
         job = uow.jobs.record_progress(
             job.id,
@@ -565,13 +586,22 @@ class JobManager:
             )
             outcome.finished = True
 
-    def _service(self, task: Task, update: ProgressUpdate, wall: float) -> float:
-        """Normalized GPU-seconds since this task's previous report: seconds x GPUs x the
-        GPU type's speed relative to the slowest type the model knows."""
+    def _service(
+        self,
+        task: Task,
+        update: ProgressUpdate,
+        wall: float,
+        seen: dict[tuple[int, int, int], float],
+    ) -> float:
+        """Normalized GPU-seconds since this task's previous report (one earlier in this
+        transaction's `seen`, or the last one committed): seconds x GPUs x the GPU type's
+        speed relative to the slowest type the model knows."""
         key = (task.job_id, task.task_index, task.lease)
-        with self._report_lock:
-            previous = self._last_report.get(key)
-            self._last_report[key] = wall
+        previous = seen.get(key)
+        if previous is None:
+            with self._report_lock:
+                previous = self._last_report.get(key)
+        seen[key] = wall
         if previous is None:
             # First report of this lease (or after a master restart): count from the
             # task's acknowledgement, but never more than one heartbeat timeout.

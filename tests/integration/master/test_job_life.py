@@ -3,6 +3,7 @@ completion, cancellation, lost nodes and master restarts."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,6 +13,8 @@ import pytest
 
 from master.daemon import Master
 from protos.hadar.v1 import common_pb2, coordinator_pb2, hadar_pb2, worker_pb2
+from store import ConflictError
+from store.repositories.jobs import JobRepository
 from tests.integration.master.conftest import Api, Cluster
 from tests.integration.master.fakes import FakeWorker, wait_for
 
@@ -712,3 +715,37 @@ def test_an_exit_looks_for_starts_to_send_only_while_one_may_wait(
     worker.progress(jobs[2].id, 100)
     assert worker.exit(jobs[2].id, common_pb2.EXIT_KIND_COMPLETED).accepted
     assert asked == [1]
+
+
+def test_a_progress_report_stored_again_after_a_conflict_counts_its_service_once(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report whose transaction meets a conflict and is stored again counts the service
+    since the task's previous report, as it would have the first time: the attempt that
+    failed does not count as a report."""
+    master = cluster.master()
+    worker = cluster.worker(master, "n1", num_gpus=1)
+    api = cluster.api(master)
+    job = api.SubmitJob(hadar_pb2.SubmitJobRequest(spec=workload_spec("once", 1, 1000))).job
+    assert master.run_round().started == (job.id,)
+    wait_for(lambda: job.id in worker.running_jobs(), what="START on the worker")
+    worker.progress(job.id, 10)
+    before = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job.attained_service
+    reported_at = time.monotonic()
+
+    write_progress = JobRepository.write_progress
+    conflicts = [ConflictError("a concurrent change, once")]
+
+    def conflicting(self: JobRepository, writes: Any) -> None:
+        if conflicts:
+            raise conflicts.pop()
+        write_progress(self, writes)
+
+    monkeypatch.setattr(JobRepository, "write_progress", conflicting)
+    wait_for(lambda: time.monotonic() - reported_at >= 0.5, what="half a second to pass")
+    worker.progress(job.id, 20)
+    assert not conflicts
+    after = api.GetJob(hadar_pb2.GetJobRequest(job_id=job.id)).job
+    assert after.iterations_done == 20
+    # One GPU for at least half a second, at a speed factor of at least 1.
+    assert after.attained_service - before >= 0.5
