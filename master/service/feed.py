@@ -50,9 +50,12 @@ READ_BATCH = 1000
 SPACING_S = 0.05
 # How long an event id not seen below the highest one is asked for again (see above).
 GAP_HOLD_S = 120.0
-# Ids below the highest one at the feed's start that it asks for, should they turn up: a
-# span wider than the events any open transaction holds.
-START_SPAN = 10_000
+# The most ids not seen that one read remembers below a new highest one (more than any
+# open transaction holds: a large array's submission).
+GAP_SPAN = 10_000
+# Ids below the highest one at the feed's start that it asks for, should they turn up: the
+# transactions open then are the latest; holes further down are purged jobs' events.
+START_SPAN = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +178,7 @@ class EventFeed:
         for event_id, shown in read:
             if event_id > last:
                 # A jump past ids not seen: each may still commit (or never will).
-                for missing in range(max(last + 1, event_id - START_SPAN), event_id):
+                for missing in range(max(last + 1, event_id - GAP_SPAN), event_id):
                     gaps[missing] = now
                 last = event_id
             else:
