@@ -54,7 +54,7 @@ GAP_HOLD_S = 120.0
 # open transaction holds: a large array's submission).
 GAP_SPAN = 10_000
 # Ids below the highest one at the feed's start that it asks for, should they turn up: the
-# transactions open then are the latest; holes further down are purged jobs' events.
+# transactions open then hold the latest ids; holes further down are long rolled back.
 START_SPAN = 1_000
 
 
@@ -70,7 +70,7 @@ class FeedEntry:
 
 
 # An event as read, before the feed gives it a position: (event id, user, job, event);
-# None for an event whose job is gone (purged), which no watcher is shown.
+# None for an event whose job the read did not find, which no watcher is shown.
 _Read = tuple[int, tuple[str, common_pb2.Job, common_pb2.JobEvent] | None]
 
 
