@@ -23,6 +23,8 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 # A pooled PostgreSQL connection that sat unused this long is pinged before it is handed
 # out (see _ping_if_idle).
 PING_AFTER_IDLE_S = 1.0
+# PostgreSQL's deadlock_detected and serialization_failure.
+_RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 
 
 def normalize_url(url: str) -> str:
@@ -171,6 +173,10 @@ class Database:
                 # holds the database; the caller may retry like any other conflict.
                 if "database is locked" in str(exc):
                     raise ConflictError("database is busy") from exc
+                # PostgreSQL ended this transaction to break a deadlock with another, or
+                # could not serialize it: nothing of it was stored, and it may be retried.
+                if getattr(exc.orig, "sqlstate", None) in _RETRYABLE_SQLSTATES:
+                    raise ConflictError(f"transaction ended by the server: {exc.orig}") from exc
                 raise
             except BaseException:
                 session.rollback()

@@ -1,8 +1,10 @@
-"""PostgreSQL's connection pool: a connection is pinged before use only after an idle
-spell, and one the server ended meanwhile is replaced without the caller seeing it."""
+"""PostgreSQL's connections: a pooled one is pinged before use only after an idle spell,
+one the server ended meanwhile is replaced without the caller seeing it, and a
+transaction the server ends to break a deadlock is a conflict to retry."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from store import Database
+from store import ConflictError, Database
 from store import database as database_module
 from store.testing import POSTGRES_ENV, backends, temporary_database_url
 
@@ -80,3 +82,39 @@ def test_a_pooled_connection_the_server_ended_is_replaced_unseen(
     monkeypatch.setattr(database_module, "PING_AFTER_IDLE_S", 0.0)
     assert backend_pid(db) != ended
     assert len(pinged) == 1
+
+
+def test_a_transaction_ended_to_break_a_deadlock_is_a_conflict_to_retry(
+    postgres: tuple[Database, list[Any]],
+) -> None:
+    """Two transactions that each wait for a row the other holds: PostgreSQL ends one of
+    them, which its caller gets as a ConflictError (retried like any other conflict), and
+    the other commits."""
+    db, _ = postgres
+    with db.session() as session:
+        session.execute(text("CREATE TABLE pair (id int PRIMARY KEY, n int)"))
+        session.execute(text("INSERT INTO pair VALUES (1, 0), (2, 0)"))
+    both_hold = threading.Barrier(2, timeout=10)
+    outcomes: dict[int, BaseException | None] = {}
+
+    def update(first: int, second: int) -> None:
+        try:
+            with db.session() as session:
+                session.execute(text("UPDATE pair SET n = n + 1 WHERE id = :id"), {"id": first})
+                both_hold.wait()
+                session.execute(text("UPDATE pair SET n = n + 1 WHERE id = :id"), {"id": second})
+            outcomes[first] = None
+        except BaseException as exc:
+            outcomes[first] = exc
+
+    threads = [threading.Thread(target=update, args=pair) for pair in ((1, 2), (2, 1))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(outcomes) == [1, 2]
+    errors = [e for e in outcomes.values() if e is not None]
+    assert len(errors) == 1 and isinstance(errors[0], ConflictError), outcomes
+    with db.session() as session:
+        counts = session.execute(text("SELECT n FROM pair ORDER BY id")).scalars().all()
+    assert counts == [1, 1]
