@@ -77,8 +77,8 @@ def make_engine(
 
 def _ping_if_idle(engine: Engine) -> None:
     """Ping a pooled connection before handing it out only when it sat unused for
-    `PING_AFTER_IDLE_S` or longer, and replace it when the ping fails (a new connection is
-    handed out as it is).
+    `PING_AFTER_IDLE_S` or longer, and replace it when the ping fails (a connection just
+    opened is handed out without one).
 
     Pinging on every checkout (the pool's `pre_ping`) cost every transaction one more round
     trip to the server, about a seventh of a submission's. A connection the server ended

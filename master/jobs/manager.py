@@ -413,7 +413,7 @@ class JobManager:
         """One transaction for a group of workers' reports. Should it fail, each report is
         stored again alone, so that one bad report fails only its own call."""
         try:
-            return list[_ProgressApplied | BaseException](self._store_reports(group))
+            return [*self._store_reports(group)]
         except Exception as exc:
             if len(group) == 1:
                 return [exc]
